@@ -1,0 +1,158 @@
+-- kubelua: the Lua API that controller scripts use.
+--
+--   local kube = require "kubelua"
+--
+-- Time and tasks: kube.now, kube.monotonic, kube.spawn, kube.sleep,
+-- kube.after, kube.stop. Work: kube.workqueue, kube.workers,
+-- kube.requeue_after. Logs: kube.log.{debug,info,warn,error}.
+-- The C core is "kubelua.core"; this module adds argument checks and the
+-- worker loop, which is plain Lua over the queue's get/done.
+
+local core = require "kubelua.core"
+
+local error, type, tostring, pairs, select = error, type, tostring, pairs, select
+local setmetatable, getmetatable, xpcall = setmetatable, getmetatable, xpcall
+local concat, sort, format = table.concat, table.sort, string.format
+local traceback = debug.traceback
+local unpack = unpack
+
+local function pack(...) return { n = select("#", ...), ... } end
+
+local _M = { version = core.version }
+
+_M.now = core.now
+_M.monotonic = core.monotonic
+_M.sleep = core.sleep
+_M.after = core.after
+_M.stop = core.stop
+_M.stopping = core.stopping
+
+-- kube.run(fn [, timeout]) -> fn's results: runs fn in a new task and waits
+-- for it (default timeout 60 s); raises fn's error, with its traceback.
+-- Only inside a task: specs (kubelua test runs them in one) and tools.
+function _M.run(fn, timeout)
+  if type(fn) ~= "function" then
+    error("kube.run: expected a function, got " .. type(fn), 2)
+  end
+  local r = pack(core.run(fn, timeout))
+  if r[1] then
+    local res = r[2]
+    return unpack(res, 1, res.n)
+  end
+  error(r[3] and "kube.run: " .. r[2] or r[2], r[3] and 2 or 0)
+end
+
+-- kube.spawn(fn, ...): runs fn(...) in a new task (a coroutine on the loop).
+function _M.spawn(fn, ...)
+  if type(fn) ~= "function" then
+    error("kube.spawn: expected a function, got " .. type(fn), 2)
+  end
+  return core.spawn(fn, ...)
+end
+
+-- Logs ---------------------------------------------------------------------
+
+local function quote(v)
+  v = tostring(v)
+  if v:find('[%s"=]') or v == "" then
+    return '"' .. v:gsub('[\\"]', "\\%0"):gsub("\n", "\\n") .. '"'
+  end
+  return v
+end
+
+-- Formats a table of fields as " k=v k2=v2", keys sorted.
+local function format_fields(fields)
+  if fields == nil then return nil end
+  if type(fields) ~= "table" then
+    error("kube.log: fields must be a table, got " .. type(fields), 3)
+  end
+  local keys = {}
+  for k in pairs(fields) do keys[#keys + 1] = tostring(k) end
+  sort(keys)
+  local out = {}
+  for i = 1, #keys do
+    local k = keys[i]
+    local v = fields[k]
+    if v == nil then v = fields[tonumber(k)] end
+    out[i] = " " .. k .. "=" .. quote(v)
+  end
+  return concat(out)
+end
+
+local log = {}
+for _, level in pairs({ "debug", "info", "warn", "error" }) do
+  log[level] = function(msg, fields)
+    core.log(level, tostring(msg), format_fields(fields))
+  end
+end
+_M.log = log
+
+-- Workqueues and workers ---------------------------------------------------
+
+-- kube.workqueue(name [, opts]) -> the queue of that name (created on first
+-- use). opts.rate_limiter, read only when the queue is created:
+--   { type = "default", base = 0.005, max = 1000, qps = 10, burst = 100 }
+--   { type = "exponential", base = 0.005, max = 1000 }
+--   { type = "bucket", qps = 10, burst = 100 }
+--   { type = "fast_slow", fast = 0.005, slow = 10, max_fast = 5 }
+--   { type = "max_of", limiters = { spec, spec, ... } }
+_M.workqueue = core.workqueue
+
+local requeue_mt = { __tostring = function(r)
+  return format("requeue_after(%g)", r.seconds)
+end }
+
+-- kube.requeue_after(seconds): a reconcile's result that asks for another
+-- run after `seconds` (the failure count is forgotten).
+function _M.requeue_after(seconds)
+  if type(seconds) ~= "number" or seconds ~= seconds then
+    error("kube.requeue_after: seconds must be a number, got " .. type(seconds), 2)
+  end
+  return setmetatable({ seconds = seconds }, requeue_mt)
+end
+
+local function worker_loop(q, fn, qname)
+  local get, done, forget = q.get, q.done, q.forget
+  local add_after, add_rate_limited = q.add_after, q.add_rate_limited
+  while true do
+    local key = get(q)
+    if key == nil then return end
+    local ok, res, err = xpcall(fn, traceback, key)
+    if not ok then
+      log.error("reconcile failed", { queue = qname, key = key, error = res })
+      add_rate_limited(q, key)
+    elseif res == nil and err ~= nil then
+      log.error("reconcile failed", { queue = qname, key = key,
+                                      error = tostring(err) })
+      add_rate_limited(q, key)
+    elseif getmetatable(res) == requeue_mt then
+      forget(q, key)
+      add_after(q, key, res.seconds)
+    else
+      forget(q, key)
+    end
+    done(q, key)
+  end
+end
+
+-- kube.workers(q, n, fn): n tasks that call fn(key) for each key of q.
+-- fn returns normally → forget; raises or returns nil, err → logged and
+-- re-added rate limited; returns kube.requeue_after(s) → forget, add after s.
+function _M.workers(q, n, fn)
+  if getmetatable(q) ~= "workqueue" then
+    error("kube.workers: bad argument #1 (workqueue expected, got " .. type(q) .. ")", 2)
+  end
+  if type(n) ~= "number" or n < 1 or n % 1 ~= 0 then
+    error("kube.workers: bad argument #2 (a positive whole number of workers expected, got "
+          .. (type(n) == "number" and tostring(n) or type(n)) .. ")", 2)
+  end
+  if type(fn) ~= "function" then
+    error("kube.workers: bad argument #3 (function expected, got " .. type(fn) .. ")", 2)
+  end
+  local qname = q:name()
+  for i = 1, n do
+    core.spawn_named(qname .. "#" .. i, worker_loop, q, fn, qname)
+  end
+end
+
+return _M

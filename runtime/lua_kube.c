@@ -1,0 +1,765 @@
+/* lua_kube.c — the Lua runtime on the loop: tasks, timers, stop, and the
+ * "kubelua.core" module (see lua_kube.h).
+ *
+ * A task is a coroutine plus a kl_task_t full userdata. While a task lives,
+ * two registry references keep its thread and its userdata alive; they are
+ * dropped when it ends, and __gc takes it off every list it may still be on.
+ * States: READY (on the loop's deferred list), RUNNING (inside lua_resume),
+ * WAITING (parked on a wait list or its sleep timer), DEAD. Tasks are only
+ * ever resumed from deferred work, never from inside the call that woke them.
+ *
+ * kube.after handles embed a kl_timer_t; they are userdata too, kept alive by
+ * a registry reference while armed, and disarmed by __gc, so closing the Lua
+ * state leaves nothing in the loop's heap. */
+#include "lua_kube.h"
+
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <lualib.h>
+
+#include "clock.h"
+#include "log.h"
+#include "mem.h"
+
+#define TASK_MT "kubelua.task"
+#define AFTER_MT "kubelua.timer"
+#define RT_KEY "kubelua.runtime"
+
+enum { TASK_READY, TASK_RUNNING, TASK_WAITING, TASK_DEAD };
+enum { JOIN_PENDING, JOIN_OK, JOIN_FAILED, JOIN_TIMEOUT };
+
+struct kl_task {
+  kl_rt_t *rt;
+  lua_State *co;
+  int thread_ref, self_ref;
+  int state;
+  int holds; /* workqueue keys held (a reconcile in progress) */
+  char name[48];
+  kl_defer_t defer;    /* run-queue node */
+  kl_timer_t timer;    /* kube.sleep */
+  kl_waitlist_t *wl;   /* the wait list it is parked on, if any */
+  kl_waitlist_t *home; /* the list it was woken from, to park again */
+  kl_task_t *wprev, *wnext;
+  /* kube.run: a joiner waits for its child; the outcome is kept here */
+  kl_task_t *child, *joiner;
+  int join_status; /* JOIN_* */
+  int join_ref;    /* results table, or the error message */
+  kl_task_deliver_fn *deliver;
+  void *op;
+  kl_task_t *prev, *next; /* all live tasks */
+};
+
+typedef struct after {
+  kl_rt_t *rt;
+  kl_timer_t timer;
+  int fn_ref, self_ref;
+} after_t;
+
+typedef struct stop_hook {
+  kl_rt_stop_hook *fn;
+  void *ud;
+} stop_hook_t;
+
+struct kl_rt {
+  kl_loop_t *loop;
+  lua_State *L;
+  kl_task_t tasks; /* sentinel of the live-task list */
+  size_t ntasks;
+  kl_task_t *current;
+  int stopping, status, stopped;
+  double shutdown_timeout;
+  kl_timer_t stop_timer;
+  stop_hook_t *hooks;
+  size_t nhooks;
+};
+
+static void task_resume(kl_defer_t *d);
+static void check_stopped(kl_rt_t *rt);
+
+/* Errors */
+
+int kl_lua_error(lua_State *L, const char *name, const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  luaL_where(L, 1);
+  lua_pushfstring(L, "%s: %s", name, msg);
+  lua_concat(L, 2);
+  return lua_error(L);
+}
+
+/* Wait lists */
+
+static void wl_push(kl_waitlist_t *wl, kl_task_t *t) {
+  t->wl = wl;
+  t->wnext = NULL;
+  t->wprev = wl->tail;
+  if (wl->tail)
+    wl->tail->wnext = t;
+  else
+    wl->head = t;
+  wl->tail = t;
+  wl->n++;
+}
+
+static void wl_remove(kl_task_t *t) {
+  kl_waitlist_t *wl = t->wl;
+  if (!wl) return;
+  if (t->wprev)
+    t->wprev->wnext = t->wnext;
+  else
+    wl->head = t->wnext;
+  if (t->wnext)
+    t->wnext->wprev = t->wprev;
+  else
+    wl->tail = t->wprev;
+  wl->n--;
+  t->wl = NULL;
+  t->wprev = t->wnext = NULL;
+}
+
+/* Tasks */
+
+static void task_schedule(kl_task_t *t) {
+  t->state = TASK_READY;
+  kl_loop_defer(t->rt->loop, &t->defer);
+}
+
+size_t kl_waitlist_wake(kl_waitlist_t *wl, size_t n) {
+  size_t woken = 0;
+  while (woken < n && wl->head) {
+    kl_task_t *t = wl->head;
+    wl_remove(t);
+    t->home = wl;
+    task_schedule(t);
+    woken++;
+  }
+  return woken;
+}
+
+kl_task_t *kl_task_current(kl_rt_t *rt, lua_State *L) {
+  kl_task_t *t = rt->current;
+  return t && t->co == L ? t : NULL;
+}
+
+int kl_task_wait(lua_State *L, kl_waitlist_t *wl, kl_task_deliver_fn *deliver,
+                 void *op) {
+  kl_task_t *t = kl_rt_from(L)->current;
+  t->deliver = deliver;
+  t->op = op;
+  t->state = TASK_WAITING;
+  if (wl) wl_push(wl, t);
+  return lua_yield(L, 0);
+}
+
+void kl_task_hold(kl_task_t *t, int delta) {
+  if (t) t->holds += delta;
+}
+
+/* Takes a task off every list and drops the references that keep it alive.
+ * Its userdata stays valid until the collector finds it unreferenced. */
+static void task_end(kl_task_t *t) {
+  kl_rt_t *rt = t->rt;
+  if (t->state == TASK_DEAD) return;
+  t->state = TASK_DEAD;
+  wl_remove(t);
+  t->home = NULL;
+  if (t->child) { /* a joiner that ends first abandons its child */
+    t->child->joiner = NULL;
+    t->child = NULL;
+  }
+  if (t->joiner) t->joiner->child = NULL;
+  t->joiner = NULL;
+  if (t->join_ref != LUA_NOREF) {
+    luaL_unref(rt->L, LUA_REGISTRYINDEX, t->join_ref);
+    t->join_ref = LUA_NOREF;
+  }
+  kl_loop_undefer(rt->loop, &t->defer);
+  kl_timers_stop(kl_loop_timers(rt->loop), &t->timer);
+  t->prev->next = t->next;
+  t->next->prev = t->prev;
+  t->prev = t->next = NULL;
+  rt->ntasks--;
+  luaL_unref(rt->L, LUA_REGISTRYINDEX, t->thread_ref);
+  luaL_unref(rt->L, LUA_REGISTRYINDEX, t->self_ref);
+  t->thread_ref = t->self_ref = LUA_NOREF;
+  t->co = NULL;
+}
+
+static int task_gc(lua_State *L) {
+  kl_task_t *t = lua_touserdata(L, 1);
+  if (t->state != TASK_DEAD) {
+    /* Only when the whole state closes: the lists must not keep it. */
+    wl_remove(t);
+    kl_loop_undefer(t->rt->loop, &t->defer);
+    kl_timers_stop(kl_loop_timers(t->rt->loop), &t->timer);
+    if (t->prev) {
+      t->prev->next = t->next;
+      t->next->prev = t->prev;
+      t->rt->ntasks--;
+    }
+    t->state = TASK_DEAD;
+  }
+  return 0;
+}
+
+static void task_sleep_done(kl_timer_t *timer, void *ud) {
+  kl_task_t *t = ud;
+  (void)timer;
+  task_schedule(t);
+}
+
+/* Creates a task that will call the function at stack index `fn` with the
+ * `nargs` values above it; pops them. The task starts from the run queue. */
+static kl_task_t *task_spawn(kl_rt_t *rt, lua_State *L, int nargs,
+                             const char *name) {
+  lua_State *co = lua_newthread(L);
+  int thread_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  lua_xmove(L, co, nargs + 1);
+
+  kl_task_t *t = lua_newuserdata(L, sizeof *t);
+  memset(t, 0, sizeof *t);
+  t->rt = rt;
+  t->co = co;
+  t->thread_ref = thread_ref;
+  t->join_ref = LUA_NOREF;
+  t->state = TASK_READY;
+  snprintf(t->name, sizeof t->name, "%s", name ? name : "task");
+  kl_defer_init(&t->defer, task_resume);
+  kl_timer_init(&t->timer, task_sleep_done, t);
+  luaL_getmetatable(L, TASK_MT);
+  lua_setmetatable(L, -2);
+  t->self_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  t->next = &rt->tasks;
+  t->prev = rt->tasks.prev;
+  rt->tasks.prev->next = t;
+  rt->tasks.prev = t;
+  rt->ntasks++;
+  /* The first resume receives the arguments already on co's stack. */
+  t->deliver = NULL;
+  t->op = (void *)(size_t)nargs;
+  task_schedule(t);
+  return t;
+}
+
+static void log_task_error(kl_task_t *t, lua_State *co) {
+  kl_rt_t *rt = t->rt;
+  const char *msg = lua_tostring(co, -1);
+  lua_checkstack(rt->L, LUA_MINSTACK);
+  luaL_traceback(rt->L, co, msg ? msg : "(error object is not a string)", 0);
+  char fields[64];
+  snprintf(fields, sizeof fields, " task=%s", t->name);
+  kl_log_fields(KL_LOG_ERROR, fields, "task failed: %s",
+                lua_tostring(rt->L, -1));
+  lua_pop(rt->L, 1);
+}
+
+/* Hands a finished child's outcome to the task waiting in kube.run: its
+ * results in a table (n = count), or its error with a traceback. */
+static void finish_join(kl_task_t *child, int ok) {
+  kl_task_t *joiner = child->joiner;
+  lua_State *L = child->rt->L, *co = child->co;
+  lua_checkstack(L, LUA_MINSTACK);
+  if (ok) {
+    int n = lua_gettop(co);
+    lua_checkstack(L, n + 2);
+    lua_createtable(L, n, 1);
+    for (int i = 1; i <= n; i++) {
+      lua_pushvalue(co, i);
+      lua_xmove(co, L, 1);
+      lua_rawseti(L, -2, i);
+    }
+    lua_pushinteger(L, n);
+    lua_setfield(L, -2, "n");
+  } else {
+    const char *msg = lua_tostring(co, -1);
+    luaL_traceback(L, co, msg ? msg : "(error object is not a string)", 0);
+  }
+  joiner->join_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  joiner->join_status = ok ? JOIN_OK : JOIN_FAILED;
+  joiner->child = NULL;
+  child->joiner = NULL;
+  kl_timers_stop(kl_loop_timers(child->rt->loop), &joiner->timer);
+  task_schedule(joiner);
+}
+
+static void task_resume(kl_defer_t *d) {
+  kl_task_t *t = (kl_task_t *)((char *)d - offsetof(kl_task_t, defer));
+  kl_rt_t *rt = t->rt;
+  lua_State *co = t->co;
+  int nargs;
+
+  if (t->deliver) {
+    kl_waitlist_t *home = t->home;
+    t->home = NULL;
+    lua_checkstack(co, LUA_MINSTACK);
+    nargs = t->deliver(t, co, t->op);
+    if (nargs < 0) { /* not ready after all: park again */
+      t->state = TASK_WAITING;
+      if (home) wl_push(home, t);
+      return;
+    }
+  } else {
+    nargs = (int)(size_t)t->op; /* first start, or a plain yield */
+  }
+  t->deliver = NULL;
+  t->op = NULL;
+
+  t->state = TASK_RUNNING;
+  rt->current = t;
+  int rc = lua_resume(co, nargs);
+  rt->current = NULL;
+
+  if (rc == LUA_YIELD) {
+    if (t->state == TASK_RUNNING) {
+      /* A bare coroutine.yield(): give the loop a turn, then go on. */
+      lua_settop(co, 0);
+      task_schedule(t);
+    }
+    if (rt->stopping && !t->holds) task_end(t);
+  } else {
+    int ok = rc == 0;
+    if (t->joiner)
+      finish_join(t, ok);
+    else if (!ok)
+      log_task_error(t, co);
+    task_end(t);
+  }
+  if (rt->stopping) check_stopped(rt);
+}
+
+/* Stop */
+
+static void stop_timeout(kl_timer_t *timer, void *ud) {
+  kl_rt_t *rt = ud;
+  (void)timer;
+  size_t busy = 0;
+  for (kl_task_t *t = rt->tasks.next; t != &rt->tasks; t = t->next)
+    busy += t->holds > 0;
+  kl_log(KL_LOG_ERROR,
+         "shutdown timed out after %gs with %zu reconciles still running",
+         rt->shutdown_timeout, busy);
+  rt->status = 1;
+  rt->stopped = 1;
+  kl_loop_break(rt->loop);
+}
+
+static void check_stopped(kl_rt_t *rt) {
+  if (rt->stopped || rt->ntasks > 0) return;
+  rt->stopped = 1;
+  kl_timers_stop(kl_loop_timers(rt->loop), &rt->stop_timer);
+  kl_loop_break(rt->loop);
+}
+
+void kl_rt_stop(kl_rt_t *rt, int status) {
+  if (status && !rt->status) rt->status = status;
+  if (rt->stopping) return;
+  rt->stopping = 1;
+  for (size_t i = 0; i < rt->nhooks; i++)
+    rt->hooks[i].fn(rt, rt->hooks[i].ud);
+  /* Tasks parked without a key, or not yet started, end now; the running
+   * task (the one that called kube.stop) ends at its next yield. */
+  kl_task_t *t = rt->tasks.next;
+  size_t busy = 0;
+  while (t != &rt->tasks) {
+    kl_task_t *next = t->next;
+    if (t->holds)
+      busy++;
+    else if (t->state != TASK_RUNNING)
+      task_end(t);
+    t = next;
+  }
+  kl_log(KL_LOG_INFO, "stopping: waiting for %zu running reconciles", busy);
+  kl_timers_start(kl_loop_timers(rt->loop), &rt->stop_timer,
+                  kl_loop_now(rt->loop) + rt->shutdown_timeout);
+  check_stopped(rt);
+}
+
+int kl_rt_stopping(const kl_rt_t *rt) { return rt->stopping; }
+
+void kl_rt_on_stop(kl_rt_t *rt, kl_rt_stop_hook *hook, void *ud) {
+  rt->hooks = kl_xrealloc(rt->hooks, (rt->nhooks + 1) * sizeof *rt->hooks);
+  rt->hooks[rt->nhooks].fn = hook;
+  rt->hooks[rt->nhooks].ud = ud;
+  rt->nhooks++;
+}
+
+void kl_rt_set_shutdown_timeout(kl_rt_t *rt, double seconds) {
+  rt->shutdown_timeout = seconds;
+}
+
+/* kubelua.core functions */
+
+static kl_rt_t *up_rt(lua_State *L) {
+  return *(kl_rt_t **)lua_touserdata(L, lua_upvalueindex(1));
+}
+
+static double check_seconds(lua_State *L, int idx, const char *name) {
+  if (lua_type(L, idx) != LUA_TNUMBER)
+    kl_lua_error(L, name, "seconds must be a number, got %s",
+                 luaL_typename(L, idx));
+  double s = lua_tonumber(L, idx);
+  if (isnan(s) || isinf(s))
+    kl_lua_error(L, name, "seconds must be finite, got %f", s);
+  return s;
+}
+
+static void check_function(lua_State *L, int idx, const char *name) {
+  if (lua_type(L, idx) != LUA_TFUNCTION)
+    kl_lua_error(L, name, "expected a function, got %s", luaL_typename(L, idx));
+}
+
+/* kube.now() -> seconds since the Unix epoch (wall clock, sub-second). */
+static int core_now(lua_State *L) {
+  lua_pushnumber(L, kl_clock_wall());
+  return 1;
+}
+
+/* kube.monotonic() -> seconds on the loop's monotonic clock. */
+static int core_monotonic(lua_State *L) {
+  lua_pushnumber(L, kl_loop_now(up_rt(L)->loop));
+  return 1;
+}
+
+/* kube.spawn(fn, ...) -> starts fn(...) in a new task on the next turn. */
+static int core_spawn(lua_State *L) {
+  kl_rt_t *rt = up_rt(L);
+  check_function(L, 1, "kube.spawn");
+  task_spawn(rt, L, lua_gettop(L) - 1, "task");
+  return 0;
+}
+
+/* core.spawn_named(name, fn, ...) -> as spawn, with a name for logs. */
+static int core_spawn_named(lua_State *L) {
+  kl_rt_t *rt = up_rt(L);
+  const char *name = luaL_checkstring(L, 1);
+  char copy[48];
+  snprintf(copy, sizeof copy, "%s", name);
+  check_function(L, 2, "kube.spawn");
+  lua_remove(L, 1);
+  task_spawn(rt, L, lua_gettop(L) - 1, copy);
+  return 0;
+}
+
+static int deliver_nothing(kl_task_t *t, lua_State *co, void *op) {
+  (void)t;
+  (void)co;
+  (void)op;
+  return 0;
+}
+
+/* kube.sleep(seconds): parks the calling task; outside one, an error. */
+static int core_sleep(lua_State *L) {
+  kl_rt_t *rt = up_rt(L);
+  double s = check_seconds(L, 1, "kube.sleep");
+  kl_task_t *t = kl_task_current(rt, L);
+  if (!t)
+    return kl_lua_error(L, "kube.sleep",
+                        "not inside a task (use kube.spawn, kube.after or a "
+                        "worker to run code that sleeps)");
+  t->timer.fn = task_sleep_done;
+  kl_timers_start(kl_loop_timers(rt->loop), &t->timer,
+                  kl_loop_now(rt->loop) + (s > 0 ? s : 0));
+  return kl_task_wait(L, NULL, deliver_nothing, NULL);
+}
+
+static void after_fire(kl_timer_t *timer, void *ud) {
+  after_t *a = ud;
+  kl_rt_t *rt = a->rt;
+  lua_State *L = rt->L;
+  (void)timer;
+  lua_checkstack(L, LUA_MINSTACK);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, a->fn_ref);
+  luaL_unref(L, LUA_REGISTRYINDEX, a->fn_ref);
+  luaL_unref(L, LUA_REGISTRYINDEX, a->self_ref);
+  a->fn_ref = a->self_ref = LUA_NOREF;
+  if (!rt->stopping)
+    task_spawn(rt, L, 0, "after");
+  else
+    lua_pop(L, 1);
+}
+
+/* kube.after(seconds, fn) -> handle: runs fn in a new task once the time has
+ * passed; handle:cancel() prevents it (returns true if it was pending). */
+static int core_after(lua_State *L) {
+  kl_rt_t *rt = up_rt(L);
+  double s = check_seconds(L, 1, "kube.after");
+  check_function(L, 2, "kube.after");
+  after_t *a = lua_newuserdata(L, sizeof *a);
+  a->rt = rt;
+  a->fn_ref = a->self_ref = LUA_NOREF;
+  kl_timer_init(&a->timer, after_fire, a);
+  luaL_getmetatable(L, AFTER_MT);
+  lua_setmetatable(L, -2);
+  lua_pushvalue(L, 2);
+  a->fn_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  lua_pushvalue(L, -1);
+  a->self_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  kl_timers_start(kl_loop_timers(rt->loop), &a->timer,
+                  kl_loop_now(rt->loop) + (s > 0 ? s : 0));
+  return 1;
+}
+
+static int after_cancel(lua_State *L) {
+  after_t *a = luaL_checkudata(L, 1, AFTER_MT);
+  int pending = kl_timer_armed(&a->timer);
+  kl_timers_stop(kl_loop_timers(a->rt->loop), &a->timer);
+  if (pending) {
+    luaL_unref(L, LUA_REGISTRYINDEX, a->fn_ref);
+    luaL_unref(L, LUA_REGISTRYINDEX, a->self_ref);
+    a->fn_ref = a->self_ref = LUA_NOREF;
+  }
+  lua_pushboolean(L, pending);
+  return 1;
+}
+
+static int after_gc(lua_State *L) {
+  after_t *a = lua_touserdata(L, 1);
+  kl_timers_stop(kl_loop_timers(a->rt->loop), &a->timer);
+  return 0;
+}
+
+/* kube.stop([status]): graceful stop; the process exits with status. */
+static int core_stop(lua_State *L) {
+  kl_rt_t *rt = up_rt(L);
+  int status = (int)luaL_optinteger(L, 1, 0);
+  kl_rt_stop(rt, status);
+  return 0;
+}
+
+static int core_stopping(lua_State *L) {
+  lua_pushboolean(L, up_rt(L)->stopping);
+  return 1;
+}
+
+static int deliver_join(kl_task_t *t, lua_State *co, void *op) {
+  if (t->join_status == JOIN_PENDING) { /* the deadline came first */
+    char msg[64];
+    if (t->child) task_end(t->child);
+    snprintf(msg, sizeof msg, "timed out after %gs", *(double *)op);
+    lua_pushboolean(co, 0);
+    lua_pushstring(co, msg);
+    lua_pushboolean(co, 1); /* the caller's error: give it a position */
+    return 3;
+  }
+  int ok = t->join_status == JOIN_OK;
+  lua_pushboolean(co, ok);
+  lua_rawgeti(co, LUA_REGISTRYINDEX, t->join_ref);
+  luaL_unref(co, LUA_REGISTRYINDEX, t->join_ref);
+  t->join_ref = LUA_NOREF;
+  t->join_status = JOIN_PENDING;
+  return 2;
+}
+
+static void join_deadline(kl_timer_t *timer, void *ud) {
+  kl_task_t *t = ud;
+  (void)timer;
+  task_schedule(t);
+}
+
+/* core.run(fn, timeout) -> true, results | false, message [, positioned]:
+ * runs fn in a new task and waits for it; only inside a task. The Lua side
+ * (kube.run) unpacks the results or raises. */
+static int core_run(lua_State *L) {
+  kl_rt_t *rt = up_rt(L);
+  check_function(L, 1, "kube.run");
+  double timeout = lua_isnoneornil(L, 2) ? 60 : check_seconds(L, 2, "kube.run");
+  kl_task_t *t = kl_task_current(rt, L);
+  if (!t)
+    return kl_lua_error(L, "kube.run",
+                        "not inside a task (kubelua test runs specs in one; a "
+                        "script's main chunk uses kube.spawn)");
+  lua_settop(L, 1);
+  kl_task_t *child = task_spawn(rt, L, 0, "run");
+  child->joiner = t;
+  t->child = child;
+  t->join_status = JOIN_PENDING;
+  /* The deadline reuses the sleep timer: a joiner does not sleep. */
+  double *op = lua_newuserdata(L, sizeof *op); /* kept on L's stack */
+  *op = timeout;
+  t->timer.fn = join_deadline;
+  kl_timers_start(kl_loop_timers(rt->loop), &t->timer,
+                  kl_loop_now(rt->loop) + timeout);
+  return kl_task_wait(L, NULL, deliver_join, op);
+}
+
+/* core.log(level, message [, fields]) — fields already formatted. */
+static int core_log(lua_State *L) {
+  static const char *const levels[] = {"debug", "info", "warn", "error", NULL};
+  int level = luaL_checkoption(L, 1, NULL, levels);
+  const char *msg = luaL_checkstring(L, 2);
+  const char *fields = luaL_optstring(L, 3, NULL);
+  kl_log_fields((kl_log_level_t)level, fields, "%s", msg);
+  return 0;
+}
+
+static int core_tasks(lua_State *L) {
+  lua_pushinteger(L, (lua_Integer)up_rt(L)->ntasks);
+  return 1;
+}
+
+static const luaL_Reg core_funcs[] = {
+    {"now", core_now},     {"monotonic", core_monotonic},
+    {"spawn", core_spawn}, {"spawn_named", core_spawn_named},
+    {"sleep", core_sleep}, {"after", core_after},
+    {"stop", core_stop},   {"stopping", core_stopping},
+    {"run", core_run},     {"log", core_log},
+    {"tasks", core_tasks}, {NULL, NULL},
+};
+
+static int open_core(lua_State *L) {
+  lua_newtable(L);
+  lua_getfield(L, LUA_REGISTRYINDEX, RT_KEY);
+  luaL_setfuncs(L, core_funcs, 1);
+  kl_luaopen_workqueue(L);
+  lua_setfield(L, -2, "workqueue");
+  lua_pushstring(L, KL_VERSION);
+  lua_setfield(L, -2, "version");
+  return 1;
+}
+
+/* Runtime */
+
+kl_rt_t *kl_rt_from(lua_State *L) {
+  lua_getfield(L, LUA_REGISTRYINDEX, RT_KEY);
+  kl_rt_t *rt = *(kl_rt_t **)lua_touserdata(L, -1);
+  lua_pop(L, 1);
+  return rt;
+}
+
+static int load_embedded(lua_State *L) {
+  const kl_lua_module_t *m = lua_touserdata(L, lua_upvalueindex(1));
+  if (luaL_loadbuffer(L, (const char *)m->bytecode, m->size, m->name) != 0)
+    return lua_error(L);
+  lua_pushvalue(L, 1);
+  lua_call(L, 1, 1);
+  return 1;
+}
+
+kl_rt_t *kl_rt_new(kl_loop_t *loop) {
+  kl_rt_t *rt = kl_xcalloc(1, sizeof *rt);
+  rt->loop = loop;
+  rt->tasks.next = rt->tasks.prev = &rt->tasks;
+  rt->shutdown_timeout = 30;
+  kl_timer_init(&rt->stop_timer, stop_timeout, rt);
+
+  lua_State *L = rt->L = luaL_newstate();
+  if (!L) {
+    free(rt);
+    return NULL;
+  }
+  luaL_openlibs(L);
+  kl_rt_t **box = lua_newuserdata(L, sizeof *box);
+  *box = rt;
+  lua_setfield(L, LUA_REGISTRYINDEX, RT_KEY);
+
+  luaL_newmetatable(L, TASK_MT);
+  lua_pushcfunction(L, task_gc);
+  lua_setfield(L, -2, "__gc");
+  lua_pop(L, 1);
+  luaL_newmetatable(L, AFTER_MT);
+  lua_pushcfunction(L, after_gc);
+  lua_setfield(L, -2, "__gc");
+  lua_newtable(L);
+  lua_pushcfunction(L, after_cancel);
+  lua_setfield(L, -2, "cancel");
+  lua_setfield(L, -2, "__index");
+  lua_pop(L, 1);
+
+  /* package.preload: the C module and the embedded Lua library. */
+  lua_getglobal(L, "package");
+  lua_getfield(L, -1, "preload");
+  lua_pushcfunction(L, open_core);
+  lua_setfield(L, -2, "kubelua.core");
+  for (const kl_lua_module_t *m = kl_lua_modules; m->name; m++) {
+    lua_pushlightuserdata(L, (void *)m); /* static data, not heap */
+    lua_pushcclosure(L, load_embedded, 1);
+    lua_setfield(L, -2, m->name);
+  }
+  lua_pop(L, 2);
+  return rt;
+}
+
+void kl_rt_free(kl_rt_t *rt) {
+  if (!rt) return;
+  kl_timers_stop(kl_loop_timers(rt->loop), &rt->stop_timer);
+  lua_close(rt->L);
+  free(rt->hooks);
+  free(rt);
+}
+
+lua_State *kl_rt_lua(kl_rt_t *rt) { return rt->L; }
+kl_loop_t *kl_rt_loop(kl_rt_t *rt) { return rt->loop; }
+
+static int traceback(lua_State *L) {
+  const char *msg = lua_tostring(L, 1);
+  if (!msg) {
+    if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING)
+      return 1;
+    msg =
+        lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
+  }
+  luaL_traceback(L, L, msg, 1);
+  return 1;
+}
+
+int kl_rt_run_file(kl_rt_t *rt, const char *path, int argc, char **argv) {
+  lua_State *L = rt->L;
+  lua_createtable(L, argc, 1);
+  lua_pushstring(L, path);
+  lua_rawseti(L, -2, 0);
+  for (int i = 0; i < argc; i++) {
+    lua_pushstring(L, argv[i]);
+    lua_rawseti(L, -2, i + 1);
+  }
+  lua_setglobal(L, "arg");
+
+  lua_pushcfunction(L, traceback);
+  if (luaL_loadfile(L, path) != 0) {
+    kl_log(KL_LOG_ERROR, "cannot load script: %s", lua_tostring(L, -1));
+    lua_settop(L, 0);
+    return 1;
+  }
+  for (int i = 0; i < argc; i++)
+    lua_pushstring(L, argv[i]);
+  if (lua_pcall(L, argc, 0, -(argc + 2)) != 0) {
+    kl_log(KL_LOG_ERROR, "script failed: %s", lua_tostring(L, -1));
+    lua_settop(L, 0);
+    return 1;
+  }
+  lua_settop(L, 0);
+  return 0;
+}
+
+static void on_signal(kl_loop_t *loop, int signum, void *ud) {
+  kl_rt_t *rt = ud;
+  (void)loop;
+  if (signum == SIGHUP) {
+    kl_log(KL_LOG_INFO, "SIGHUP: reload is not available yet; ignored");
+    return;
+  }
+  if (rt->stopping) {
+    kl_log(KL_LOG_WARN, "second signal %d: exiting at once", signum);
+    rt->status = 1;
+    rt->stopped = 1;
+    kl_loop_break(rt->loop);
+    return;
+  }
+  kl_log(KL_LOG_INFO, "signal %d: stopping gracefully", signum);
+  kl_rt_stop(rt, 0);
+}
+
+int kl_rt_loop_until_stopped(kl_rt_t *rt) {
+  kl_loop_on_signal(rt->loop, on_signal, rt);
+  while (!rt->stopped)
+    kl_loop_run(rt->loop);
+  kl_loop_on_signal(rt->loop, NULL, NULL);
+  return rt->status;
+}

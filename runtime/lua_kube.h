@@ -1,0 +1,91 @@
+/* lua_kube.h — the Lua side of the runtime: one Lua state on the loop, and
+ * the tasks (coroutines) that scripts run in.
+ *
+ * A task owns at most one pending operation (STYLE rule 13): it parks on a
+ * wait list or a timer with kl_task_wait(), and is resumed from deferred work
+ * on the loop, where a deliver function pushes the operation's results.
+ * Bindings in other lua_*.c files use this header; the C core does not. */
+#ifndef KL_LUA_KUBE_H
+#define KL_LUA_KUBE_H
+
+#include <stddef.h>
+
+#include <lauxlib.h>
+#include <lua.h>
+
+#include "loop.h"
+
+/* One module of the Lua library compiled to bytecode (lua_modules.c). */
+typedef struct kl_lua_module {
+  const char *name;
+  const unsigned char *bytecode;
+  size_t size;
+} kl_lua_module_t;
+extern const kl_lua_module_t kl_lua_modules[];
+
+typedef struct kl_rt kl_rt_t;
+typedef struct kl_task kl_task_t;
+
+/* Pushes a parked task's results onto co when it is about to resume and
+ * returns how many; or returns -1 to park it again on the same wait list. */
+typedef int kl_task_deliver_fn(kl_task_t *t, lua_State *co, void *op);
+
+/* Tasks parked on one condition, in arrival order. */
+typedef struct kl_waitlist {
+  kl_task_t *head, *tail;
+  size_t n;
+} kl_waitlist_t;
+
+/* Hooks run once when the runtime starts stopping (kube.stop or a signal). */
+typedef void kl_rt_stop_hook(kl_rt_t *rt, void *ud);
+
+/* A runtime on `loop` with a fresh Lua state: standard libraries, the
+ * embedded library in package.preload, require "kubelua" ready. */
+kl_rt_t *kl_rt_new(kl_loop_t *loop);
+/* Closes the Lua state (collecting every task and handle), then frees. */
+void kl_rt_free(kl_rt_t *rt);
+lua_State *kl_rt_lua(kl_rt_t *rt);
+kl_loop_t *kl_rt_loop(kl_rt_t *rt);
+/* The runtime of a state (or of any of its coroutines). */
+kl_rt_t *kl_rt_from(lua_State *L);
+
+/* Loads and runs a script file with `args` as the global `arg` (arg[0] is
+ * the script). Returns 0, or 1 with the message (file:line: …) logged. */
+int kl_rt_run_file(kl_rt_t *rt, const char *path, int argc, char **argv);
+/* Runs the loop until the runtime has stopped; returns the exit status. */
+int kl_rt_loop_until_stopped(kl_rt_t *rt);
+
+/* Begins a graceful stop: queues shut down, idle tasks end, tasks that hold
+ * a workqueue key finish their reconcile; then the loop ends with `status`.
+ * Later calls only lower a zero status to a failure. */
+void kl_rt_stop(kl_rt_t *rt, int status);
+int kl_rt_stopping(const kl_rt_t *rt);
+void kl_rt_on_stop(kl_rt_t *rt, kl_rt_stop_hook *hook, void *ud);
+/* Seconds a graceful stop may take before the process gives up (default 30). */
+void kl_rt_set_shutdown_timeout(kl_rt_t *rt, double seconds);
+
+/* Tasks */
+
+/* The task running on L, or NULL when L is not a kubelua task. */
+kl_task_t *kl_task_current(kl_rt_t *rt, lua_State *L);
+/* Parks the current task on wl and yields; when woken, deliver(t, co, op)
+ * produces the results. Call as `return kl_task_wait(...)` from a C function;
+ * L must be the current task's state. */
+int kl_task_wait(lua_State *L, kl_waitlist_t *wl, kl_task_deliver_fn *deliver,
+                 void *op);
+/* Moves up to n parked tasks from wl to the run queue; returns how many. */
+size_t kl_waitlist_wake(kl_waitlist_t *wl, size_t n);
+/* Marks that t holds (+1) or released (-1) a workqueue key: a task holding a
+ * key is in the middle of a reconcile, which a graceful stop lets finish. */
+void kl_task_hold(kl_task_t *t, int delta);
+
+/* Raises "where: NAME: MSG" as a Lua error, where is the position of the
+ * Lua code that called the C function, as error(msg, 2) does in Lua. */
+int kl_lua_error(lua_State *L, const char *name, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Bindings, each opening one module table on the stack. */
+int kl_luaopen_workqueue(lua_State *L);
+int kl_luaopen_json(lua_State *L);
+
+#endif

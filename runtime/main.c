@@ -1,0 +1,154 @@
+/* main.c — the kubelua command line.
+ *
+ *   kubelua run [options] SCRIPT.lua [args]   run a controller script
+ *   kubelua test [busted options] [paths]    run busted specs in the runtime
+ *   kubelua version
+ *
+ * main wires the loop and the Lua runtime together and turns their outcome
+ * into an exit status; everything else lives in the modules. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <luajit.h>
+
+#include "log.h"
+#include "loop.h"
+#include "lua_kube.h"
+
+static void usage(FILE *out) {
+  fputs("usage: kubelua run [options] SCRIPT.lua [args...]\n"
+        "       kubelua test [busted options] [spec paths...]\n"
+        "       kubelua version\n"
+        "\n"
+        "run options:\n"
+        "  --log-level LEVEL        debug, info, warn or error (default info)\n"
+        "  --shutdown-timeout SECS  how long a graceful stop may take "
+        "(default 30)\n",
+        out);
+}
+
+static int bad_usage(const char *fmt, ...)
+    __attribute__((format(printf, 1, 2)));
+static int bad_usage(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "kubelua: ");
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fputs("\n", stderr);
+  usage(stderr);
+  return 2;
+}
+
+static int run_script(int argc, char **argv) {
+  double shutdown_timeout = 30;
+  int i = 0;
+  for (; i < argc && strncmp(argv[i], "--", 2) == 0; i++) {
+    const char *opt = argv[i];
+    if (strcmp(opt, "--") == 0) {
+      i++;
+      break;
+    }
+    if (i + 1 >= argc) return bad_usage("option %s needs a value", opt);
+    const char *val = argv[++i];
+    if (strcmp(opt, "--log-level") == 0) {
+      int level = kl_log_parse_level(val);
+      if (level < 0) return bad_usage("unknown log level \"%s\"", val);
+      kl_log_set_level((kl_log_level_t)level);
+    } else if (strcmp(opt, "--shutdown-timeout") == 0) {
+      char *end;
+      shutdown_timeout = strtod(val, &end);
+      if (*end || end == val || !(shutdown_timeout >= 0))
+        return bad_usage("--shutdown-timeout needs seconds, got \"%s\"", val);
+    } else {
+      return bad_usage("unknown option %s", opt);
+    }
+  }
+  if (i >= argc) return bad_usage("%s", "run needs a script");
+
+  kl_loop_t *loop = kl_loop_new(NULL);
+  if (!loop) {
+    fprintf(stderr, "kubelua: cannot create the event loop\n");
+    return 1;
+  }
+  kl_rt_t *rt = kl_rt_new(loop);
+  if (!rt) {
+    fprintf(stderr, "kubelua: cannot create the Lua state\n");
+    kl_loop_free(loop);
+    return 1;
+  }
+  kl_rt_set_shutdown_timeout(rt, shutdown_timeout);
+  int status = kl_rt_run_file(rt, argv[i], argc - i - 1, argv + i + 1);
+  if (status == 0) status = kl_rt_loop_until_stopped(rt);
+  kl_rt_free(rt);
+  kl_loop_free(loop);
+  return status;
+}
+
+/* Runs busted inside the runtime, in a task: specs get the same Lua state,
+ * library and loop as scripts, and kube.run waits for tasks from a spec. */
+static int run_tests(int argc, char **argv) {
+  static const char runner[] =
+      "local kube = require 'kubelua'\n"
+      "kube.spawn(function()\n"
+      "  local compat = require 'busted.compatibility'\n"
+      "  compat.exit = function(code) error({kubelua_exit = code}, 0) end\n"
+      "  local ok, err = pcall(require('busted.runner'), {standalone = "
+      "false})\n"
+      "  local status = 0\n"
+      "  if not ok and type(err) == 'table' and err.kubelua_exit then\n"
+      "    status = err.kubelua_exit ~= 0 and 1 or 0\n"
+      "  elseif not ok then\n"
+      "    io.stderr:write('kubelua test: ', tostring(err), '\\n')\n"
+      "    status = 1\n"
+      "  end\n"
+      "  kube.stop(status)\n"
+      "end)\n";
+  kl_loop_t *loop = kl_loop_new(NULL);
+  kl_rt_t *rt = loop ? kl_rt_new(loop) : NULL;
+  if (!rt) {
+    fprintf(stderr, "kubelua: cannot start the runtime\n");
+    kl_loop_free(loop);
+    return 1;
+  }
+  lua_State *L = kl_rt_lua(rt);
+  lua_createtable(L, argc, 1);
+  lua_pushliteral(L, "kubelua test");
+  lua_rawseti(L, -2, 0);
+  for (int i = 0; i < argc; i++) {
+    lua_pushstring(L, argv[i]);
+    lua_rawseti(L, -2, i + 1);
+  }
+  lua_setglobal(L, "arg");
+  int status = 1;
+  if (luaL_loadbuffer(L, runner, sizeof runner - 1, "=kubelua test") == 0 &&
+      lua_pcall(L, 0, 0, 0) == 0)
+    status = kl_rt_loop_until_stopped(rt);
+  else
+    fprintf(stderr, "kubelua test: %s\n", lua_tostring(L, -1));
+  kl_rt_free(rt);
+  kl_loop_free(loop);
+  return status;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return 2;
+  }
+  const char *cmd = argv[1];
+  if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
+    printf("kubelua %s (%s)\n", KL_VERSION, LUAJIT_VERSION);
+    return 0;
+  }
+  if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 ||
+      strcmp(cmd, "-h") == 0) {
+    usage(stdout);
+    return 0;
+  }
+  if (strcmp(cmd, "run") == 0) return run_script(argc - 2, argv + 2);
+  if (strcmp(cmd, "test") == 0) return run_tests(argc - 2, argv + 2);
+  return bad_usage("unknown command \"%s\"", cmd);
+}

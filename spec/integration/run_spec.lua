@@ -1,0 +1,127 @@
+-- `kubelua run`: load errors, exit statuses, graceful stop on signals.
+local support = require "spec.support"
+local run_script, sh = support.run_script, support.sh
+
+describe("kubelua run", function()
+  it("reports a syntax error with file and line, status 1", function()
+    local status, out, path = run_script("local x = 1\nlocal = 2\n")
+    assert.equal(1, status)
+    assert.matches("ERROR cannot load script: " .. path:gsub("%p", "%%%0")
+      .. ":2: '<name>' expected near '='\n$", out)
+  end)
+
+  it("reports an error at top level with file, line and traceback, status 1", function()
+    local status, out, path = run_script("local kube = require 'kubelua'\n\nerror('no config')\n")
+    assert.equal(1, status)
+    assert.matches("ERROR script failed: " .. path:gsub("%p", "%%%0")
+      .. ":3: no config\\nstack traceback:", out)
+  end)
+
+  it("reports a missing script, status 1", function()
+    local status, out = sh(support.kubelua .. " run /nonexistent/x.lua")
+    assert.equal(1, status)
+    assert.matches("ERROR cannot load script: cannot open /nonexistent/x.lua", out, 1, true)
+  end)
+
+  it("passes arguments to the script", function()
+    local status, out = run_script([[
+      local a, b = ...
+      print(arg[0]:match("%.lua$") and "script", a, b, arg[2])
+      require("kubelua").stop()
+    ]], "one two")
+    assert.equal(0, status)
+    assert.matches("\nscript\tone\ttwo\ttwo\n", "\n" .. out, 1, true)
+  end)
+
+  it("refuses to sleep or wait in the main chunk, which is not a task", function()
+    local status, out, path = run_script("require('kubelua').sleep(1)")
+    assert.equal(1, status)
+    assert.matches("ERROR script failed: " .. path:gsub("%p", "%%%0") .. ":1: kube.sleep: not inside"
+      .. " a task (use kube.spawn, kube.after or a worker to run code that sleeps)", out)
+    status, out, path = run_script("require('kubelua').run(print)")
+    assert.equal(1, status)
+    assert.matches("ERROR script failed: " .. path:gsub("%p", "%%%0") .. ":1: kube.run: not inside"
+      .. " a task (kubelua test runs specs in one; a script's main chunk uses kube.spawn)", out)
+  end)
+
+  it("exits with the status given to kube.stop", function()
+    local status = run_script("require('kubelua').stop(3)")
+    assert.equal(3, status)
+  end)
+
+  it("stops from inside a task once the task yields", function()
+    local status, out = run_script([[
+      local kube = require "kubelua"
+      kube.spawn(function()
+        kube.stop()
+        print("still running until the next yield")
+        kube.sleep(1)
+        print("never printed")
+      end)
+    ]])
+    assert.equal(0, status)
+    assert.matches("still running until the next yield\n", out, 1, true)
+    assert.is_nil(out:find("never printed", 1, true))
+  end)
+
+  it("lets a running reconcile finish on SIGTERM and takes no new work", function()
+    local status, out = run_script([[
+      local kube = require "kubelua"
+      local q = kube.workqueue("work")
+      local pid = io.open("/proc/self/stat"):read("*n")
+      kube.workers(q, 1, function(key)
+        print("start " .. key)
+        io.stdout:flush()
+        if key == "a" then os.execute("kill -TERM " .. pid) end
+        kube.sleep(0.05)
+        print("finish " .. key)
+      end)
+      q:add("a")
+      q:add("b")
+    ]])
+    assert.equal(0, status)
+    assert.matches("start a\n.*signal 15: stopping gracefully.*finish a\n", out)
+    assert.is_nil(out:find("start b", 1, true))
+  end)
+
+  it("gives up on reconciles that outlast --shutdown-timeout, status 1", function()
+    local status, out = run_script([[
+      local kube = require "kubelua"
+      local q = kube.workqueue("slow")
+      kube.workers(q, 1, function()
+        kube.stop()
+        kube.sleep(30)
+      end)
+      q:add("a")
+    ]], "", "--shutdown-timeout 0.1")
+    assert.equal(1, status)
+    assert.matches("shutdown timed out after 0.1s with 1 reconciles still running", out, 1, true)
+  end)
+
+  it("explains a bad command line, status 2", function()
+    local status, out = sh(support.kubelua .. " run --log-level loud x.lua")
+    assert.equal(2, status)
+    assert.matches('kubelua: unknown log level "loud"\nusage: kubelua run', out, 1, true)
+    status, out = sh(support.kubelua .. " frobnicate")
+    assert.equal(2, status)
+    assert.matches('kubelua: unknown command "frobnicate"', out, 1, true)
+  end)
+
+  it("prints its version", function()
+    local status, out = sh(support.kubelua .. " version")
+    assert.equal(0, status)
+    assert.matches("^kubelua %d+%.%d+%.%d+ %(LuaJIT 2%.1", out)
+  end)
+end)
+
+describe("examples/queue/controller.lua", function()
+  it("reconciles every app to its desired state and stops", function()
+    local status, out = sh(support.kubelua .. " run examples/queue/controller.lua")
+    assert.equal(0, status)
+    assert.matches("reconcile failed.*key=batch/flaky", out)
+    for _, key in ipairs({ "default/web", "default/api", "batch/report", "batch/flaky" }) do
+      assert.matches("in sync key=" .. key:gsub("%p", "%%%0"), out)
+    end
+    assert.matches("all apps converged, stopping", out, 1, true)
+  end)
+end)

@@ -1,0 +1,157 @@
+-- The loop and tasks: kube.spawn, kube.sleep, kube.after, kube.run, kube.now.
+local kube = require "kubelua"
+local support = require "spec.support"
+local raises = support.raises
+
+describe("kubelua", function()
+  describe("now", function()
+    it("returns wall-clock seconds with a fraction", function()
+      local t = kube.now()
+      assert.is_number(t)
+      assert.is_true(math.abs(t - os.time()) <= 1)
+    end)
+  end)
+
+  describe("run", function()
+    it("returns what the task returns", function()
+      local a, b, c = kube.run(function() return 1, nil, "x" end)
+      assert.same({ 1, nil, "x" }, { a, b, c })
+    end)
+
+    it("raises the task's error with a traceback", function()
+      local ok, err = pcall(kube.run, function() error("boom") end)
+      assert.is_false(ok)
+      assert.matches("kube_spec.lua:%d+: boom\nstack traceback:", err)
+    end)
+
+    it("rejects a non-function", function()
+      raises("kube.run: expected a function, got number", function() kube.run(42) end)
+    end)
+
+    it("gives up after its timeout", function()
+      raises("kube.run: timed out after 0.05s", function()
+        kube.run(function() kube.sleep(10) end, 0.05)
+      end)
+    end)
+
+    it("nests: a task waits for the task it runs", function()
+      local order = {}
+      local r = kube.run(function()
+        local inner = kube.run(function()
+          kube.sleep(0.01)
+          order[#order + 1] = "inner"
+          return "inner result"
+        end)
+        order[#order + 1] = "outer"
+        return inner
+      end)
+      assert.equal("inner result", r)
+      assert.same({ "inner", "outer" }, order)
+    end)
+
+    it("ends the task it runs when the timeout passes first", function()
+      local finished = false
+      local ok = pcall(kube.run, function() kube.sleep(0.05); finished = true end, 0.01)
+      assert.is_false(ok)
+      kube.sleep(0.08)
+      assert.is_false(finished)
+    end)
+  end)
+
+  describe("spawn", function()
+    it("runs functions in tasks on the next turn of the loop", function()
+      local seen = {}
+      kube.run(function()
+        kube.spawn(function(a, b) seen[#seen + 1] = a .. b end, "x", "y")
+        seen[#seen + 1] = "spawner"
+        kube.sleep(0)
+      end)
+      assert.same({ "spawner", "xy" }, seen)
+    end)
+
+    it("rejects a non-function with the function's name", function()
+      raises("kube.spawn: expected a function, got string", function() kube.spawn("nope") end)
+    end)
+
+    it("logs a failing task and keeps the loop running", function()
+      local after = false
+      kube.run(function()
+        kube.spawn(function() error("task failure is only logged") end)
+        kube.sleep(0.01)
+        after = true
+      end)
+      assert.is_true(after)
+    end)
+
+    it("lets a bare coroutine.yield give other tasks a turn", function()
+      local order = {}
+      kube.run(function()
+        kube.spawn(function()
+          for i = 1, 3 do order[#order + 1] = "a" .. i; coroutine.yield() end
+        end)
+        kube.spawn(function()
+          for i = 1, 3 do order[#order + 1] = "b" .. i; coroutine.yield() end
+        end)
+        kube.sleep(0.01)
+      end)
+      assert.same({ "a1", "b1", "a2", "b2", "a3", "b3" }, order)
+    end)
+  end)
+
+  describe("sleep", function()
+    it("wakes sleepers in deadline order", function()
+      local order = {}
+      kube.run(function()
+        for _, d in ipairs({ 0.03, 0.01, 0.02 }) do
+          kube.spawn(function() kube.sleep(d); order[#order + 1] = d end)
+        end
+        kube.sleep(0.05)
+      end)
+      assert.same({ 0.01, 0.02, 0.03 }, order)
+    end)
+
+    it("waits at least the time asked", function()
+      local slept = kube.run(function()
+        local t0 = kube.monotonic()
+        kube.sleep(0.02)
+        return kube.monotonic() - t0
+      end)
+      assert.is_true(slept >= 0.02)
+    end)
+
+    it("rejects a non-number", function()
+      raises("kube.sleep: seconds must be a number, got string", function() kube.sleep("1") end)
+    end)
+  end)
+
+  describe("after", function()
+    it("runs the function in a task after the delay", function()
+      local ran = kube.run(function()
+        local ran = {}
+        kube.after(0.01, function() kube.sleep(0); ran[#ran + 1] = "late" end)
+        kube.after(0, function() ran[#ran + 1] = "now" end)
+        kube.sleep(0.03)
+        return ran
+      end)
+      assert.same({ "now", "late" }, ran)
+    end)
+
+    it("can be cancelled while pending", function()
+      local ran, first, second = kube.run(function()
+        local ran = false
+        local h = kube.after(0.01, function() ran = true end)
+        local first = h:cancel()
+        local second = h:cancel()
+        kube.sleep(0.03)
+        return ran, first, second
+      end)
+      assert.same({ false, true, false }, { ran, first, second })
+    end)
+  end)
+
+  describe("log", function()
+    it("rejects fields that are not a table", function()
+      raises("kube.log: fields must be a table, got string", function() kube.log.info("x", "y") end)
+    end)
+  end)
+end)

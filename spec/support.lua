@@ -1,0 +1,54 @@
+-- Helpers shared by the specs.
+local assert = require "luassert"
+
+local _M = {}
+
+-- Asserts that fn(...) raises exactly `msg`, positioned at the spec's own
+-- line ("spec/….lua:N: msg"), as misuse errors are.
+function _M.raises(msg, fn, ...)
+  local ok, err = pcall(fn, ...)
+  assert(not ok, "expected an error: " .. msg)
+  err = tostring(err)
+  local where, rest = err:match("^(spec/[%w_/]+%.lua:%d+): (.*)$")
+  assert(where, "the error names no spec position: " .. err)
+  assert.equal(msg, rest)
+end
+
+-- The kubelua binary under test.
+_M.kubelua = os.getenv("KUBELUA") or "build/kubelua"
+
+-- Writes `text` to a new temporary file and returns its name.
+function _M.tempfile(text, suffix)
+  local name = os.tmpname()
+  if suffix then
+    os.remove(name)
+    name = name .. suffix
+  end
+  local f = assert(io.open(name, "w"))
+  f:write(text)
+  f:close()
+  return name
+end
+
+-- Runs a shell command; returns its exit status and its output.
+function _M.sh(cmd)
+  local out_name = os.tmpname()
+  local status = os.execute(cmd .. " >" .. out_name .. " 2>&1")
+  local f = assert(io.open(out_name))
+  local out = f:read("*a")
+  f:close()
+  os.remove(out_name)
+  if type(status) == "number" then status = status / 256 end -- Lua 5.1
+  return math.floor(status), out
+end
+
+-- Runs a Lua script with `kubelua run`; returns its exit status and output.
+function _M.run_script(source, args, options)
+  local path = _M.tempfile(source, ".lua")
+  local status, out = _M.sh(_M.kubelua .. " run " .. (options or "") .. " " .. path
+                            .. " " .. (args or ""))
+  os.remove(path)
+  return status, out, path
+end
+
+return _M
