@@ -572,10 +572,13 @@ static int core_run(lua_State *L) {
   check_function(L, 1, "kube.run");
   double timeout = lua_isnoneornil(L, 2) ? 60 : check_seconds(L, 2, "kube.run");
   kl_task_t *t = kl_task_current(rt, L);
-  if (!t)
-    return kl_lua_error(L, "kube.run",
-                        "not inside a task (kubelua test runs specs in one; a "
-                        "script's main chunk uses kube.spawn)");
+  if (!t) { /* raised by kube.run, at its caller's position */
+    lua_pushboolean(L, 0);
+    lua_pushliteral(L, "not inside a task (kubelua test runs specs in one; a "
+                       "script's main chunk uses kube.spawn)");
+    lua_pushboolean(L, 1);
+    return 3;
+  }
   lua_settop(L, 1);
   kl_task_t *child = task_spawn(rt, L, 0, "run");
   child->joiner = t;
