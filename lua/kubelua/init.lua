@@ -9,6 +9,7 @@
 -- worker loop, which is plain Lua over the queue's get/done.
 
 local core = require "kubelua.core"
+local json = require "kubelua.json"
 
 local error, type, tostring, pairs, select = error, type, tostring, pairs, select
 local setmetatable, getmetatable, xpcall = setmetatable, getmetatable, xpcall
@@ -19,6 +20,11 @@ local unpack = unpack
 local function pack(...) return { n = select("#", ...), ... } end
 
 local _M = { version = core.version }
+
+-- The exact JSON boundary: kube.json.decode/encode, kube.null, kube.array.
+_M.json = json
+_M.null = json.null
+_M.array = json.array
 
 _M.now = core.now
 _M.monotonic = core.monotonic

@@ -1,0 +1,149 @@
+/* json.h — the JSON boundary: an incremental, validating decoder for the byte
+ * streams the apiserver sends (watch streams and list bodies), and helpers to
+ * read values it has validated.
+ *
+ * A kl_json_stream_t takes bytes as they arrive, cut anywhere (inside a
+ * string, an escape or a UTF-8 sequence), and yields one complete value at a
+ * time. It checks the whole grammar (RFC 8259: strings, escapes, UTF-8,
+ * numbers, literals, structure), a nesting limit and a size limit, so what it
+ * yields is valid JSON that the trusted readers below (and object.h) can walk
+ * without checking again. Errors carry the byte offset in the stream:
+ * "byte 1234: invalid \u escape". See json.c for the design and the numbers
+ * behind it. No Lua or libev here. */
+#ifndef KL_JSON_H
+#define KL_JSON_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define KL_JSON_MAX_DEPTH 128u        /* default nesting limit */
+#define KL_JSON_MAX_VALUE (64u << 20) /* default cap on one value: 64 MiB */
+
+/* A run of bytes that is not NUL-terminated. */
+typedef struct kl_json_span {
+  const char *p;
+  size_t n;
+} kl_json_span_t;
+
+typedef enum kl_json_mode {
+  /* A sequence of top-level objects with optional whitespace between them
+   * (a watch stream: one event object per line). Each object is one value. */
+  KL_JSON_VALUES = 0,
+  /* One top-level object, a list body ({"kind":"PodList",…,"items":[…]}).
+   * Each element of its top-level "items" array (which must be objects) is
+   * one value; the rest of the object (kind, apiVersion, metadata) is the
+   * list envelope, read with kl_json_stream_list() once the object ends. */
+  KL_JSON_LIST = 1,
+} kl_json_mode_t;
+
+typedef struct kl_json_opts {
+  kl_json_mode_t mode;
+  size_t
+      max_value; /* bytes per value (and for the list envelope); 0 = default */
+  unsigned max_depth; /* containers open at once; 0 = default (128) */
+} kl_json_opts_t;
+
+/* A value the stream yields. json points into the bytes last fed when the
+ * value lies entirely inside them (no copy), otherwise into the stream's own
+ * buffer that holds the unfinished tail; either way it stays valid until the
+ * next call on the stream. */
+typedef struct kl_json_value {
+  kl_json_span_t json; /* the value as received, from '{' to '}' */
+  uint64_t offset;     /* stream offset of its first byte */
+  bool compact;        /* true when it holds no insignificant whitespace */
+} kl_json_value_t;
+
+/* The list envelope (KL_JSON_LIST mode). Strings are decoded (escapes
+ * resolved) and NUL-terminated, "" when absent; they live in the stream. */
+typedef struct kl_json_list {
+  kl_json_span_t kind, api_version, resource_version, continue_token;
+  int64_t remaining_item_count; /* -1 when absent */
+  size_t items;                 /* number of items yielded */
+  kl_json_span_t envelope; /* the object with "items" emptied, as received */
+} kl_json_list_t;
+
+typedef struct kl_json_stream kl_json_stream_t;
+
+/* Creates a stream decoder; opts may be NULL (KL_JSON_VALUES, defaults).
+ * Never returns NULL (allocation failure aborts). */
+kl_json_stream_t *kl_json_stream_new(const kl_json_opts_t *opts);
+
+/* Frees the stream and everything it holds; NULL is a no-op. */
+void kl_json_stream_free(kl_json_stream_t *s);
+
+/* Hands the next len bytes of the stream to the decoder, without copying
+ * them: buf must stay valid until kl_json_stream_next() has returned
+ * KL_EAGAIN (or an error). Call it only when the previous bytes are used up;
+ * otherwise returns KL_EINVAL and takes nothing. Returns KL_OK. */
+int kl_json_stream_feed(kl_json_stream_t *s, const void *buf, size_t len);
+
+/* Decodes up to the end of the next complete value and describes it in *v.
+ * Returns KL_OK (a value), KL_EAGAIN (every byte fed so far is used; feed
+ * more), KL_EPARSE (malformed input) or KL_ELIMIT (a value, or the list
+ * envelope, exceeds max_value bytes; nesting deeper than max_depth is
+ * KL_EPARSE). Errors are sticky; kl_json_stream_error() has the message. */
+int kl_json_stream_next(kl_json_stream_t *s, kl_json_value_t *v);
+
+/* Declares the end of the stream. Returns KL_OK when it ended between values
+ * (KL_JSON_VALUES; no value at all is fine) or after the list object
+ * (KL_JSON_LIST), KL_EPARSE when it is truncated, the sticky error if there
+ * was one, KL_EINVAL if fed bytes were not all consumed by _next. */
+int kl_json_stream_end(kl_json_stream_t *s);
+
+/* The message of the last error, "byte N: reason" (N: 0-based offset in the
+ * stream), or "" when there was none. Owned by the stream. */
+const char *kl_json_stream_error(const kl_json_stream_t *s);
+
+/* Stream bytes consumed so far (the offset of the next byte to decode). */
+uint64_t kl_json_stream_offset(const kl_json_stream_t *s);
+
+/* The list envelope once the list object is complete (KL_JSON_LIST mode);
+ * NULL before that or in KL_JSON_VALUES mode. Owned by the stream. */
+const kl_json_list_t *kl_json_stream_list(const kl_json_stream_t *s);
+
+/* Checks that buf holds exactly one JSON object (whitespace around it is
+ * allowed) and fills *v as the stream would. On failure returns KL_EPARSE or
+ * KL_ELIMIT and writes "byte N: reason" into err (errlen bytes, may be 0). */
+int kl_json_check(const void *buf, size_t len, kl_json_value_t *v, char *err,
+                  size_t errlen);
+
+/* Checks that buf holds exactly one JSON value of any type (whitespace
+ * around it allowed), nested at most max_depth deep (0: the default).
+ * Returns KL_OK or KL_EPARSE with "byte N: reason" in err. */
+int kl_json_validate(const void *buf, size_t len, unsigned max_depth, char *err,
+                     size_t errlen);
+
+/* --- Reading validated JSON -------------------------------------------
+ * These read values the stream (or kl_json_check) has validated. They never
+ * read outside [p, end) and return NULL/false on anything unexpected, but
+ * they do not check the grammar again. */
+
+/* Skips whitespace; returns the first other byte (or end). */
+const char *kl_json_ws(const char *p, const char *end);
+
+/* Returns the end of the value that starts at p (no leading whitespace),
+ * or NULL if it is malformed. */
+const char *kl_json_skip(const char *p, const char *end);
+
+/* Decodes the contents of a string (the bytes between its quotes, escapes
+ * included) into out, which has room for n bytes (decoding never grows a
+ * string). Returns the decoded length. Does not NUL-terminate. */
+size_t kl_json_unescape(const char *p, size_t n, char *out);
+
+/* Looks up key (compared after decoding the member names) in the object
+ * obj; sets *val to the member's value (no surrounding whitespace). Returns
+ * false when obj is not an object or has no such member. */
+bool kl_json_member(kl_json_span_t obj, const char *key, kl_json_span_t *val);
+
+/* Parses an integer value (no fraction or exponent) in the int64 range.
+ * Returns false otherwise. */
+bool kl_json_int64(kl_json_span_t v, int64_t *out);
+
+/* Appends s (n bytes, any content) to out as a JSON string literal with its
+ * quotes, escaping '"', '\\' and control characters; out has room for
+ * 6 * n + 2 bytes. Returns the number of bytes written. Does not check
+ * UTF-8. */
+size_t kl_json_quote(const char *s, size_t n, char *out);
+
+#endif

@@ -1,0 +1,51 @@
+/* json_swar.h — eight-bytes-at-a-time string scanning for the JSON code
+ * (json.c, object.c, lua_json.c); private, not part of any module's API.
+ *
+ * Each mask has the high bit set in every byte that ends a run: for a byte
+ * that truly matches, and possibly for bytes above it (a borrow only moves
+ * upward), never below. So "mask == 0" means no byte of the eight matches,
+ * and the lowest set bit marks the first one that does. */
+#ifndef KL_JSON_SWAR_H
+#define KL_JSON_SWAR_H
+
+#include <stdint.h>
+#include <string.h>
+
+#define KL_SWAR_ONES 0x0101010101010101ull
+#define KL_SWAR_HIGH 0x8080808080808080ull
+
+static inline uint64_t kl_swar_load(const void *p) {
+  uint64_t x;
+  memcpy(&x, p, 8);
+  return x;
+}
+
+/* Bytes that are '"' or '\\'. */
+static inline uint64_t kl_swar_quote_bs(uint64_t x) {
+  uint64_t q = x ^ (KL_SWAR_ONES * '"'), b = x ^ (KL_SWAR_ONES * '\\');
+  return (((q - KL_SWAR_ONES) & ~q) | ((b - KL_SWAR_ONES) & ~b)) & KL_SWAR_HIGH;
+}
+
+/* Bytes that end a plain run inside a string: '"', '\\', control bytes
+ * (< 0x20) and bytes >= 0x80. */
+static inline uint64_t kl_swar_special(uint64_t x) {
+  uint64_t q = x ^ (KL_SWAR_ONES * '"'), b = x ^ (KL_SWAR_ONES * '\\');
+  return (((q - KL_SWAR_ONES) & ~q) | ((b - KL_SWAR_ONES) & ~b) |
+          ((x - KL_SWAR_ONES * 0x20) & ~x) | x) &
+         KL_SWAR_HIGH;
+}
+
+/* How many bytes before the first one flagged in a non-zero mask may be
+ * skipped: its index (0..7), or 0 where there is no cheap way to find it
+ * (the caller then steps byte by byte, which stays correct). */
+static inline unsigned kl_swar_first(uint64_t mask) {
+#if defined(__GNUC__) && defined(__BYTE_ORDER__) &&                            \
+    __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+  return (unsigned)__builtin_ctzll(mask) >> 3;
+#else
+  (void)mask;
+  return 0;
+#endif
+}
+
+#endif

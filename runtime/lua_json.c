@@ -1,0 +1,942 @@
+/* lua_json.c — the kubelua.json module: exact JSON <-> Lua values.
+ *
+ *   json.decode(s)    -> value | nil, "json: byte N: reason"
+ *   json.check(s)     -> true  | nil, "json: byte N: reason" (no building)
+ *   json.encode(v)    -> compact JSON; raises "json: <reason> at <path>"
+ *   json.array([t])   -> t (default {}) marked as an array
+ *   json.is_array(v)  -> boolean
+ *   json.null         -> the null sentinel (light userdata NULL)
+ * C code decodes and encodes with kl_lua_json_decode/_encode (lua_json.h).
+ *
+ * decode(s) builds the value in one checking pass: the grammar, escapes,
+ * UTF-8, numbers and the nesting limit (128) are checked as it goes. Tables
+ * are created at their final size from hints that a quick first pass counts
+ * (commas per container, in the order they open; kept in a registry
+ * userdata between decodes, freed by its __gc), so they never rehash while
+ * filling. Strings without escapes are pushed straight from the input. When
+ * the input is malformed the builder stops and the stream decoder's scanner
+ * (kl_json_validate) words the error, so messages and byte offsets are the
+ * same everywhere (a spec checks that both accept exactly the same inputs).
+ *
+ * encode(v) writes compact JSON into a growable buffer owned by a userdata
+ * with __gc (so a Lua error raised half-way leaks nothing). Object keys are
+ * sorted by bytes, which makes the output deterministic; the order of the
+ * JSON that was decoded is not kept (Lua tables have none to keep). Tables
+ * are read with raw access: metamethods are neither called nor encoded.
+ *
+ * Exactness rules (DESIGN.md section 3): arrays carry the "kubelua.array"
+ * metatable, also when empty; a plain table is an array when its keys are
+ * exactly 1..n (n >= 1), an object when they are all strings, {} when it is
+ * empty; JSON null is the light userdata NULL (so it equals cjson.null) and
+ * nil encodes as null too; integers are numbers up to 2^53 (larger ones in
+ * the input are an error naming them) and are written without exponent or
+ * decimal point; other numbers are written with the fewest significant
+ * digits (at most 17) that read back to the same double, integral ones
+ * beyond 2^53 with an exponent so that they read back as floats. Anything
+ * else is an error, never a silent change. Number conversion copes with a
+ * decimal comma set by os.setlocale. */
+#include <lauxlib.h>
+#include <lua.h>
+#include <locale.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+#include "json.h"
+#include "json_swar.h"
+#include "lua_json.h"
+#include "lua_kube.h"
+#include "mem.h"
+
+#define ARRAY_MT "kubelua.array"
+#define NULL_KEY "kubelua.null"
+#define BUF_MT "kubelua.json.buffer"
+#define SCRATCH_MT "kubelua.json.scratch"
+#define SCRATCH_KEY "kubelua.json.scratch"
+#define MAX_DEPTH 128
+#define EXACT 9007199254740992.0 /* 2^53 */
+
+static inline bool is_digit(char c) { return (unsigned char)(c - '0') < 10; }
+
+static const uint8_t ws_tab[256] = {
+    [' '] = 1, ['\t'] = 1, ['\n'] = 1, ['\r'] = 1};
+
+static inline bool is_ws(char c) { return ws_tab[(uint8_t)c] != 0; }
+
+/* 1 for the bytes that continue a plain run inside a string. */
+// clang-format off
+static const uint8_t plain_tab[256] = {
+#define R16(x) x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x
+    R16(0), R16(0),                                 /* 0x00-0x1f */
+    1, 1, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, /* 0x20: '"' */
+    R16(1), R16(1),                                 /* 0x30-0x4f */
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1, /* 0x50: '\\' */
+    R16(1), R16(1),                                 /* 0x60-0x7f */
+    R16(0), R16(0), R16(0), R16(0), R16(0), R16(0), R16(0), R16(0),
+#undef R16
+};
+// clang-format on
+
+static int hexval(uint8_t c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  c |= 0x20;
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  return -1;
+}
+
+/* Length of the valid UTF-8 sequence at s (n bytes left), 0 if invalid. */
+static size_t utf8_len(const unsigned char *s, size_t n) {
+  unsigned char c = s[0], lo = 0x80, hi = 0xbf;
+  size_t len;
+  if (c < 0xc2) return 0;
+  if (c < 0xe0) {
+    len = 2;
+  } else if (c < 0xf0) {
+    len = 3;
+    if (c == 0xe0) lo = 0xa0;
+    if (c == 0xed) hi = 0x9f;
+  } else if (c < 0xf5) {
+    len = 4;
+    if (c == 0xf0) lo = 0x90;
+    if (c == 0xf4) hi = 0x8f;
+  } else {
+    return 0;
+  }
+  if (n < len || s[1] < lo || s[1] > hi) return 0;
+  for (size_t i = 2; i < len; i++)
+    if (s[i] < 0x80 || s[i] > 0xbf) return 0;
+  return len;
+}
+
+/* Reads the number token [s, s + n) with strtod; tries the locale's decimal
+ * point when it is not '.'. Returns false if the token does not parse. */
+static bool parse_double(const char *s, size_t n, double *out) {
+  char small[64], *tmp = n < sizeof small ? small : malloc(n + 1);
+  char *end;
+  bool ok;
+  if (!tmp) return false;
+  memcpy(tmp, s, n);
+  tmp[n] = '\0';
+  *out = strtod(tmp, &end);
+  ok = end == tmp + n;
+  if (!ok) {
+    char *dot = strchr(tmp, '.');
+    const char *dp = localeconv()->decimal_point;
+    if (dot && dp && dp[0] && dp[0] != '.' && !dp[1]) {
+      *dot = dp[0];
+      *out = strtod(tmp, &end);
+      ok = end == tmp + n;
+    }
+  }
+  if (tmp != small) free(tmp);
+  return ok;
+}
+
+/* --- decode ------------------------------------------------------------- */
+
+/* The size hints' memory, kept in the registry between decodes. */
+typedef struct scratch {
+  uint32_t *tape;
+  size_t cap;
+  bool busy; /* a decode is building from it (a __gc may decode too) */
+} scratch_t;
+
+typedef struct dec {
+  lua_State *L;
+  const char *p, *start, *end;
+  int mt;               /* stack index of the array metatable */
+  const uint32_t *tape; /* size hints, in the order containers open */
+  size_t ti, tn;
+  char *err;
+  size_t errlen;
+  bool own; /* err holds the builder's own message */
+} dec_t;
+
+/* Byte classes for counting: 1 '"', 2 '{' '[', 3 '}' ']', 4 ','. */
+static const uint8_t count_tab[256] = {
+    ['"'] = 1, ['{'] = 2, ['['] = 2, ['}'] = 3, [']'] = 3, [','] = 4};
+
+/* Writes a size hint per container (its commas + 1), in the order they
+ * open, into sc->tape; returns how many. Any input is safe: on invalid
+ * JSON the hints are wrong but only ever used as hints. */
+static size_t count_sizes(scratch_t *sc, const char *p, const char *end) {
+  uint32_t tix[MAX_DEPTH];
+  unsigned depth = 0;
+  size_t n = 0;
+  while (p < end) {
+    switch (count_tab[(uint8_t)*p]) {
+    case 0:
+      p++;
+      while (p < end && !count_tab[(uint8_t)*p])
+        p++;
+      break;
+    case 1:
+      p++;
+      for (;;) {
+        while (end - p >= 8) {
+          uint64_t m = kl_swar_quote_bs(kl_swar_load(p));
+          if (m) {
+            p += kl_swar_first(m);
+            break;
+          }
+          p += 8;
+        }
+        while (p < end && *p != '"' && *p != '\\')
+          p++;
+        if (p >= end || *p == '"') break;
+        p += 2;
+      }
+      p++;
+      break;
+    case 2:
+      if (depth == MAX_DEPTH) return n;
+      if (n == sc->cap) {
+        sc->cap = sc->cap ? 2 * sc->cap : 256;
+        sc->tape = kl_xrealloc(sc->tape, sc->cap * sizeof *sc->tape);
+      }
+      tix[depth++] = (uint32_t)n;
+      sc->tape[n++] = 1;
+      p++;
+      break;
+    case 3:
+      if (depth) depth--;
+      p++;
+      break;
+    default:
+      if (depth) sc->tape[tix[depth - 1]]++;
+      p++;
+    }
+  }
+  return n;
+}
+
+static int dec_value(dec_t *d, unsigned depth);
+
+static inline void dec_ws(dec_t *d) {
+  while (d->p < d->end && is_ws(*d->p))
+    d->p++;
+}
+
+/* Checks the escape at q (a backslash); returns its length or 0. */
+static size_t escape_len(const char *q, const char *end) {
+  if (end - q < 2) return 0;
+  switch (q[1]) {
+  case '"':
+  case '\\':
+  case '/':
+  case 'b':
+  case 'f':
+  case 'n':
+  case 'r':
+  case 't': return 2;
+  case 'u': {
+    uint32_t cp = 0;
+    if (end - q < 6) return 0;
+    for (int i = 2; i < 6; i++) {
+      int h = hexval((uint8_t)q[i]);
+      if (h < 0) return 0;
+      cp = cp << 4 | (uint32_t)h;
+    }
+    if (cp >= 0xdc00 && cp <= 0xdfff) return 0;
+    if (cp < 0xd800 || cp > 0xdbff) return 6;
+    if (end - q < 12 || q[6] != '\\' || q[7] != 'u') return 0;
+    cp = 0;
+    for (int i = 8; i < 12; i++) {
+      int h = hexval((uint8_t)q[i]);
+      if (h < 0) return 0;
+      cp = cp << 4 | (uint32_t)h;
+    }
+    return cp >= 0xdc00 && cp <= 0xdfff ? 12 : 0;
+  }
+  default: return 0;
+  }
+}
+
+/* Pushes the string whose opening quote is at d->p, checking it. */
+static int dec_string(dec_t *d) {
+  const char *s = d->p + 1, *q = s, *end = d->end;
+  bool esc = false;
+  for (;;) {
+    while (end - q >= 8) {
+      uint64_t m = kl_swar_special(kl_swar_load(q));
+      if (m) {
+        q += kl_swar_first(m);
+        break;
+      }
+      q += 8;
+    }
+    while (q < end && plain_tab[(uint8_t)*q])
+      q++;
+    if (q >= end) return -1;
+    uint8_t c = (uint8_t)*q;
+    if (c == '"') break;
+    size_t len = c == '\\' ? escape_len(q, end)
+                 : c < 0x80
+                     ? 0
+                     : utf8_len((const unsigned char *)q, (size_t)(end - q));
+    if (!len) return -1;
+    esc |= c == '\\';
+    q += len;
+  }
+  size_t n = (size_t)(q - s);
+  d->p = q + 1;
+  if (!esc) {
+    lua_pushlstring(d->L, s, n);
+    return 0;
+  }
+  char small[512];
+  if (n <= sizeof small) {
+    lua_pushlstring(d->L, small, kl_json_unescape(s, n, small));
+  } else {
+    char *tmp = lua_newuserdata(d->L, n);
+    lua_pushlstring(d->L, tmp, kl_json_unescape(s, n, tmp));
+    lua_remove(d->L, -2);
+  }
+  return 0;
+}
+
+static int dec_number(dec_t *d) {
+  const char *s = d->p, *p = s, *end = d->end, *digits;
+  bool neg = false, integer = true;
+  if (*p == '-') {
+    neg = true;
+    p++;
+  }
+  if (p >= end || !is_digit(*p)) return -1;
+  digits = p;
+  if (*p == '0') {
+    p++;
+    if (p < end && is_digit(*p)) return -1;
+  } else {
+    while (p < end && is_digit(*p))
+      p++;
+  }
+  size_t nd = (size_t)(p - digits);
+  if (p < end && *p == '.') {
+    integer = false;
+    p++;
+    if (p >= end || !is_digit(*p)) return -1;
+    while (p < end && is_digit(*p))
+      p++;
+  }
+  if (p < end && (*p == 'e' || *p == 'E')) {
+    integer = false;
+    p++;
+    if (p < end && (*p == '+' || *p == '-')) p++;
+    if (p >= end || !is_digit(*p)) return -1;
+    while (p < end && is_digit(*p))
+      p++;
+  }
+  if (integer) {
+    uint64_t v = 0;
+    for (size_t i = 0; i < nd && i < 17; i++)
+      v = v * 10 + (uint64_t)(digits[i] - '0');
+    if (nd > 16 || v > (1ull << 53)) {
+      snprintf(d->err, d->errlen,
+               "byte %zu: integer %.*s%s cannot be represented exactly "
+               "(beyond 2^53)",
+               (size_t)(s - d->start), (int)(p - s > 40 ? 40 : p - s), s,
+               p - s > 40 ? "..." : "");
+      d->own = true;
+      return -1;
+    }
+    lua_pushnumber(d->L, neg ? -(double)v : (double)v);
+  } else {
+    double x;
+    if (!parse_double(s, (size_t)(p - s), &x)) {
+      snprintf(d->err, d->errlen, "byte %zu: cannot convert number %.*s",
+               (size_t)(s - d->start), (int)(p - s > 40 ? 40 : p - s), s);
+      d->own = true;
+      return -1;
+    }
+    lua_pushnumber(d->L, x);
+  }
+  d->p = p;
+  return 0;
+}
+
+static inline uint32_t size_hint(dec_t *d) {
+  uint32_t h = d->ti < d->tn ? d->tape[d->ti] : 0;
+  d->ti++;
+  return h;
+}
+
+static int dec_object(dec_t *d, unsigned depth) {
+  lua_State *L = d->L;
+  uint32_t hint = size_hint(d);
+  d->p++;
+  dec_ws(d);
+  if (d->p < d->end && *d->p == '}') {
+    d->p++;
+    lua_createtable(L, 0, 0);
+    return 0;
+  }
+  lua_createtable(L, 0, (int)hint);
+  for (;;) {
+    if (d->p >= d->end || *d->p != '"' || dec_string(d) != 0) return -1;
+    dec_ws(d);
+    if (d->p >= d->end || *d->p != ':') return -1;
+    d->p++;
+    dec_ws(d);
+    if (dec_value(d, depth) != 0) return -1;
+    lua_rawset(L, -3);
+    dec_ws(d);
+    if (d->p >= d->end) return -1;
+    if (*d->p == '}') {
+      d->p++;
+      return 0;
+    }
+    if (*d->p != ',') return -1;
+    d->p++;
+    dec_ws(d);
+  }
+}
+
+static int dec_array(dec_t *d, unsigned depth) {
+  lua_State *L = d->L;
+  uint32_t hint = size_hint(d);
+  int i = 0;
+  d->p++;
+  dec_ws(d);
+  if (d->p < d->end && *d->p == ']') {
+    d->p++;
+    lua_createtable(L, 0, 0);
+  } else {
+    lua_createtable(L, (int)hint, 0);
+    for (;;) {
+      if (dec_value(d, depth) != 0) return -1;
+      lua_rawseti(L, -2, ++i);
+      dec_ws(d);
+      if (d->p >= d->end) return -1;
+      if (*d->p == ']') {
+        d->p++;
+        break;
+      }
+      if (*d->p != ',') return -1;
+      d->p++;
+      dec_ws(d);
+    }
+  }
+  lua_pushvalue(L, d->mt);
+  lua_setmetatable(L, -2);
+  return 0;
+}
+
+static int dec_value(dec_t *d, unsigned depth) {
+  if (d->p >= d->end) return -1;
+  switch (*d->p) {
+  case '{': return depth < MAX_DEPTH ? dec_object(d, depth + 1) : -1;
+  case '[': return depth < MAX_DEPTH ? dec_array(d, depth + 1) : -1;
+  case '"': return dec_string(d);
+  case 't':
+    if (d->end - d->p < 4 || memcmp(d->p, "true", 4) != 0) return -1;
+    lua_pushboolean(d->L, 1);
+    d->p += 4;
+    return 0;
+  case 'f':
+    if (d->end - d->p < 5 || memcmp(d->p, "false", 5) != 0) return -1;
+    lua_pushboolean(d->L, 0);
+    d->p += 5;
+    return 0;
+  case 'n':
+    if (d->end - d->p < 4 || memcmp(d->p, "null", 4) != 0) return -1;
+    lua_pushlightuserdata(d->L, NULL);
+    d->p += 4;
+    return 0;
+  default: return dec_number(d);
+  }
+}
+
+static void push_array_mt(lua_State *L) {
+  luaL_getmetatable(L, ARRAY_MT);
+  if (lua_isnil(L, -1)) {
+    lua_pop(L, 1);
+    luaL_newmetatable(L, ARRAY_MT);
+  }
+}
+
+static int scratch_gc(lua_State *L) {
+  /* Not luaL_checkudata: at lua_close the registry may be gone already. */
+  scratch_t *sc = lua_touserdata(L, 1);
+  free(sc->tape);
+  sc->tape = NULL;
+  sc->cap = 0;
+  return 0;
+}
+
+static scratch_t *new_scratch(lua_State *L) {
+  scratch_t *sc = lua_newuserdata(L, sizeof *sc);
+  memset(sc, 0, sizeof *sc);
+  if (luaL_newmetatable(L, SCRATCH_MT)) {
+    lua_pushcfunction(L, scratch_gc);
+    lua_setfield(L, -2, "__gc");
+  }
+  lua_setmetatable(L, -2);
+  return sc;
+}
+
+/* Pushes the scratch to use: the state's, or a fresh one when the state's
+ * is busy (a decode from a finalizer run by the allocations of another). */
+static scratch_t *push_scratch(lua_State *L) {
+  lua_getfield(L, LUA_REGISTRYINDEX, SCRATCH_KEY);
+  scratch_t *sc = lua_touserdata(L, -1);
+  if (sc && !sc->busy) return sc;
+  lua_pop(L, 1);
+  if (sc) return new_scratch(L);
+  sc = new_scratch(L);
+  lua_pushvalue(L, -1);
+  lua_setfield(L, LUA_REGISTRYINDEX, SCRATCH_KEY);
+  return sc;
+}
+
+int kl_lua_json_decode(lua_State *L, const char *s, size_t n, char *err,
+                       size_t errlen) {
+  /* Each level holds a table and a key: room for the deepest value. */
+  luaL_checkstack(L, 2 * MAX_DEPTH + 16, "json: stack overflow");
+  scratch_t *sc = push_scratch(L);
+  int base = lua_gettop(L), rc;
+  sc->busy = true;
+  size_t tn = count_sizes(sc, s, s + n);
+  push_array_mt(L);
+  dec_t d = {L, s, s, s + n, base + 1, sc->tape, 0, tn, err, errlen, false};
+  dec_ws(&d);
+  rc = dec_value(&d, 0);
+  if (rc == 0) {
+    dec_ws(&d);
+    if (d.p != d.end) rc = -1;
+  }
+  sc->busy = false;
+  if (sc->cap > 65536) { /* do not keep the hints of a huge document */
+    free(sc->tape);
+    sc->tape = NULL;
+    sc->cap = 0;
+  }
+  /* Stack: scratch (base), metatable, value: keep only the value. */
+  if (rc == 0) {
+    lua_replace(L, base);
+    lua_settop(L, base);
+    return KL_OK;
+  }
+  lua_settop(L, base - 1);
+  /* The scanner of the stream decoder words every syntax error. */
+  if (!d.own && kl_json_validate(s, n, MAX_DEPTH, err, errlen) == KL_OK)
+    snprintf(err, errlen, "byte %zu: invalid JSON", (size_t)(d.p - s));
+  return KL_EPARSE;
+}
+
+/* --- encode ------------------------------------------------------------- */
+
+typedef struct ekey {
+  const char *s;
+  size_t n;
+} ekey_t;
+
+/* The userdata that owns the encoder's memory. */
+typedef struct ebuf {
+  char *p;
+  size_t len, cap;
+  ekey_t *keys;
+  size_t nkeys, kcap;
+} ebuf_t;
+
+typedef struct seg {
+  const char *s; /* a key, or NULL for an array index */
+  size_t n;
+} seg_t;
+
+typedef struct enc {
+  lua_State *L;
+  ebuf_t *b;
+  int mt;
+  int depth;
+  const void *seen[MAX_DEPTH + 1];
+  seg_t path[MAX_DEPTH + 1];
+} enc_t;
+
+static int ebuf_gc(lua_State *L) {
+  ebuf_t *b = lua_touserdata(L, 1); /* only ever its own userdata */
+  free(b->p);
+  free(b->keys);
+  b->p = NULL;
+  b->keys = NULL;
+  return 0;
+}
+
+static void reserve(enc_t *e, size_t n) {
+  ebuf_t *b = e->b;
+  if (b->len + n <= b->cap) return;
+  size_t cap = b->cap ? b->cap : 1024;
+  while (cap < b->len + n)
+    cap *= 2;
+  char *p = realloc(b->p, cap);
+  if (!p) luaL_error(e->L, "json: out of memory");
+  b->p = p;
+  b->cap = cap;
+}
+
+static inline void put(enc_t *e, const char *s, size_t n) {
+  reserve(e, n);
+  memcpy(e->b->p + e->b->len, s, n);
+  e->b->len += n;
+}
+
+/* Raises "json: <what> at <path>". */
+static void enc_fail(enc_t *e, const char *what) {
+  char path[1024];
+  size_t k = 0;
+  path[0] = '\0';
+  for (int i = 0; i < e->depth && k < sizeof path - 1; i++) {
+    const seg_t *s = &e->path[i];
+    if (s->s)
+      k += (size_t)snprintf(path + k, sizeof path - k, "%s%.*s", k ? "." : "",
+                            (int)(s->n > 64 ? 64 : s->n), s->s);
+    else
+      k += (size_t)snprintf(path + k, sizeof path - k, "[%zu]", s->n);
+    if (k >= sizeof path) k = sizeof path - 1; /* truncated */
+  }
+  luaL_error(e->L, "json: %s at %s", what, k ? path : "(root)");
+}
+
+/* "1.000000000000000e+21" -> "1e+21": drops trailing zeros (and the dot)
+ * of a %e mantissa. */
+static size_t trim_mantissa(char *s, size_t n) {
+  char *e = memchr(s, 'e', n), *m = e;
+  if (!e || !memchr(s, '.', (size_t)(e - s))) return n;
+  while (m[-1] == '0')
+    m--;
+  if (m[-1] == '.') m--;
+  memmove(m, e, (size_t)(s + n - e));
+  return n - (size_t)(e - m);
+}
+
+/* Writes x with prec significant digits (%e for integral values, so they
+ * keep an exponent); returns whether that reads back as x. */
+static bool number_text(double x, int prec, bool integral, char *tmp,
+                        size_t cap, int *n) {
+  double back;
+  *n = integral ? snprintf(tmp, cap, "%.*e", prec - 1, x)
+                : snprintf(tmp, cap, "%.*g", prec, x);
+  for (int i = 0; i < *n; i++)
+    if (tmp[i] == ',') tmp[i] = '.'; /* a locale's decimal point */
+  return parse_double(tmp, (size_t)*n, &back) && back == x;
+}
+
+static void enc_number(enc_t *e, double x) {
+  char tmp[40];
+  int n;
+  if (!isfinite(x)) {
+    snprintf(tmp, sizeof tmp, "cannot encode %s",
+             isnan(x) ? "NaN"
+             : x > 0  ? "inf"
+                      : "-inf");
+    enc_fail(e, tmp);
+  }
+  if (x == floor(x) && fabs(x) <= EXACT) {
+    if (x == 0) {
+      put(e, signbit(x) ? "-0" : "0", signbit(x) ? 2 : 1);
+      return;
+    }
+    n = snprintf(tmp, sizeof tmp, "%lld", (long long)x);
+  } else {
+    /* The fewest digits that read back; an integral value beyond 2^53
+     * gets an exponent, so that it reads back as a float, not as an
+     * integer that decode would refuse. */
+    bool integral = x == floor(x);
+    int lo = 1, hi = 17; /* 17 digits always read back */
+    while (lo < hi) {
+      int mid = (lo + hi) / 2;
+      if (number_text(x, mid, integral, tmp, sizeof tmp, &n))
+        hi = mid;
+      else
+        lo = mid + 1;
+    }
+    number_text(x, lo, integral, tmp, sizeof tmp, &n);
+    if (integral) n = (int)trim_mantissa(tmp, (size_t)n);
+  }
+  put(e, tmp, (size_t)n);
+}
+
+static void enc_string(enc_t *e, const char *str, size_t n, bool key) {
+  static const char hex[] = "0123456789abcdef";
+  const unsigned char *s = (const unsigned char *)str, *end = s + n;
+  reserve(e, n + 2);
+  e->b->p[e->b->len++] = '"';
+  while (s < end) {
+    const unsigned char *run = s;
+    while (s < end && *s >= 0x20 && *s < 0x80 && *s != '"' && *s != '\\')
+      s++;
+    put(e, (const char *)run, (size_t)(s - run));
+    if (s == end) break;
+    unsigned char c = *s;
+    if (c >= 0x80) {
+      size_t len = utf8_len(s, (size_t)(end - s));
+      if (!len)
+        enc_fail(e,
+                 key ? "invalid UTF-8 in a key" : "invalid UTF-8 in a string");
+      put(e, (const char *)s, len);
+      s += len;
+      continue;
+    }
+    char esc[6] = {'\\', 0, 0, 0, 0, 0};
+    size_t k = 2;
+    switch (c) {
+    case '"': esc[1] = '"'; break;
+    case '\\': esc[1] = '\\'; break;
+    case '\b': esc[1] = 'b'; break;
+    case '\f': esc[1] = 'f'; break;
+    case '\n': esc[1] = 'n'; break;
+    case '\r': esc[1] = 'r'; break;
+    case '\t': esc[1] = 't'; break;
+    default:
+      memcpy(esc + 1, "u00", 3);
+      esc[4] = hex[c >> 4];
+      esc[5] = hex[c & 15];
+      k = 6;
+    }
+    put(e, esc, k);
+    s++;
+  }
+  put(e, "\"", 1);
+}
+
+static int key_cmp(const void *a, const void *b) {
+  const ekey_t *x = a, *y = b;
+  int c = memcmp(x->s, y->s, x->n < y->n ? x->n : y->n);
+  return c ? c : (x->n > y->n) - (x->n < y->n);
+}
+
+static void enc_value(enc_t *e, int idx);
+
+static void enc_table(enc_t *e, int idx) {
+  lua_State *L = e->L;
+  const void *self = lua_topointer(L, idx);
+  bool array = false;
+  size_t nint = 0, max = 0, nstr = 0, first = e->b->nkeys;
+  char what[96];
+
+  if (e->depth >= MAX_DEPTH) enc_fail(e, "nesting deeper than 128 levels");
+  for (int i = 0; i < e->depth; i++)
+    if (e->seen[i] == self) enc_fail(e, "cannot encode a reference cycle");
+  luaL_checkstack(L, 6, "json: stack overflow");
+  if (lua_getmetatable(L, idx)) {
+    array = lua_rawequal(L, -1, e->mt);
+    lua_pop(L, 1);
+  }
+  /* Classify the keys; keep the string ones for sorting. */
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    int t = lua_type(L, -2);
+    if (t == LUA_TSTRING) {
+      ebuf_t *b = e->b;
+      if (b->nkeys == b->kcap) {
+        size_t cap = b->kcap ? 2 * b->kcap : 64;
+        ekey_t *k = realloc(b->keys, cap * sizeof *k);
+        if (!k) luaL_error(L, "json: out of memory");
+        b->keys = k;
+        b->kcap = cap;
+      }
+      b->keys[b->nkeys].s = lua_tolstring(L, -2, &b->keys[b->nkeys].n);
+      b->nkeys++;
+      nstr++;
+    } else if (t == LUA_TNUMBER) {
+      double k = lua_tonumber(L, -2);
+      if (k < 1 || k != floor(k) || k > EXACT) {
+        snprintf(what, sizeof what, "cannot encode key %.17g", k);
+        enc_fail(e, what);
+      }
+      nint++;
+      if ((size_t)k > max) max = (size_t)k;
+    } else {
+      snprintf(what, sizeof what, "cannot encode key of type %s",
+               lua_typename(L, t));
+      enc_fail(e, what);
+    }
+    lua_pop(L, 1);
+  }
+  if (nstr && (nint || array))
+    enc_fail(e, array ? "cannot encode an array with string keys"
+                      : "cannot encode a table with mixed keys");
+  if (nint != max) enc_fail(e, "cannot encode a sparse array");
+
+  e->seen[e->depth] = self;
+  if (array || nint) {
+    put(e, "[", 1);
+    for (size_t i = 1; i <= max; i++) {
+      if (i > 1) put(e, ",", 1);
+      e->path[e->depth].s = NULL;
+      e->path[e->depth].n = i;
+      e->depth++;
+      lua_rawgeti(L, idx, (int)i);
+      enc_value(e, lua_gettop(L));
+      lua_pop(L, 1);
+      e->depth--;
+    }
+    put(e, "]", 1);
+    return;
+  }
+  if (nstr > 1) qsort(e->b->keys + first, nstr, sizeof(ekey_t), key_cmp);
+  put(e, "{", 1);
+  for (size_t i = 0; i < nstr; i++) {
+    ekey_t k = e->b->keys[first + i];
+    if (i) put(e, ",", 1);
+    e->path[e->depth].s = k.s;
+    e->path[e->depth].n = k.n;
+    e->depth++;
+    enc_string(e, k.s, k.n, true);
+    put(e, ":", 1);
+    lua_pushlstring(L, k.s, k.n);
+    lua_rawget(L, idx);
+    enc_value(e, lua_gettop(L));
+    lua_pop(L, 1);
+    e->depth--;
+  }
+  put(e, "}", 1);
+  e->b->nkeys = first;
+}
+
+static void enc_value(enc_t *e, int idx) {
+  lua_State *L = e->L;
+  switch (lua_type(L, idx)) {
+  case LUA_TNIL: put(e, "null", 4); return;
+  case LUA_TBOOLEAN:
+    if (lua_toboolean(L, idx))
+      put(e, "true", 4);
+    else
+      put(e, "false", 5);
+    return;
+  case LUA_TNUMBER: enc_number(e, lua_tonumber(L, idx)); return;
+  case LUA_TSTRING: {
+    size_t n;
+    const char *s = lua_tolstring(L, idx, &n);
+    enc_string(e, s, n, false);
+    return;
+  }
+  case LUA_TTABLE: enc_table(e, idx); return;
+  case LUA_TLIGHTUSERDATA:
+    if (lua_touserdata(L, idx) == NULL) {
+      put(e, "null", 4);
+      return;
+    }
+    break;
+  default: break;
+  }
+  char what[64];
+  snprintf(what, sizeof what, "cannot encode a value of type %s",
+           luaL_typename(L, idx));
+  enc_fail(e, what);
+}
+
+void kl_lua_json_encode(lua_State *L, int idx) {
+  if (idx < 0 && idx > LUA_REGISTRYINDEX) idx = lua_gettop(L) + idx + 1;
+  luaL_checkstack(L, 8, "json: stack overflow");
+  ebuf_t *b = lua_newuserdata(L, sizeof *b);
+  memset(b, 0, sizeof *b);
+  if (luaL_newmetatable(L, BUF_MT)) {
+    lua_pushcfunction(L, ebuf_gc);
+    lua_setfield(L, -2, "__gc");
+  }
+  lua_setmetatable(L, -2);
+  int box = lua_gettop(L);
+  push_array_mt(L);
+  enc_t e;
+  e.L = L;
+  e.b = b;
+  e.mt = box + 1;
+  e.depth = 0;
+  enc_value(&e, idx);
+  lua_pushlstring(L, b->p ? b->p : "", b->len);
+  lua_replace(L, box);
+  lua_settop(L, box);
+  /* The buffer's memory goes with its userdata's collection. */
+}
+
+/* --- the module ----------------------------------------------------------- */
+
+/* json.decode(s) -> value | nil, "json: byte N: reason" */
+static int l_decode(lua_State *L) {
+  size_t n;
+  char err[256];
+  luaL_checktype(L, 1, LUA_TSTRING);
+  const char *s = lua_tolstring(L, 1, &n);
+  if (kl_lua_json_decode(L, s, n, err, sizeof err) == KL_OK) return 1;
+  lua_pushnil(L);
+  lua_pushfstring(L, "json: %s", err);
+  return 2;
+}
+
+/* json.check(s) -> true | nil, "json: byte N: reason": checks s as decode
+ * does, without building anything. */
+static int l_check(lua_State *L) {
+  size_t n;
+  char err[256];
+  luaL_checktype(L, 1, LUA_TSTRING);
+  const char *s = lua_tolstring(L, 1, &n);
+  if (kl_json_validate(s, n, MAX_DEPTH, err, sizeof err) == KL_OK) {
+    lua_pushboolean(L, 1);
+    return 1;
+  }
+  lua_pushnil(L);
+  lua_pushfstring(L, "json: %s", err);
+  return 2;
+}
+
+/* json.encode(v) -> string; raises on values without an exact JSON form. */
+static int l_encode(lua_State *L) {
+  luaL_checkany(L, 1);
+  lua_settop(L, 1);
+  kl_lua_json_encode(L, 1);
+  return 1;
+}
+
+/* json.array([t]) -> t marked as an array (a new empty one by default). */
+static int l_array(lua_State *L) {
+  if (lua_isnoneornil(L, 1)) {
+    lua_settop(L, 0);
+    lua_newtable(L);
+  } else {
+    luaL_checktype(L, 1, LUA_TTABLE);
+    lua_settop(L, 1);
+  }
+  push_array_mt(L);
+  lua_setmetatable(L, 1);
+  return 1;
+}
+
+/* json.is_array(v) -> whether v carries the array metatable. */
+static int l_is_array(lua_State *L) {
+  bool yes = false;
+  if (lua_getmetatable(L, 1)) {
+    push_array_mt(L);
+    yes = lua_rawequal(L, -1, -2);
+  }
+  lua_pushboolean(L, yes);
+  return 1;
+}
+
+static const luaL_Reg json_funcs[] = {
+    {"decode", l_decode}, {"check", l_check},       {"encode", l_encode},
+    {"array", l_array},   {"is_array", l_is_array}, {NULL, NULL},
+};
+
+int kl_luaopen_json(lua_State *L) {
+  luaL_newmetatable(L, ARRAY_MT);
+  lua_pushliteral(L, "kubelua.array");
+  lua_setfield(L, -2, "__name");
+  lua_pop(L, 1);
+  if (luaL_newmetatable(L, BUF_MT)) {
+    lua_pushcfunction(L, ebuf_gc);
+    lua_setfield(L, -2, "__gc");
+  }
+  lua_pop(L, 1);
+  lua_pushlightuserdata(L, NULL);
+  lua_setfield(L, LUA_REGISTRYINDEX, NULL_KEY);
+  lua_newtable(L);
+  luaL_setfuncs(L, json_funcs, 0);
+  lua_pushlightuserdata(L, NULL);
+  lua_setfield(L, -2, "null");
+  return 1;
+}

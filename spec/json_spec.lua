@@ -1,0 +1,429 @@
+-- kubelua.json: exact decode and encode (arrays, null, integers, escapes),
+-- exact error messages, and the round trip of every real apiserver fixture.
+local json = require "kubelua.json"
+local support = require "spec.support"
+local raises = support.raises
+
+local FIXTURES = "spec/fixtures/json/"
+
+local function read(path)
+  local f = assert(io.open(path, "rb"))
+  local s = f:read("*a")
+  f:close()
+  return s
+end
+
+-- Deep comparison that also checks which tables are arrays.
+local function same_json(a, b, path)
+  path = path or "(root)"
+  if type(a) ~= type(b) then
+    return false, path .. ": " .. type(a) .. " vs " .. type(b)
+  end
+  if type(a) ~= "table" then
+    if a == b or (a ~= a and b ~= b) then return true end
+    return false, path .. ": " .. tostring(a) .. " vs " .. tostring(b)
+  end
+  if json.is_array(a) ~= json.is_array(b) then
+    return false, path .. ": array vs object"
+  end
+  for k, v in pairs(a) do
+    local ok, err = same_json(v, b[k], path .. "." .. tostring(k))
+    if not ok then return false, err end
+  end
+  for k in pairs(b) do
+    if a[k] == nil then return false, path .. "." .. tostring(k) .. " missing" end
+  end
+  return true
+end
+
+describe("kubelua.json", function()
+  describe("decode", function()
+    it("returns objects as tables and arrays with the array metatable", function()
+      local v = assert(json.decode('{"a":[1,2,{"b":[]}],"c":{},"d":[]}'))
+      assert.same({ a = { 1, 2, { b = {} } }, c = {}, d = {} }, v)
+      assert.is_true(json.is_array(v.a))
+      assert.is_true(json.is_array(v.a[3].b))
+      assert.is_true(json.is_array(v.d))
+      assert.is_false(json.is_array(v.c))
+      assert.is_false(json.is_array(v))
+      assert.equal(debug.getregistry()["kubelua.array"], getmetatable(v.d))
+    end)
+
+    it("decodes null as json.null, the registry's kubelua.null", function()
+      local v = assert(json.decode('{"a":null,"b":[null,1]}'))
+      assert.equal(json.null, v.a)
+      assert.equal(json.null, v.b[1])
+      assert.equal(2, #v.b)
+      assert.equal(debug.getregistry()["kubelua.null"], json.null)
+      assert.equal("userdata", type(json.null))
+    end)
+
+    it("is the same value as cjson.null", function()
+      local ok, cjson = pcall(require, "cjson")
+      if ok then assert.equal(cjson.null, json.null) end
+    end)
+
+    it("keeps integers up to 2^53 exact", function()
+      local v = assert(json.decode(
+        '[9007199254740992,-9007199254740992,123456789012345,0,-0,4294967296]'))
+      assert.equal(2 ^ 53, v[1])
+      assert.equal(-2 ^ 53, v[2])
+      assert.equal(123456789012345, v[3])
+      assert.equal(0, v[4])
+      assert.equal(-math.huge, 1 / v[5])
+      assert.equal(4294967296, v[6])
+    end)
+
+    it("refuses integers a double cannot hold, naming the value and offset", function()
+      assert.same({ nil, "json: byte 5: integer 9007199254740993 cannot be "
+        .. "represented exactly (beyond 2^53)" },
+        { json.decode('{"a":9007199254740993}') })
+      assert.same({ nil, "json: byte 1: integer -12345678901234567890 cannot "
+        .. "be represented exactly (beyond 2^53)" },
+        { json.decode('[-12345678901234567890]') })
+      local long = string.rep("9", 60)
+      assert.same({ nil, "json: byte 0: integer " .. string.rep("9", 40)
+        .. "... cannot be represented exactly (beyond 2^53)" },
+        { json.decode(long) })
+    end)
+
+    it("reads floats as numbers", function()
+      local v = assert(json.decode('[0.1,-1.5e-300,1E+300,2e10,1.0,-0.0,5e-324]'))
+      assert.equal(0.1, v[1])
+      assert.equal(-1.5e-300, v[2])
+      assert.equal(1e300, v[3])
+      assert.equal(2e10, v[4])
+      assert.equal(1, v[5])
+      assert.equal(-math.huge, 1 / v[6])
+      assert.equal(5e-324, v[7])
+    end)
+
+    it("decodes escapes and keeps raw UTF-8", function()
+      local v = assert(json.decode(
+        '{"e":"\\u00e9","p":"\\ud83d\\ude00","s":"\\/\\"\\\\\\b\\f\\n\\r\\t",'
+        .. '"z":"a\\u0000b","raw":"caf\195\169 \240\159\152\128","k\\u00e9y":1}'))
+      assert.equal("\195\169", v.e)
+      assert.equal("\240\159\152\128", v.p)
+      assert.equal('/"\\\b\f\n\r\t', v.s)
+      assert.equal("a\0b", v.z)
+      assert.equal("caf\195\169 \240\159\152\128", v.raw)
+      assert.equal(1, v["k\195\169y"])
+      local long = string.rep("x\\n", 400)
+      assert.equal(string.rep("x\n", 400), json.decode('"' .. long .. '"'))
+    end)
+
+    it("decodes any top-level value, whitespace around it", function()
+      assert.equal(5, json.decode(" 5 "))
+      assert.equal("x", json.decode('"x"'))
+      assert.equal(true, json.decode("true"))
+      assert.equal(false, json.decode("false"))
+      assert.equal(json.null, json.decode("null"))
+      assert.is_true(json.is_array(json.decode("\n[ ]\t")))
+    end)
+
+    it("builds big objects and arrays completely", function()
+      for _, n in ipairs({ 1, 15, 16, 17, 33, 100 }) do
+        local keys, items = {}, {}
+        for i = 1, n do
+          keys[i] = string.format('"k%d":%d', i, i)
+          items[i] = tostring(i)
+        end
+        local o = assert(json.decode("{" .. table.concat(keys, ",") .. "}"))
+        local a = assert(json.decode("[" .. table.concat(items, ",") .. "]"))
+        local count = 0
+        for k, v in pairs(o) do
+          count = count + 1
+          assert.equal("k" .. v, k)
+        end
+        assert.equal(n, count)
+        assert.equal(n, #a)
+        for i = 1, n do assert.equal(i, a[i]) end
+        assert.is_true(json.is_array(a))
+      end
+      local nested = assert(json.decode('[[1,[2,[3,{"a":[4]}]]],{"b":{"c":[]}}]'))
+      assert.equal(4, nested[1][2][2][2].a[1])
+      assert.is_true(json.is_array(nested[2].b.c))
+    end)
+
+    it("lets a later duplicate key win", function()
+      assert.same({ a = 2 }, json.decode('{"a":1,"a":2}'))
+    end)
+
+    it("reports malformed input with the byte offset and the reason", function()
+      local cases = {
+        { '{"a":1', "json: byte 6: unexpected end of stream inside the value "
+          .. "that starts at byte 0" },
+        { '{"a":"\\q"}', "json: byte 6: invalid escape '\\q'" },
+        { '{"a":"\\u12G4"}', "json: byte 6: invalid \\u escape" },
+        { '["\\ud800"]', "json: byte 2: unpaired UTF-16 surrogate in \\u escape" },
+        { '["\255"]', "json: byte 2: invalid UTF-8" },
+        { '["a\nb"]', "json: byte 3: control character 0x0a in a string" },
+        { '{"a" 1}', "json: byte 5: expected ':', found '1'" },
+        { "[1 2]", "json: byte 3: expected ',' or ']', found '2'" },
+        { "[01]", "json: byte 2: invalid number (leading zero)" },
+        { "[tru]", "json: byte 4: invalid literal (expected true)" },
+        { "{} {}", "json: byte 3: trailing data after the top-level value" },
+        { "", "json: byte 0: unexpected end of stream: no value" },
+        { string.rep("[", 129), "json: byte 128: nesting deeper than 128 levels" },
+      }
+      for _, c in ipairs(cases) do
+        assert.same({ nil, c[2] }, { json.decode(c[1]) })
+      end
+      local deep = string.rep("[", 128) .. string.rep("]", 128)
+      assert.is_table(json.decode(deep))
+    end)
+
+    it("accepts exactly what the stream decoder's scanner accepts", function()
+      -- decode checks as it builds; json.check is the scanner of the watch
+      -- stream decoder. Random mutations of valid documents must get the
+      -- same verdict and the same message from both.
+      local seeds = {
+        read(FIXTURES .. "pod-2.4k.json"),
+        '{"a":[1,-2.5e-3,true,false,null,{}],"s":"x\\u00e9\\ud83d\\ude00\\n\\"",'
+          .. '"u":"caf\195\169","n":-0,"e":[]}',
+        '[[[]],{"":""},0,1e5,"\\/"]',
+      }
+      local bytes = { '"', "\\", "{", "}", "[", "]", ",", ":", "0", "1", "-",
+        ".", "e", "+", "t", "n", "u", "x", " ", "\0", "\31", "\127", "\128",
+        "\195", "\169", "\237", "\240", "\255" }
+      local rng = 12345
+      local function rand(n)
+        rng = (rng * 1103515245 + 12345) % 2147483648
+        return rng % n + 1
+      end
+      local cases = 0
+      for _, seed in ipairs(seeds) do
+        for _ = 1, 700 do
+          local s, k = seed, rand(4)
+          for _ = 1, rand(3) do
+            local i = rand(#s)
+            if k == 1 then
+              s = s:sub(1, i - 1) .. bytes[rand(#bytes)] .. s:sub(i + 1)
+            elseif k == 2 then
+              s = s:sub(1, i - 1) .. s:sub(i + 1)
+            elseif k == 3 then
+              s = s:sub(1, i) .. bytes[rand(#bytes)] .. s:sub(i + 1)
+            else
+              s = s:sub(1, i)
+            end
+          end
+          local v, derr = json.decode(s)
+          local ok, cerr = json.check(s)
+          if v == nil and not derr:find("cannot be represented exactly", 1, true) then
+            assert.equal(cerr, derr, s)
+          elseif v ~= nil then
+            assert.is_true(ok, s)
+          end
+          cases = cases + 1
+        end
+      end
+      assert.equal(2100, cases)
+    end)
+
+    it("raises on a non-string argument", function()
+      assert.has_error(function() json.decode(42) end)
+      assert.has_error(function() json.decode() end)
+    end)
+  end)
+
+  describe("check", function()
+    it("checks without building, with decode's messages", function()
+      assert.is_true(json.check('{"a":[1,{}]}'))
+      assert.same({ nil, "json: byte 6: invalid escape '\\q'" },
+        { json.check('{"a":"\\q"}') })
+      assert.is_true(json.check("[12345678901234567890]"))
+    end)
+  end)
+
+  describe("encode", function()
+    it("writes scalars", function()
+      assert.equal("null", json.encode(json.null))
+      assert.equal("null", json.encode(nil))
+      assert.equal("true", json.encode(true))
+      assert.equal("false", json.encode(false))
+      assert.equal('"x"', json.encode("x"))
+    end)
+
+    it("writes integers up to 2^53 without exponent or decimal point", function()
+      assert.equal("123456789012345", json.encode(123456789012345))
+      assert.equal("9007199254740992", json.encode(2 ^ 53))
+      assert.equal("-9007199254740992", json.encode(-2 ^ 53))
+      assert.equal("0", json.encode(0))
+      assert.equal("-0", json.encode(-1 / math.huge))
+      assert.equal("[1,2,300]", json.encode({ 1, 2, 300 }))
+    end)
+
+    it("writes other numbers with the fewest digits that read back exactly", function()
+      assert.equal("0.1", json.encode(0.1))
+      assert.equal("0.30000000000000004", json.encode(0.1 + 0.2))
+      assert.equal("0.3333333333333333", json.encode(1 / 3))
+      assert.equal("1e+300", json.encode(1e300))
+      assert.equal("-1.5e-300", json.encode(-1.5e-300))
+      assert.equal("9.007199254740994e+15", json.encode(2 ^ 53 + 2))
+      assert.equal("1e+21", json.encode(1e21))
+      assert.equal("5e-324", json.encode(5e-324))
+      for _, x in ipairs({ 0.1, 1 / 3, 2 ^ 53 + 2, 1e-7, 123.456, -2.5e-8, math.pi }) do
+        assert.equal(x, json.decode(json.encode(x)))
+      end
+    end)
+
+    it("refuses NaN and infinities, naming the path", function()
+      raises("json: cannot encode NaN at a.b", function()
+        json.encode({ a = { b = 0 / 0 } })
+      end)
+      raises("json: cannot encode inf at [2]", function()
+        json.encode({ 1, math.huge })
+      end)
+      raises("json: cannot encode -inf at (root)", function()
+        json.encode(-math.huge)
+      end)
+    end)
+
+    it("tells arrays from objects", function()
+      assert.equal("[]", json.encode(json.array()))
+      assert.equal("{}", json.encode({}))
+      assert.equal("[1,2]", json.encode(json.array({ 1, 2 })))
+      assert.equal('[{},[],"x"]', json.encode({ {}, json.array(), "x" }))
+      assert.equal('{"a":[],"b":{}}', json.encode({ a = json.array(), b = {} }))
+      local t = json.array({ 1 })
+      assert.equal(t, json.array(t))
+      assert.is_true(json.is_array(t))
+      assert.is_false(json.is_array({}))
+      assert.is_false(json.is_array("x"))
+    end)
+
+    it("writes object keys in byte order", function()
+      assert.equal('{"A":4,"B":5,"a":1,"aa":3,"b":2,"\195\169":6}',
+        json.encode({ b = 2, a = 1, aa = 3, A = 4, B = 5, ["\195\169"] = 6 }))
+    end)
+
+    it("refuses keys that are not strings, naming the path", function()
+      raises("json: cannot encode key of type boolean at spec.x", function()
+        json.encode({ spec = { x = { [true] = 1 } } })
+      end)
+      raises("json: cannot encode key 1.5 at (root)", function()
+        json.encode({ [1.5] = 1 })
+      end)
+      raises("json: cannot encode key 0 at a", function()
+        json.encode({ a = { [0] = 1 } })
+      end)
+      raises("json: cannot encode a table with mixed keys at items[1]", function()
+        json.encode({ items = { { 1, x = 2 } } })
+      end)
+      raises("json: cannot encode an array with string keys at (root)", function()
+        local t = json.array({ 1 })
+        t.x = 1
+        json.encode(t)
+      end)
+      raises("json: cannot encode a sparse array at list", function()
+        json.encode({ list = { [1] = 1, [3] = 3 } })
+      end)
+    end)
+
+    it("refuses cycles and nesting deeper than 128", function()
+      local t = { a = {} }
+      t.a.b = t
+      raises("json: cannot encode a reference cycle at a.b", function()
+        json.encode(t)
+      end)
+      local deep = {}
+      local cur = deep
+      for _ = 1, 128 do
+        cur[1] = {}
+        cur = cur[1]
+      end
+      raises("json: nesting deeper than 128 levels at " .. string.rep("[1]", 128),
+        function() json.encode(deep) end)
+      local long = {}
+      local node = long
+      for _ = 1, 100 do
+        node[string.rep("k", 60)] = {}
+        node = node[string.rep("k", 60)]
+      end
+      node.f = print
+      local ok, err = pcall(json.encode, long)
+      assert.is_false(ok)
+      assert.equal(1023, #err:match("at (.*)$")) -- the path, truncated
+      local shared = { 1 }
+      assert.equal('{"a":[1],"b":[1]}', json.encode({ a = shared, b = shared }))
+    end)
+
+    it("refuses values that have no JSON form", function()
+      raises("json: cannot encode a value of type function at f", function()
+        json.encode({ f = print })
+      end)
+      raises("json: cannot encode a value of type thread at [1]", function()
+        json.encode({ coroutine.create(print) })
+      end)
+      raises("json: cannot encode a value of type userdata at (root)", function()
+        json.encode(io.stdout)
+      end)
+    end)
+
+    it("escapes strings per RFC 8259 and checks their UTF-8", function()
+      assert.equal('"q\\"b\\\\s/\\b\\f\\n\\r\\t\\u0001\\u001f\127"',
+        json.encode('q"b\\s/\b\f\n\r\t\1\31\127'))
+      assert.equal('"caf\195\169 \240\159\152\128"', json.encode("caf\195\169 \240\159\152\128"))
+      assert.equal('"a\\u0000b"', json.encode("a\0b"))
+      raises("json: invalid UTF-8 in a string at s", function()
+        json.encode({ s = "a\255" })
+      end)
+      raises("json: invalid UTF-8 in a string at (root)", function()
+        json.encode("\237\160\128") -- an encoded surrogate
+      end)
+      raises("json: invalid UTF-8 in a key at \192\175", function()
+        json.encode({ ["\192\175"] = 1 })
+      end)
+    end)
+  end)
+
+  describe("round trip", function()
+    it("gives back sorted compact JSON byte for byte", function()
+      local text = '{"a":[],"b":{},"c":null,"d":[9007199254740992,-9007199254740992,'
+        .. '123456789012345],"e":[0.1,-1.5e-300,1e+300],"f":"caf\195\169 '
+        .. '\240\159\152\128 \\"\\\\\\n\\u0001","g":[[],[{}],[null]],"h":true}'
+      assert.equal(text, json.encode(assert(json.decode(text))))
+    end)
+
+    it("keeps every apiserver fixture's value, byte for byte", function()
+      local n = 0
+      for line in io.lines(FIXTURES .. "sorted.tsv") do
+        local name, expected = line:match("^([^\t]+)\t(.*)$")
+        local text = read(FIXTURES .. "apiserver/" .. name)
+        local v = assert(json.decode(text))
+        local out = json.encode(v)
+        assert.equal(expected, out, name)
+        assert.is_true(same_json(v, assert(json.decode(out))))
+        n = n + 1
+      end
+      assert.equal(99, n)
+    end)
+
+    it("keeps every object of the fixtures as the same JSON value", function()
+      local n = 0
+      for line in io.lines(FIXTURES .. "expected.tsv") do
+        local cols = {}
+        for c in (line .. "\t"):gmatch("([^\t]*)\t") do cols[#cols + 1] = c end
+        if #cols == 15 then
+          local full = cols[15]
+          local v = assert(json.decode(full))
+          local again = assert(json.decode(json.encode(v)))
+          local ok, err = same_json(v, again)
+          assert(ok, cols[1] .. " " .. cols[2] .. ": " .. tostring(err))
+          n = n + 1
+        end
+      end
+      assert.equal(134, n)
+    end)
+
+    it("keeps the benchmark Pod", function()
+      local v = assert(json.decode(read(FIXTURES .. "pod-2.4k.json")))
+      assert.equal("web-7", v.metadata.name)
+      assert.is_true(json.is_array(v.metadata.ownerReferences))
+      assert.is_true(v.metadata.ownerReferences[1].controller)
+      assert.same({}, v.spec.securityContext)
+      assert.is_false(json.is_array(v.spec.securityContext))
+      assert.is_true(same_json(v, assert(json.decode(json.encode(v)))))
+    end)
+  end)
+end)
