@@ -12,6 +12,7 @@ const char *kl_strerror(int code) {
   case KL_ELIMIT: return "limit reached";
   case KL_EPARSE: return "malformed input";
   case KL_EIO: return "input/output error";
+  case KL_ETIMEDOUT: return "timed out";
   default: return "unknown error";
   }
 }

@@ -15,6 +15,7 @@ enum {
   KL_ELIMIT = -6,    /* a configured limit was reached */
   KL_EPARSE = -7,    /* malformed input */
   KL_EIO = -8,       /* an operating-system or network failure */
+  KL_ETIMEDOUT = -9, /* a deadline passed */
 };
 
 /* A short, static description of a KL_E* code. */

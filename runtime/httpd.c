@@ -1,0 +1,1825 @@
+/* httpd.c — the HTTP/1.1 server (see httpd.h).
+ *
+ * Layers: the listener accepts sockets into connections; a connection owns
+ * its socket, its TLS session, one ev_io, one deadline on the loop's timer
+ * heap, an input and an output buffer; the HTTP/1 codec (h1_*) turns input
+ * into requests and responses into output. An h2 session negotiated by ALPN
+ * would replace the h1_* functions behind the same request API.
+ *
+ * Invariants:
+ *   - A connection holds at most one request (c->req): the one being read
+ *     (RQ_BODY, owned by the server) or the one being answered (RQ_HANDLER,
+ *     RQ_STREAM, owned by the handler). Pipelined requests wait as bytes in
+ *     c->in, so responses leave in request order.
+ *   - Nothing is freed inside a callback that might still use it: a
+ *     connection is killed (socket closed, watchers stopped, moved to the
+ *     dead list) and freed from its kl_defer_t; a request whose connection
+ *     went away is detached, put on the zombie list, and freed from its own
+ *     kl_defer_t after its on_close ran. kl_httpd_free finalizes both lists.
+ *   - Owner callbacks (handler, on_close, on_drain) run only from loop
+ *     callbacks, bracketed by h->depth; kl_httpd_free at depth > 0 closes
+ *     everything and the outermost callback frees the server (h_leave).
+ *   - Output is appended to c->out and written before the loop next blocks
+ *     (the connection's defer node, or the end of its io callback); a write
+ *     that leaves 64 KiB queued is attempted at once.
+ * The server owns its connections, their buffers and requests, the listening
+ * socket and the SSL_CTX; request bodies given to kl_httpd_reply and stream
+ * data stay the caller's. */
+#define _GNU_SOURCE /* accept4, SOCK_NONBLOCK */
+#include "httpd.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <ev.h>
+#include <limits.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "error.h"
+#include "log.h"
+#include "mem.h"
+
+#define HTTPD_MAX_HEADERS 128
+#define HTTPD_READ_CHUNK 16384
+#define HTTPD_SYNC_FLUSH (64 * 1024)
+#define HTTPD_ZEROCOPY_MIN (64 * 1024)
+#define HTTPD_CHUNK_LINE_MAX 4096
+#define HTTPD_LINGER_TIMEOUT 2.0
+#define HTTPD_LINGER_BYTES (1024 * 1024)
+#define HTTPD_KEEP_BUF (64 * 1024)
+
+#define CONTAINER(p, type, member)                                             \
+  ((type *)(void *)((char *)(p)-offsetof(type, member)))
+
+/* ---- byte buffers: data is p[off, off + len) ---- */
+
+typedef struct hbuf {
+  char *p;
+  size_t off, len, cap;
+} hbuf;
+
+static void hbuf_reserve(hbuf *b, size_t extra) {
+  if (b->off + b->len + extra <= b->cap) return;
+  if (b->off) {
+    memmove(b->p, b->p + b->off, b->len);
+    b->off = 0;
+    if (b->len + extra <= b->cap) return;
+  }
+  size_t cap = b->cap ? b->cap : 4096;
+  while (cap < b->len + extra)
+    cap *= 2;
+  b->p = kl_xrealloc(b->p, cap);
+  b->cap = cap;
+}
+
+static void hbuf_append(hbuf *b, const void *d, size_t n) {
+  if (!n) return;
+  hbuf_reserve(b, n);
+  memcpy(b->p + b->off + b->len, d, n);
+  b->len += n;
+}
+
+static void hbuf_puts(hbuf *b, const char *s) { hbuf_append(b, s, strlen(s)); }
+
+static void hbuf_consume(hbuf *b, size_t n) {
+  b->off += n;
+  b->len -= n;
+  if (!b->len) b->off = 0;
+}
+
+static void hbuf_free(hbuf *b) {
+  free(b->p);
+  b->p = NULL;
+  b->off = b->len = b->cap = 0;
+}
+
+static char *hbuf_data(const hbuf *b) { return b->p + b->off; }
+
+/* ---- types ---- */
+
+enum { RQ_BODY, RQ_HANDLER, RQ_STREAM };
+enum { B_NONE, B_CL, B_CHUNK_SIZE, B_CHUNK_DATA, B_CHUNK_CRLF, B_TRAILER };
+enum { F_NONE, F_LENGTH, F_CHUNKED, F_CLOSE };
+
+typedef struct hdr {
+  const char *name, *value;
+} hdr;
+
+typedef struct conn conn;
+
+struct kl_httpd_req {
+  kl_defer_t defer; /* finalization of a detached request */
+  kl_httpd_t *h;
+  conn *c; /* NULL once detached */
+  kl_httpd_req_t *zprev, *znext;
+  int phase, dead, closing, reason;
+  int minor, head, tls;
+  const char *method, *path, *query;
+  size_t path_len, query_len;
+  hdr *hdrs, *params;
+  size_t nhdrs, nparams;
+  char *body;
+  size_t body_len, body_cap;
+  hbuf rh; /* response header lines set by the owner */
+  int resp_close, chunked, want_drain, abort_armed;
+  size_t abort_left;
+  kl_httpd_close_fn *on_close;
+  kl_httpd_drain_fn *on_drain;
+  void *cb_ud;
+  const char *peer;
+  /* the head's copy, the tables and decoded parameters follow */
+};
+
+struct conn {
+  kl_defer_t defer; /* service (live) or free (dead) */
+  kl_timer_t timer;
+  kl_httpd_t *h;
+  conn *prev, *next;
+  ev_io io;
+  int fd, events;
+  SSL *ssl;
+  hbuf in, out;
+  kl_httpd_req_t *req;
+  size_t scan; /* bytes of in already searched for the end of the head */
+  int bstate;  /* B_* while the request's body is read */
+  uint64_t bleft;
+  size_t trailer_bytes, lingered;
+  double started; /* first byte of the request being read; 0: none */
+  double idle_since;
+  double wprogress; /* last write progress while blocked */
+  double linger_since;
+  int dead, in_io, close_after, cut, lingering, handshake, blocked;
+  int tls_rw, tls_wr, hs_write;
+  char peer[INET6_ADDRSTRLEN + 8];
+};
+
+struct kl_httpd {
+  kl_loop_t *loop;
+  struct ev_loop *ev;
+  kl_httpd_opts_t o;
+  int lfd, port, listening;
+  ev_io lio;
+  kl_timer_t accept_timer;
+  SSL_CTX *ssl_ctx;
+  conn *live, *dead;
+  kl_httpd_req_t *zombies;
+  size_t nconns, nreqs, nstreams;
+  uint64_t accepted, responses;
+  int depth, free_pending, freeing;
+  double accept_err_logged;
+  time_t date_sec;
+  char date[40];
+};
+
+static void conn_kill(conn *c, int reason);
+static void conn_kick(conn *c);
+static void conn_update(conn *c);
+static int conn_flush(conn *c, int callbacks);
+static void h1_process(conn *c);
+static void accept_resume(kl_httpd_t *h);
+
+static double now(kl_httpd_t *h) { return kl_loop_now(h->loop); }
+
+static void h_enter(kl_httpd_t *h) { h->depth++; }
+static void h_leave(kl_httpd_t *h) {
+  if (--h->depth == 0 && h->free_pending) {
+    h->free_pending = 0;
+    kl_httpd_free(h);
+  }
+}
+
+/* ---- small helpers ---- */
+
+static int lower(int ch) { return ch >= 'A' && ch <= 'Z' ? ch + 32 : ch; }
+
+static int ieq(const char *a, size_t an, const char *b) {
+  size_t bn = strlen(b);
+  if (an != bn) return 0;
+  for (size_t i = 0; i < an; i++)
+    if (lower((unsigned char)a[i]) != lower((unsigned char)b[i])) return 0;
+  return 1;
+}
+
+static int is_tchar(unsigned char ch) {
+  if ((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'z') ||
+      (ch >= 'A' && ch <= 'Z'))
+    return 1;
+  return ch && strchr("!#$%&'*+-.^_`|~", ch) != NULL;
+}
+
+static int hexval(int ch) {
+  if (ch >= '0' && ch <= '9') return ch - '0';
+  ch = lower(ch);
+  if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
+  return -1;
+}
+
+/* Whether the comma-separated list value v holds tok (case-insensitive). */
+static int has_token(const char *v, size_t n, const char *tok) {
+  size_t i = 0;
+  while (i < n) {
+    while (i < n && (v[i] == ' ' || v[i] == '\t' || v[i] == ','))
+      i++;
+    size_t s = i;
+    while (i < n && v[i] != ',')
+      i++;
+    size_t e = i;
+    while (e > s && (v[e - 1] == ' ' || v[e - 1] == '\t'))
+      e--;
+    if (e > s && ieq(v + s, e - s, tok)) return 1;
+  }
+  return 0;
+}
+
+static const char *reason_phrase(int status) {
+  switch (status) {
+  case 100: return "Continue";
+  case 101: return "Switching Protocols";
+  case 200: return "OK";
+  case 201: return "Created";
+  case 202: return "Accepted";
+  case 203: return "Non-Authoritative Information";
+  case 204: return "No Content";
+  case 206: return "Partial Content";
+  case 301: return "Moved Permanently";
+  case 302: return "Found";
+  case 303: return "See Other";
+  case 304: return "Not Modified";
+  case 307: return "Temporary Redirect";
+  case 308: return "Permanent Redirect";
+  case 400: return "Bad Request";
+  case 401: return "Unauthorized";
+  case 403: return "Forbidden";
+  case 404: return "Not Found";
+  case 405: return "Method Not Allowed";
+  case 406: return "Not Acceptable";
+  case 408: return "Request Timeout";
+  case 409: return "Conflict";
+  case 410: return "Gone";
+  case 411: return "Length Required";
+  case 412: return "Precondition Failed";
+  case 413: return "Request Entity Too Large";
+  case 414: return "Request URI Too Long";
+  case 415: return "Unsupported Media Type";
+  case 417: return "Expectation Failed";
+  case 422: return "Unprocessable Entity";
+  case 428: return "Precondition Required";
+  case 429: return "Too Many Requests";
+  case 431: return "Request Header Fields Too Large";
+  case 500: return "Internal Server Error";
+  case 501: return "Not Implemented";
+  case 502: return "Bad Gateway";
+  case 503: return "Service Unavailable";
+  case 504: return "Gateway Timeout";
+  case 505: return "HTTP Version Not Supported";
+  default: return "";
+  }
+}
+
+/* An RFC 7231 IMF-fixdate, formatted once per second, locale-free. */
+static const char *date_now(kl_httpd_t *h) {
+  static const char days[] = "SunMonTueWedThuFriSat";
+  static const char months[] = "JanFebMarAprMayJunJulAugSepOctNovDec";
+  time_t t = time(NULL);
+  if (t != h->date_sec) {
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    snprintf(h->date, sizeof h->date, "%.3s, %02d %.3s %04d %02d:%02d:%02d GMT",
+             days + 3 * tm.tm_wday, tm.tm_mday, months + 3 * tm.tm_mon,
+             tm.tm_year + 1900, tm.tm_hour, tm.tm_min, tm.tm_sec);
+    h->date_sec = t;
+  }
+  return h->date;
+}
+
+static size_t fmt_u64(char *out, uint64_t v) {
+  char tmp[24];
+  size_t n = 0;
+  do {
+    tmp[n++] = (char)('0' + v % 10);
+    v /= 10;
+  } while (v);
+  for (size_t i = 0; i < n; i++)
+    out[i] = tmp[n - 1 - i];
+  return n;
+}
+
+static size_t fmt_hex(char *out, uint64_t v) {
+  static const char digits[] = "0123456789abcdef";
+  char tmp[24];
+  size_t n = 0;
+  do {
+    tmp[n++] = digits[v & 15];
+    v >>= 4;
+  } while (v);
+  for (size_t i = 0; i < n; i++)
+    out[i] = tmp[n - 1 - i];
+  return n;
+}
+
+int kl_httpd_pct_decode(const char *in, size_t n, char *out, size_t *outlen,
+                        int plus) {
+  size_t j = 0;
+  for (size_t i = 0; i < n; i++) {
+    char ch = in[i];
+    if (ch == '%') {
+      if (n - i < 3) return KL_EPARSE;
+      int hi = hexval((unsigned char)in[i + 1]);
+      int lo = hexval((unsigned char)in[i + 2]);
+      if (hi < 0 || lo < 0) return KL_EPARSE;
+      out[j++] = (char)(hi * 16 + lo);
+      i += 2;
+    } else if (plus && ch == '+') {
+      out[j++] = ' ';
+    } else {
+      out[j++] = ch;
+    }
+  }
+  *outlen = j;
+  return 0;
+}
+
+/* ---- requests ---- */
+
+static void req_free(kl_httpd_req_t *r) {
+  r->h->nreqs--;
+  free(r->body);
+  hbuf_free(&r->rh);
+  free(r);
+}
+
+static void zombie_unlink(kl_httpd_req_t *r) {
+  kl_httpd_t *h = r->h;
+  if (r->zprev)
+    r->zprev->znext = r->znext;
+  else
+    h->zombies = r->znext;
+  if (r->znext) r->znext->zprev = r->zprev;
+  r->zprev = r->znext = NULL;
+}
+
+static void req_finalize(kl_defer_t *d) {
+  kl_httpd_req_t *r = CONTAINER(d, kl_httpd_req_t, defer);
+  kl_httpd_t *h = r->h;
+  h_enter(h);
+  zombie_unlink(r);
+  r->closing = 1;
+  if (r->on_close) r->on_close(r, r->reason, r->cb_ud);
+  req_free(r);
+  h_leave(h);
+}
+
+/* The connection is done with c->req: reset the connection's request state
+ * so the next pipelined request can be read. */
+static void conn_req_gone(conn *c) {
+  c->req = NULL;
+  c->idle_since = now(c->h);
+  c->started = c->in.len ? c->idle_since : 0;
+  c->scan = 0;
+  c->bstate = B_NONE;
+}
+
+/* Separates r from its connection; the owner learns it from on_close. */
+static void req_detach(kl_httpd_req_t *r, int reason) {
+  conn *c = r->c;
+  kl_httpd_t *h = r->h;
+  conn_req_gone(c);
+  r->c = NULL;
+  if (r->phase == RQ_STREAM) h->nstreams--;
+  if (r->phase == RQ_BODY) {
+    req_free(r);
+    return;
+  }
+  r->dead = 1;
+  r->reason = reason;
+  r->znext = h->zombies;
+  if (h->zombies) h->zombies->zprev = r;
+  h->zombies = r;
+  kl_loop_defer(h->loop, &r->defer);
+}
+
+/* The owner ended a request whose connection is gone. */
+static void req_drop_dead(kl_httpd_req_t *r) {
+  if (r->closing) return; /* inside on_close: freed when it returns */
+  kl_loop_undefer(r->h->loop, &r->defer);
+  zombie_unlink(r);
+  req_free(r);
+}
+
+/* The owner completed the response: the request is freed now. */
+static void req_complete(conn *c, kl_httpd_req_t *r) {
+  if (r->phase == RQ_STREAM) c->h->nstreams--;
+  conn_req_gone(c);
+  req_free(r);
+  conn_kick(c);
+}
+
+/* ---- the HTTP/1 codec: requests ---- */
+
+typedef struct span {
+  size_t off, len;
+} span;
+
+/* Queues a server-generated error response and closes after it. */
+static void h1_error(conn *c, int status) {
+  char buf[256];
+  const char *why = reason_phrase(status);
+  char body[64];
+  int bn = snprintf(body, sizeof body, "%d %s", status, why);
+  int n = snprintf(buf, sizeof buf,
+                   "HTTP/1.1 %d %s\r\nContent-Type: text/plain; "
+                   "charset=utf-8\r\nContent-Length: %d\r\nConnection: "
+                   "close\r\n\r\n%s",
+                   status, why, bn, body);
+  kl_log(KL_LOG_DEBUG, "httpd: %s: %d %s", c->peer, status, why);
+  if (c->req) {
+    kl_httpd_req_t *r = c->req;
+    conn_req_gone(c);
+    req_free(r);
+  }
+  hbuf_append(&c->out, buf, (size_t)n);
+  c->h->responses++;
+  c->close_after = 1;
+  c->started = 0;
+  hbuf_free(&c->in);
+}
+
+/* Counts the pairs of a query and the bytes their decoded copies need. */
+static size_t query_pairs(const char *q, size_t n) {
+  size_t k = n ? 1 : 0;
+  for (size_t i = 0; i < n; i++)
+    if (q[i] == '&') k++;
+  return k;
+}
+
+static void decode_params(kl_httpd_req_t *r, char *store) {
+  const char *q = r->query;
+  size_t n = r->query_len, i = 0;
+  r->nparams = 0;
+  while (i < n) {
+    size_t s = i;
+    while (i < n && q[i] != '&')
+      i++;
+    size_t e = i++;
+    if (e == s) continue;
+    size_t eq = s;
+    while (eq < e && q[eq] != '=')
+      eq++;
+    size_t kl, vl;
+    char *k = store;
+    if (kl_httpd_pct_decode(q + s, eq - s, k, &kl, 1) < 0) continue;
+    k[kl] = '\0';
+    char *v = k + kl + 1;
+    size_t vs = eq < e ? eq + 1 : e;
+    if (kl_httpd_pct_decode(q + vs, e - vs, v, &vl, 1) < 0) continue;
+    v[vl] = '\0';
+    store = v + vl + 1;
+    r->params[r->nparams].name = k;
+    r->params[r->nparams].value = v;
+    r->nparams++;
+  }
+}
+
+/* Parses the head at the start of c->in. Returns 1 when c->req was created
+ * (head consumed), 0 when more bytes are needed, or -status. */
+static int h1_parse_head(conn *c) {
+  kl_httpd_t *h = c->h;
+  const size_t max = h->o.max_header_bytes;
+  /* Empty lines before a request line are ignored (RFC 9112 2.2). */
+  while (c->in.len &&
+         (hbuf_data(&c->in)[0] == '\r' || hbuf_data(&c->in)[0] == '\n')) {
+    hbuf_consume(&c->in, 1);
+    c->scan = 0;
+  }
+  const char *p = hbuf_data(&c->in);
+  size_t n = c->in.len, end = 0;
+  if (!n) return 0;
+
+  /* Find the empty line that ends the head, resuming where the last search
+   * stopped (a slow client must not make this quadratic). */
+  size_t i = c->scan;
+  while (i < n) {
+    const char *nl = memchr(p + i, '\n', n - i);
+    if (!nl) break;
+    i = (size_t)(nl - p);
+    if ((i >= 1 && p[i - 1] == '\n') ||
+        (i >= 2 && p[i - 1] == '\r' && p[i - 2] == '\n')) {
+      end = i + 1;
+      break;
+    }
+    i++;
+  }
+  if (!end) {
+    c->scan = n;
+    if (n > max) return memchr(p, '\n', n) ? -431 : -414;
+    return 0;
+  }
+  if (end > max) {
+    const char *nl = memchr(p, '\n', n);
+    return (size_t)(nl - p) >= max ? -414 : -431;
+  }
+
+  /* The request line. */
+  size_t pos = 0;
+  span method, target;
+  while (pos < end && is_tchar((unsigned char)p[pos]))
+    pos++;
+  if (pos == 0 || p[pos] != ' ') return -400;
+  method.off = 0;
+  method.len = pos++;
+  target.off = pos;
+  while (pos < end && (unsigned char)p[pos] > ' ' && p[pos] != 0x7f)
+    pos++;
+  target.len = pos - target.off;
+  if (!target.len || p[pos] != ' ') return -400;
+  pos++;
+  size_t vl = 0;
+  while (pos + vl < end && p[pos + vl] != '\r' && p[pos + vl] != '\n')
+    vl++;
+  const char *v = p + pos;
+  if (vl != 8 || memcmp(v, "HTTP/", 5) != 0 || v[6] != '.' || v[5] < '0' ||
+      v[5] > '9' || v[7] < '0' || v[7] > '9')
+    return -400;
+  if (v[5] != '1' || (v[7] != '0' && v[7] != '1')) return -505;
+  int minor = v[7] - '0';
+  pos += vl;
+  if (p[pos] == '\r') pos++;
+  if (p[pos] != '\n') return -400;
+  pos++;
+
+  /* Header lines. */
+  span names[HTTPD_MAX_HEADERS], values[HTTPD_MAX_HEADERS];
+  size_t nh = 0;
+  for (;;) {
+    size_t ls = pos;
+    while (pos < end && p[pos] != '\n')
+      pos++;
+    size_t le = pos++; /* at '\n' */
+    if (le > ls && p[le - 1] == '\r') le--;
+    if (le == ls) break;                            /* the empty line */
+    if (p[ls] == ' ' || p[ls] == '\t') return -400; /* obs-fold */
+    size_t k = ls;
+    while (k < le && is_tchar((unsigned char)p[k]))
+      k++;
+    if (k == ls || k >= le || p[k] != ':') return -400;
+    if (nh == HTTPD_MAX_HEADERS) return -431;
+    names[nh].off = ls;
+    names[nh].len = k - ls;
+    k++;
+    while (k < le && (p[k] == ' ' || p[k] == '\t'))
+      k++;
+    size_t ve = le;
+    while (ve > k && (p[ve - 1] == ' ' || p[ve - 1] == '\t'))
+      ve--;
+    for (size_t j = k; j < ve; j++) {
+      unsigned char ch = (unsigned char)p[j];
+      if ((ch < 0x20 && ch != '\t') || ch == 0x7f) return -400;
+    }
+    values[nh].off = k;
+    values[nh].len = ve - k;
+    nh++;
+  }
+
+  /* What the headers mean for framing and the connection. */
+  int hosts = 0, chunked = 0, have_cl = 0, keepalive = minor == 1, expect = 0;
+  uint64_t cl = 0;
+  for (size_t j = 0; j < nh; j++) {
+    const char *nm = p + names[j].off, *vv = p + values[j].off;
+    size_t nl = names[j].len, vn = values[j].len;
+    if (ieq(nm, nl, "host")) {
+      hosts++;
+    } else if (ieq(nm, nl, "content-length")) {
+      uint64_t x = 0;
+      if (!vn || vn > 18) return -400;
+      for (size_t q = 0; q < vn; q++) {
+        if (vv[q] < '0' || vv[q] > '9') return -400;
+        x = x * 10 + (uint64_t)(vv[q] - '0');
+      }
+      if (have_cl && x != cl) return -400;
+      have_cl = 1;
+      cl = x;
+    } else if (ieq(nm, nl, "transfer-encoding")) {
+      if (!ieq(vv, vn, "chunked") || chunked) return -501;
+      chunked = 1;
+    } else if (ieq(nm, nl, "connection")) {
+      if (has_token(vv, vn, "close"))
+        keepalive = 0;
+      else if (minor == 0 && has_token(vv, vn, "keep-alive"))
+        keepalive = 1;
+    } else if (ieq(nm, nl, "expect")) {
+      if (!ieq(vv, vn, "100-continue")) return -417;
+      expect = 1;
+    }
+  }
+  if (minor == 1 && hosts != 1) return -400;
+  if (chunked && (have_cl || minor == 0)) return -400;
+  if (have_cl && cl > h->o.max_body_bytes) return -413;
+
+  /* The target: origin-form, "*", or absolute-form (its path is used). */
+  const char *t = p + target.off;
+  size_t tl = target.len, po = 0;
+  int nopath = 0;
+  if (t[0] != '/' && !(tl == 1 && t[0] == '*')) {
+    size_t k = 0;
+    while (k < tl &&
+           ((t[k] >= 'a' && t[k] <= 'z') || (t[k] >= 'A' && t[k] <= 'Z')))
+      k++;
+    if (!k || tl - k < 3 || memcmp(t + k, "://", 3) != 0) return -400;
+    po = k + 3;
+    while (po < tl && t[po] != '/' && t[po] != '?' && t[po] != '#')
+      po++;
+    nopath = po == tl || t[po] != '/';
+  }
+  size_t qm = po;
+  while (qm < tl && t[qm] != '?' && t[qm] != '#')
+    qm++;
+  size_t qe = qm;
+  if (qm < tl && t[qm] == '?')
+    while (qe + 1 < tl && t[qe + 1] != '#')
+      qe++;
+  size_t qlen = qm < tl && t[qm] == '?' ? qe - qm : 0;
+  size_t np = query_pairs(t + qm + 1, qlen);
+  size_t peerlen = strlen(c->peer);
+
+  /* One allocation: the request, its tables, the head's copy, decoded
+   * parameters and the peer address. */
+  size_t sz = sizeof(kl_httpd_req_t) + (nh + np) * sizeof(hdr) + end + 1 +
+              qlen + 2 * np + peerlen + 1;
+  kl_httpd_req_t *r = kl_xmalloc(sz);
+  memset(r, 0, sizeof *r);
+  r->hdrs = (hdr *)(void *)(r + 1);
+  r->params = r->hdrs + nh;
+  char *copy = (char *)(r->params + np);
+  memcpy(copy, p, end);
+  copy[end] = '\0';
+  char *store = copy + end + 1;
+  char *peer = store + qlen + 2 * np;
+  memcpy(peer, c->peer, peerlen + 1);
+  r->peer = peer;
+  r->h = h;
+  r->c = c;
+  r->phase = RQ_BODY;
+  r->minor = minor;
+  r->tls = c->ssl != NULL;
+  copy[method.len] = '\0';
+  r->method = copy;
+  r->head = method.len == 4 && memcmp(p, "HEAD", 4) == 0;
+  char *tc = copy + target.off;
+  if (nopath) {
+    r->path = "/";
+    r->path_len = 1;
+  } else {
+    r->path = tc + po;
+    r->path_len = qm - po;
+  }
+  if (qlen) {
+    r->query = tc + qm + 1;
+    r->query_len = qlen;
+    tc[qm + 1 + qlen] = '\0';
+  } else {
+    r->query = "";
+  }
+  tc[qm] = '\0';
+  r->nhdrs = nh;
+  for (size_t j = 0; j < nh; j++) {
+    copy[names[j].off + names[j].len] = '\0';
+    copy[values[j].off + values[j].len] = '\0';
+    r->hdrs[j].name = copy + names[j].off;
+    r->hdrs[j].value = copy + values[j].off;
+  }
+  decode_params(r, store);
+  kl_defer_init(&r->defer, req_finalize);
+  h->nreqs++;
+
+  hbuf_consume(&c->in, end);
+  c->scan = 0;
+  c->req = r;
+  c->trailer_bytes = 0;
+  if (!keepalive) c->close_after = 1;
+  if (chunked) {
+    c->bstate = B_CHUNK_SIZE;
+  } else if (cl) {
+    c->bstate = B_CL;
+    c->bleft = cl;
+    r->body_cap = (size_t)cl + 1;
+    r->body = kl_xmalloc(r->body_cap);
+  } else {
+    c->bstate = B_NONE;
+  }
+  if (expect && minor == 1 && c->bstate != B_NONE && !c->in.len)
+    hbuf_puts(&c->out, "HTTP/1.1 100 Continue\r\n\r\n");
+  return 1;
+}
+
+static void body_reserve(kl_httpd_req_t *r, size_t extra) {
+  if (r->body_len + extra + 1 <= r->body_cap) return;
+  size_t cap = r->body_cap ? r->body_cap : 1024;
+  while (cap < r->body_len + extra + 1)
+    cap *= 2;
+  r->body = kl_xrealloc(r->body, cap);
+  r->body_cap = cap;
+}
+
+/* Finds a line in c->in; returns its length with the '\n', 0 if none yet,
+ * or (size_t)-1 when longer than max. */
+static size_t in_line(conn *c, size_t max) {
+  const char *p = hbuf_data(&c->in);
+  const char *nl = memchr(p, '\n', c->in.len < max ? c->in.len : max);
+  if (nl) return (size_t)(nl - p) + 1;
+  return c->in.len >= max ? (size_t)-1 : 0;
+}
+
+/* Moves body bytes from c->in into c->req. Returns 1 when the body is
+ * complete, 0 when more bytes are needed, or -status. */
+static int h1_read_body(conn *c) {
+  kl_httpd_req_t *r = c->req;
+  const size_t max = c->h->o.max_body_bytes;
+  for (;;) {
+    const char *p = hbuf_data(&c->in);
+    switch (c->bstate) {
+    case B_NONE: return 1;
+    case B_CL:
+    case B_CHUNK_DATA: {
+      size_t take = c->in.len < c->bleft ? c->in.len : (size_t)c->bleft;
+      if (!take) return 0;
+      memcpy(r->body + r->body_len, p, take);
+      r->body_len += take;
+      r->body[r->body_len] = '\0';
+      hbuf_consume(&c->in, take);
+      c->bleft -= take;
+      if (c->bleft) return 0;
+      c->bstate = c->bstate == B_CL ? B_NONE : B_CHUNK_CRLF;
+      break;
+    }
+    case B_CHUNK_SIZE: {
+      size_t ll = in_line(c, HTTPD_CHUNK_LINE_MAX);
+      if (ll == (size_t)-1) return -400;
+      if (!ll) return 0;
+      uint64_t size = 0;
+      size_t k = 0;
+      int d;
+      while (k < ll && (d = hexval((unsigned char)p[k])) >= 0) {
+        if (k >= 15) return -400;
+        size = size * 16 + (uint64_t)d;
+        k++;
+      }
+      if (!k) return -400;
+      while (k < ll && (p[k] == ' ' || p[k] == '\t'))
+        k++;
+      if (p[k] == ';') {
+        for (; p[k] != '\n'; k++) {
+          unsigned char ch = (unsigned char)p[k];
+          if ((ch < 0x20 && ch != '\t' && ch != '\r') || ch == 0x7f)
+            return -400;
+        }
+      }
+      if (p[k] == '\r') k++;
+      if (k != ll - 1) return -400;
+      hbuf_consume(&c->in, ll);
+      if (size == 0) {
+        c->bstate = B_TRAILER;
+      } else {
+        if (r->body_len + size > max) return -413;
+        body_reserve(r, (size_t)size);
+        c->bleft = size;
+        c->bstate = B_CHUNK_DATA;
+      }
+      break;
+    }
+    case B_CHUNK_CRLF:
+      if (!c->in.len) return 0;
+      if (p[0] == '\n') {
+        hbuf_consume(&c->in, 1);
+      } else if (p[0] == '\r') {
+        if (c->in.len < 2) return 0;
+        if (p[1] != '\n') return -400;
+        hbuf_consume(&c->in, 2);
+      } else {
+        return -400;
+      }
+      c->bstate = B_CHUNK_SIZE;
+      break;
+    case B_TRAILER: {
+      size_t ll = in_line(c, c->h->o.max_header_bytes);
+      if (ll == (size_t)-1) return -431;
+      if (!ll) return 0;
+      int empty = ll == 1 || (ll == 2 && p[0] == '\r');
+      hbuf_consume(&c->in, ll);
+      if (empty) {
+        c->bstate = B_NONE;
+        break;
+      }
+      c->trailer_bytes += ll;
+      if (c->trailer_bytes > c->h->o.max_header_bytes) return -431;
+      break;
+    }
+    }
+  }
+}
+
+/* Reads and dispatches the requests waiting in c->in, one at a time. */
+static void h1_process(conn *c) {
+  kl_httpd_t *h = c->h;
+  while (!c->dead && !c->lingering) {
+    if (c->req && c->req->phase != RQ_BODY) return; /* busy */
+    if (!c->req) {
+      if (c->close_after || !c->in.len) return;
+      int rc = h1_parse_head(c);
+      if (rc == 0) return;
+      if (rc < 0) {
+        h1_error(c, -rc);
+        return;
+      }
+    }
+    int rc = h1_read_body(c);
+    if (rc == 0) return;
+    if (rc < 0) {
+      h1_error(c, -rc);
+      return;
+    }
+    kl_httpd_req_t *r = c->req;
+    r->phase = RQ_HANDLER;
+    c->started = 0;
+    c->bstate = B_NONE;
+    h->o.handler(r, h->o.ud);
+  }
+}
+
+/* ---- the HTTP/1 codec: responses ---- */
+
+static void h1_head(conn *c, kl_httpd_req_t *r, int status, int framing,
+                    uint64_t clen) {
+  kl_httpd_t *h = c->h;
+  char line[64];
+  const char *why = reason_phrase(status);
+  hbuf *o = &c->out;
+  size_t wl = strlen(why);
+  hbuf_reserve(o, 64 + wl + r->rh.len + 128);
+  memcpy(line, "HTTP/1.1 ", 9);
+  size_t n = 9 + fmt_u64(line + 9, (uint64_t)status);
+  line[n++] = ' ';
+  hbuf_append(o, line, n);
+  hbuf_append(o, why, wl);
+  hbuf_append(o, "\r\n", 2);
+  if (h->o.send_date) {
+    hbuf_append(o, "Date: ", 6);
+    hbuf_puts(o, date_now(h));
+    hbuf_append(o, "\r\n", 2);
+  }
+  hbuf_append(o, hbuf_data(&r->rh), r->rh.len);
+  if (framing == F_LENGTH) {
+    memcpy(line, "Content-Length: ", 16);
+    n = 16 + fmt_u64(line + 16, clen);
+    memcpy(line + n, "\r\n", 2);
+    hbuf_append(o, line, n + 2);
+  } else if (framing == F_CHUNKED) {
+    hbuf_puts(o, "Transfer-Encoding: chunked\r\n");
+  }
+  if (c->close_after)
+    hbuf_puts(o, "Connection: close\r\n");
+  else if (r->minor == 0)
+    hbuf_puts(o, "Connection: keep-alive\r\n");
+  hbuf_append(o, "\r\n", 2);
+  h->responses++;
+}
+
+/* ---- connections ---- */
+
+static size_t in_limit(const kl_httpd_t *h) {
+  return h->o.max_header_bytes + HTTPD_READ_CHUNK;
+}
+
+static double conn_deadline(conn *c) {
+  const kl_httpd_opts_t *o = &c->h->o;
+  if (c->lingering) return c->linger_since + HTTPD_LINGER_TIMEOUT;
+  double d = INFINITY;
+  if (c->blocked) d = c->wprogress + o->write_timeout;
+  if (!c->req || c->req->phase == RQ_BODY || c->handshake) {
+    double x = c->started > 0 ? c->started + o->read_timeout
+               : !c->out.len  ? c->idle_since + o->idle_timeout
+                              : INFINITY;
+    if (x < d) d = x;
+  }
+  return d;
+}
+
+static void conn_arm(conn *c) {
+  kl_timers_t *ts = kl_loop_timers(c->h->loop);
+  double d = conn_deadline(c);
+  if (d == INFINITY) {
+    kl_timers_stop(ts, &c->timer);
+    return;
+  }
+  /* A later deadline waits for the armed one to fire and re-arm. */
+  if (!kl_timer_armed(&c->timer) || d < c->timer.at)
+    kl_timers_start(ts, &c->timer, d);
+}
+
+static void conn_update(conn *c) {
+  if (c->dead) return;
+  int ev = 0;
+  if (c->handshake) {
+    ev = c->hs_write ? EV_WRITE : EV_READ;
+  } else {
+    if (c->lingering || c->in.len < in_limit(c->h)) ev |= EV_READ;
+    if (c->out.len && !c->tls_wr) ev |= EV_WRITE;
+    if (c->tls_wr) ev |= EV_READ;
+    if (c->tls_rw) ev |= EV_WRITE;
+  }
+  if (ev != c->events) {
+    ev_io_stop(c->h->ev, &c->io);
+    ev_io_set(&c->io, c->fd, ev);
+    if (ev) ev_io_start(c->h->ev, &c->io);
+    c->events = ev;
+  }
+  /* Bytes TLS decrypted already make the socket look idle: read them from
+   * the defer node once there is room. */
+  if (c->ssl && !c->handshake && !c->lingering && c->in.len < in_limit(c->h) &&
+      SSL_pending(c->ssl) > 0)
+    kl_loop_defer(c->h->loop, &c->defer);
+  conn_arm(c);
+}
+
+static void conn_kick(conn *c) {
+  if (!c->in_io && !c->dead) kl_loop_defer(c->h->loop, &c->defer);
+}
+
+static void list_unlink(conn **head, conn *c) {
+  if (c->prev)
+    c->prev->next = c->next;
+  else
+    *head = c->next;
+  if (c->next) c->next->prev = c->prev;
+  c->prev = c->next = NULL;
+}
+
+static void list_push(conn **head, conn *c) {
+  c->prev = NULL;
+  c->next = *head;
+  if (*head) (*head)->prev = c;
+  *head = c;
+}
+
+/* Closes the socket now. The request, if any, is detached with `reason`;
+ * the memory goes from the connection's defer node. */
+static void conn_kill(conn *c, int reason) {
+  kl_httpd_t *h = c->h;
+  if (c->dead) return;
+  c->dead = 1;
+  ev_io_stop(h->ev, &c->io);
+  kl_timers_stop(kl_loop_timers(h->loop), &c->timer);
+  if (c->ssl) SSL_free(c->ssl);
+  c->ssl = NULL;
+  close(c->fd);
+  c->fd = -1;
+  list_unlink(&h->live, c);
+  list_push(&h->dead, c);
+  h->nconns--;
+  if (c->req) req_detach(c->req, reason);
+  hbuf_free(&c->in);
+  hbuf_free(&c->out);
+  kl_loop_defer(h->loop, &c->defer);
+  accept_resume(h);
+}
+
+/* The response is over and its bytes are written: send FIN, then read and
+ * discard what the client still sends, so that closing does not reset a
+ * response it has not read yet. */
+static void conn_shutdown(conn *c) {
+  if (c->req) req_detach(c->req, KL_ESHUTDOWN);
+  if (c->ssl && !c->cut) {
+    ERR_clear_error();
+    SSL_shutdown(c->ssl);
+  }
+  shutdown(c->fd, SHUT_WR);
+  c->lingering = 1;
+  c->linger_since = now(c->h);
+  c->blocked = 0;
+  hbuf_free(&c->in);
+}
+
+/* Writes c->out. Returns -1 when the connection was killed or shut down. */
+static int conn_flush(conn *c, int callbacks) {
+  kl_httpd_t *h = c->h;
+  if (c->dead || c->lingering || c->handshake) return -1;
+  while (c->out.len) {
+    ssize_t n;
+    if (c->ssl) {
+      size_t len = c->out.len > INT_MAX ? INT_MAX : c->out.len;
+      ERR_clear_error();
+      n = SSL_write(c->ssl, hbuf_data(&c->out), (int)len);
+      if (n <= 0) {
+        int e = SSL_get_error(c->ssl, (int)n);
+        if (e == SSL_ERROR_WANT_WRITE || e == SSL_ERROR_WANT_READ) {
+          c->tls_wr = e == SSL_ERROR_WANT_READ;
+          goto blocked;
+        }
+        kl_log(KL_LOG_DEBUG, "httpd: %s: TLS write failed", c->peer);
+        conn_kill(c, KL_EIO);
+        return -1;
+      }
+    } else {
+      n = send(c->fd, hbuf_data(&c->out), c->out.len, MSG_NOSIGNAL);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) goto blocked;
+        kl_log(KL_LOG_DEBUG, "httpd: %s: write: %s", c->peer, strerror(errno));
+        conn_kill(c, KL_EIO);
+        return -1;
+      }
+    }
+    hbuf_consume(&c->out, (size_t)n);
+    if (c->blocked) c->wprogress = now(h);
+  }
+  c->blocked = 0;
+  /* A drained stream gives its buffer back: thousands of watches sit idle
+   * most of the time. */
+  if (c->out.cap > HTTPD_KEEP_BUF || (c->req && c->req->phase == RQ_STREAM))
+    hbuf_free(&c->out);
+  if (c->cut || (c->close_after && !c->req)) {
+    conn_shutdown(c);
+    return -1;
+  }
+  goto drained;
+blocked:
+  if (!c->blocked) {
+    c->blocked = 1;
+    c->wprogress = now(h);
+  }
+drained:
+  if (callbacks && c->req && c->req->phase == RQ_STREAM && c->req->want_drain &&
+      c->out.len <= h->o.stream_low_water) {
+    kl_httpd_req_t *r = c->req;
+    r->want_drain = 0;
+    if (r->on_drain) r->on_drain(r, r->cb_ud);
+  }
+  return 0;
+}
+
+static void conn_eof(conn *c) {
+  if (c->req && c->req->phase != RQ_BODY) {
+    conn_kill(c, KL_EIO); /* the client went away */
+    return;
+  }
+  if (c->out.len) {
+    /* Complete responses are still queued: send them, then close. */
+    if (c->req) {
+      kl_httpd_req_t *r = c->req;
+      conn_req_gone(c);
+      req_free(r);
+    }
+    c->close_after = 1;
+    c->started = 0;
+    hbuf_free(&c->in);
+    return;
+  }
+  conn_kill(c, 0);
+}
+
+static void conn_linger_read(conn *c) {
+  char tmp[16384];
+  for (;;) {
+    ssize_t n = read(c->fd, tmp, sizeof tmp);
+    if (n > 0) {
+      c->lingered += (size_t)n;
+      if (c->lingered > HTTPD_LINGER_BYTES) break;
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    break;
+  }
+  conn_kill(c, 0);
+}
+
+static void conn_read(conn *c) {
+  kl_httpd_t *h = c->h;
+  if (c->lingering) {
+    conn_linger_read(c);
+    return;
+  }
+  for (int round = 0; round < 8 && !c->dead && !c->lingering; round++) {
+    size_t limit = in_limit(h);
+    if (c->in.len >= limit) return; /* busy and the client pipelines on */
+    size_t want = limit - c->in.len;
+    if (want > HTTPD_READ_CHUNK) want = HTTPD_READ_CHUNK;
+    hbuf_reserve(&c->in, want);
+    char *dst = c->in.p + c->in.off + c->in.len;
+    ssize_t n;
+    if (c->ssl) {
+      ERR_clear_error();
+      n = SSL_read(c->ssl, dst, (int)want);
+      if (n <= 0) {
+        int e = SSL_get_error(c->ssl, (int)n);
+        if (e == SSL_ERROR_WANT_READ) return;
+        if (e == SSL_ERROR_WANT_WRITE) {
+          c->tls_rw = 1;
+          return;
+        }
+        if (e == SSL_ERROR_ZERO_RETURN) {
+          conn_eof(c);
+          return;
+        }
+        kl_log(KL_LOG_DEBUG, "httpd: %s: TLS read failed", c->peer);
+        conn_kill(c, KL_EIO);
+        return;
+      }
+    } else {
+      n = read(c->fd, dst, want);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+        kl_log(KL_LOG_DEBUG, "httpd: %s: read: %s", c->peer, strerror(errno));
+        conn_kill(c, KL_EIO);
+        return;
+      }
+      if (n == 0) {
+        conn_eof(c);
+        return;
+      }
+    }
+    if (!c->req && c->started == 0) c->started = now(h);
+    c->in.len += (size_t)n;
+    h1_process(c);
+    if (c->close_after && !c->req) hbuf_consume(&c->in, c->in.len);
+    if ((size_t)n < want && !(c->ssl && SSL_pending(c->ssl))) return;
+  }
+}
+
+static void conn_handshake(conn *c) {
+  ERR_clear_error();
+  int rc = SSL_do_handshake(c->ssl);
+  if (rc == 1) {
+    c->handshake = 0;
+    c->hs_write = 0;
+    /* ALPN offers only http/1.1 today; an h2 session would be chosen here
+     * from SSL_get0_alpn_selected. */
+    conn_read(c);
+    return;
+  }
+  int e = SSL_get_error(c->ssl, rc);
+  if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
+    c->hs_write = e == SSL_ERROR_WANT_WRITE;
+    return;
+  }
+  char msg[256];
+  ERR_error_string_n(ERR_get_error(), msg, sizeof msg);
+  kl_log(KL_LOG_DEBUG, "httpd: %s: TLS handshake failed: %s", c->peer, msg);
+  conn_kill(c, 0);
+}
+
+static void conn_on_io(struct ev_loop *ev, ev_io *w, int revents) {
+  conn *c = w->data;
+  kl_httpd_t *h = c->h;
+  (void)ev;
+  h_enter(h);
+  c->in_io = 1;
+  if (c->handshake) {
+    conn_handshake(c);
+  } else {
+    if ((revents & EV_WRITE) || (c->tls_wr && (revents & EV_READ))) {
+      c->tls_wr = 0;
+      conn_flush(c, 1);
+    }
+    if (!c->dead &&
+        ((revents & EV_READ) || (c->tls_rw && (revents & EV_WRITE)))) {
+      c->tls_rw = 0;
+      conn_read(c);
+    }
+  }
+  if (!c->dead && !c->handshake && c->out.len) conn_flush(c, 1);
+  c->in_io = 0;
+  conn_update(c);
+  h_leave(h);
+}
+
+/* The defer node: frees a dead connection, or serves a live one after an
+ * owner's call from outside its io callback. */
+static void conn_on_defer(kl_defer_t *d) {
+  conn *c = CONTAINER(d, conn, defer);
+  kl_httpd_t *h = c->h;
+  if (c->dead) {
+    list_unlink(&h->dead, c);
+    free(c);
+    return;
+  }
+  h_enter(h);
+  c->in_io = 1;
+  if (!c->handshake) {
+    if (c->ssl && !c->lingering && SSL_pending(c->ssl) > 0) conn_read(c);
+    h1_process(c);
+    conn_flush(c, 1);
+  }
+  c->in_io = 0;
+  conn_update(c);
+  h_leave(h);
+}
+
+static void conn_on_timer(kl_timer_t *t, void *ud) {
+  conn *c = ud;
+  kl_httpd_t *h = c->h;
+  (void)t;
+  h_enter(h);
+  double d = conn_deadline(c), tnow = now(h);
+  if (tnow < d) {
+    conn_arm(c);
+  } else if (c->lingering) {
+    conn_kill(c, 0);
+  } else if (c->blocked) {
+    kl_log(KL_LOG_DEBUG, "httpd: %s: write timeout", c->peer);
+    conn_kill(c, KL_EIO);
+  } else if (c->started > 0 && !c->handshake && (c->in.len || c->req) &&
+             (!c->req || c->req->phase == RQ_BODY)) {
+    c->in_io = 1;
+    h1_error(c, 408);
+    conn_flush(c, 0);
+    c->in_io = 0;
+    conn_update(c);
+  } else {
+    conn_kill(c, 0); /* idle, or a connection that never sent a byte */
+  }
+  h_leave(h);
+}
+
+static void conn_new(kl_httpd_t *h, int fd, const struct sockaddr_storage *ss) {
+  conn *c = kl_xcalloc(1, sizeof *c);
+  c->h = h;
+  c->fd = fd;
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  char ip[INET6_ADDRSTRLEN] = "?";
+  if (ss->ss_family == AF_INET) {
+    const struct sockaddr_in *a = (const struct sockaddr_in *)(const void *)ss;
+    inet_ntop(AF_INET, &a->sin_addr, ip, sizeof ip);
+    snprintf(c->peer, sizeof c->peer, "%s:%d", ip, ntohs(a->sin_port));
+  } else {
+    const struct sockaddr_in6 *a =
+        (const struct sockaddr_in6 *)(const void *)ss;
+    inet_ntop(AF_INET6, &a->sin6_addr, ip, sizeof ip);
+    snprintf(c->peer, sizeof c->peer, "[%s]:%d", ip, ntohs(a->sin6_port));
+  }
+  kl_defer_init(&c->defer, conn_on_defer);
+  kl_timer_init(&c->timer, conn_on_timer, c);
+  ev_io_init(&c->io, conn_on_io, fd, EV_READ);
+  c->io.data = c;
+  c->events = EV_READ;
+  c->started = c->idle_since = now(h);
+  if (h->ssl_ctx) {
+    c->ssl = SSL_new(h->ssl_ctx);
+    if (!c->ssl) {
+      kl_log(KL_LOG_ERROR, "httpd: SSL_new failed");
+      close(fd);
+      free(c);
+      return;
+    }
+    SSL_set_fd(c->ssl, fd);
+    SSL_set_accept_state(c->ssl);
+    c->handshake = 1;
+  }
+  list_push(&h->live, c);
+  h->nconns++;
+  h->accepted++;
+  ev_io_start(h->ev, &c->io);
+  conn_arm(c);
+}
+
+/* ---- the listener ---- */
+
+static void accept_pause(kl_httpd_t *h) {
+  if (!h->listening) return;
+  ev_io_stop(h->ev, &h->lio);
+  h->listening = 0;
+}
+
+static void accept_resume(kl_httpd_t *h) {
+  if (h->listening || h->lfd < 0 || kl_timer_armed(&h->accept_timer)) return;
+  if (h->o.max_connections && h->nconns >= h->o.max_connections) return;
+  ev_io_start(h->ev, &h->lio);
+  h->listening = 1;
+}
+
+static void on_accept_timer(kl_timer_t *t, void *ud) {
+  (void)t;
+  accept_resume(ud);
+}
+
+static void on_accept(struct ev_loop *ev, ev_io *w, int revents) {
+  kl_httpd_t *h = w->data;
+  (void)ev;
+  (void)revents;
+  h_enter(h);
+  for (int i = 0; i < 64; i++) {
+    if (h->o.max_connections && h->nconns >= h->o.max_connections) {
+      accept_pause(h);
+      break;
+    }
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    int fd = accept4(h->lfd, (struct sockaddr *)&ss, &sl,
+                     SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      double t = now(h);
+      if (t - h->accept_err_logged >= 1.0) {
+        kl_log(KL_LOG_ERROR, "httpd: accept: %s", strerror(errno));
+        h->accept_err_logged = t;
+      }
+      /* Out of descriptors or memory: try again in a little while. */
+      accept_pause(h);
+      kl_timers_start(kl_loop_timers(h->loop), &h->accept_timer, t + 0.1);
+      break;
+    }
+    conn_new(h, fd, &ss);
+  }
+  h_leave(h);
+}
+
+static int alpn_select(SSL *ssl, const unsigned char **out,
+                       unsigned char *outlen, const unsigned char *in,
+                       unsigned int inlen, void *arg) {
+  static const unsigned char protos[] = "\x08http/1.1";
+  (void)ssl;
+  (void)arg;
+  if (SSL_select_next_proto((unsigned char **)out, outlen, protos,
+                            sizeof protos - 1, in,
+                            inlen) == OPENSSL_NPN_NEGOTIATED)
+    return SSL_TLSEXT_ERR_OK;
+  return SSL_TLSEXT_ERR_NOACK;
+}
+
+static void tls_err(char *err, size_t errlen, const char *what,
+                    const char *file) {
+  char msg[256];
+  unsigned long e = ERR_get_error();
+  ERR_error_string_n(e, msg, sizeof msg);
+  if (err) snprintf(err, errlen, "%s %s: %s", what, file ? file : "", msg);
+  ERR_clear_error();
+}
+
+static SSL_CTX *tls_ctx_new(const kl_httpd_opts_t *o, char *err,
+                            size_t errlen) {
+  SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
+  if (!ctx) {
+    tls_err(err, errlen, "TLS context", NULL);
+    return NULL;
+  }
+  SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+  SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE |
+                            SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER |
+                            SSL_MODE_RELEASE_BUFFERS);
+  SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION |
+                               SSL_OP_CIPHER_SERVER_PREFERENCE);
+  if (SSL_CTX_use_certificate_chain_file(ctx, o->tls_cert_file) != 1) {
+    tls_err(err, errlen, "TLS certificate", o->tls_cert_file);
+    goto fail;
+  }
+  if (SSL_CTX_use_PrivateKey_file(ctx, o->tls_key_file, SSL_FILETYPE_PEM) !=
+      1) {
+    tls_err(err, errlen, "TLS key", o->tls_key_file);
+    goto fail;
+  }
+  if (SSL_CTX_check_private_key(ctx) != 1) {
+    tls_err(err, errlen, "TLS key does not match the certificate",
+            o->tls_key_file);
+    goto fail;
+  }
+  SSL_CTX_set_alpn_select_cb(ctx, alpn_select, NULL);
+  return ctx;
+fail:
+  SSL_CTX_free(ctx);
+  return NULL;
+}
+
+/* Opens the listening socket. Returns the fd or -1 with a message. */
+static int listen_on(const char *host, int port, char *err, size_t errlen) {
+  struct sockaddr_storage ss;
+  socklen_t sl;
+  char lit[INET6_ADDRSTRLEN + 2];
+  int any = !host || !*host;
+  memset(&ss, 0, sizeof ss);
+  if (!any && host[0] == '[') {
+    size_t n = strlen(host);
+    if (n < 3 || host[n - 1] != ']' || n - 2 >= sizeof lit) goto badhost;
+    memcpy(lit, host + 1, n - 2);
+    lit[n - 2] = '\0';
+  } else if (!any) {
+    if (strlen(host) >= sizeof lit) goto badhost;
+    strcpy(lit, host);
+  } else {
+    strcpy(lit, "::");
+  }
+  for (int attempt = 0; attempt < 2; attempt++) {
+    struct sockaddr_in *a4 = (struct sockaddr_in *)(void *)&ss;
+    struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)(void *)&ss;
+    memset(&ss, 0, sizeof ss);
+    if (inet_pton(AF_INET, lit, &a4->sin_addr) == 1) {
+      a4->sin_family = AF_INET;
+      a4->sin_port = htons((uint16_t)port);
+      sl = sizeof *a4;
+    } else if (inet_pton(AF_INET6, lit, &a6->sin6_addr) == 1) {
+      a6->sin6_family = AF_INET6;
+      a6->sin6_port = htons((uint16_t)port);
+      sl = sizeof *a6;
+    } else {
+      goto badhost;
+    }
+    int fd =
+        socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+      if (any && attempt == 0 && errno == EAFNOSUPPORT) {
+        strcpy(lit, "0.0.0.0");
+        continue;
+      }
+      if (err) snprintf(err, errlen, "socket: %s", strerror(errno));
+      return -1;
+    }
+    int one = 1, zero = 0;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (any && ss.ss_family == AF_INET6)
+      setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
+    if (bind(fd, (struct sockaddr *)&ss, sl) < 0 || listen(fd, 4096) < 0) {
+      int e = errno;
+      close(fd);
+      if (any && attempt == 0 && e == EADDRNOTAVAIL) {
+        strcpy(lit, "0.0.0.0");
+        continue;
+      }
+      if (err)
+        snprintf(err, errlen, "listen on %s port %d: %s", any ? "*" : host,
+                 port, strerror(e));
+      return -1;
+    }
+    return fd;
+  }
+badhost:
+  if (err) snprintf(err, errlen, "listen: %s is not an IP address", host);
+  return -1;
+}
+
+/* ---- the server ---- */
+
+kl_httpd_t *kl_httpd_new(kl_loop_t *loop, const kl_httpd_opts_t *opts,
+                         char *err, size_t errlen) {
+  if (err && errlen) err[0] = '\0';
+  if (!loop || !opts || !opts->handler || opts->port < 0 ||
+      opts->port > 65535 || !opts->tls_cert_file != !opts->tls_key_file) {
+    if (err) snprintf(err, errlen, "httpd: invalid options");
+    return NULL;
+  }
+  kl_httpd_t *h = kl_xcalloc(1, sizeof *h);
+  h->loop = loop;
+  h->ev = kl_loop_ev(loop);
+  h->o = *opts;
+  h->o.host = h->o.tls_cert_file = h->o.tls_key_file = NULL;
+  if (!h->o.max_header_bytes) h->o.max_header_bytes = 64 * 1024;
+  if (!h->o.max_body_bytes) h->o.max_body_bytes = 3 * 1024 * 1024;
+  if (!h->o.max_stream_buffer) h->o.max_stream_buffer = 8 * 1024 * 1024;
+  if (!h->o.stream_low_water) h->o.stream_low_water = 64 * 1024;
+  if (h->o.read_timeout <= 0) h->o.read_timeout = 30;
+  if (h->o.idle_timeout <= 0) h->o.idle_timeout = 90;
+  if (h->o.write_timeout <= 0) h->o.write_timeout = 60;
+  h->lfd = -1;
+  h->accept_err_logged = -1e9;
+  kl_timer_init(&h->accept_timer, on_accept_timer, h);
+  if (opts->tls_cert_file) {
+    h->ssl_ctx = tls_ctx_new(opts, err, errlen);
+    if (!h->ssl_ctx) goto fail;
+  }
+  h->lfd = listen_on(opts->host, opts->port, err, errlen);
+  if (h->lfd < 0) goto fail;
+  struct sockaddr_storage ss;
+  socklen_t sl = sizeof ss;
+  getsockname(h->lfd, (struct sockaddr *)&ss, &sl);
+  h->port = ntohs(ss.ss_family == AF_INET
+                      ? ((struct sockaddr_in *)(void *)&ss)->sin_port
+                      : ((struct sockaddr_in6 *)(void *)&ss)->sin6_port);
+  ev_io_init(&h->lio, on_accept, h->lfd, EV_READ);
+  h->lio.data = h;
+  accept_resume(h);
+  return h;
+fail:
+  if (h->ssl_ctx) SSL_CTX_free(h->ssl_ctx);
+  free(h);
+  return NULL;
+}
+
+void kl_httpd_free(kl_httpd_t *h) {
+  if (!h || h->freeing) return;
+  /* Close everything now: no new callbacks start after this. */
+  if (h->lfd >= 0) {
+    accept_pause(h);
+    kl_timers_stop(kl_loop_timers(h->loop), &h->accept_timer);
+    close(h->lfd);
+    h->lfd = -1;
+  }
+  while (h->live)
+    conn_kill(h->live, KL_ESHUTDOWN);
+  if (h->depth > 0) {
+    h->free_pending = 1;
+    return;
+  }
+  h->freeing = 1;
+  h->depth++; /* an on_close calling kl_httpd_free returns at once */
+  while (h->zombies) {
+    kl_httpd_req_t *r = h->zombies;
+    kl_loop_undefer(h->loop, &r->defer);
+    zombie_unlink(r);
+    r->closing = 1;
+    if (r->on_close) r->on_close(r, r->reason, r->cb_ud);
+    req_free(r);
+  }
+  while (h->dead) {
+    conn *c = h->dead;
+    kl_loop_undefer(h->loop, &c->defer);
+    list_unlink(&h->dead, c);
+    free(c);
+  }
+  if (h->ssl_ctx) SSL_CTX_free(h->ssl_ctx);
+  free(h);
+}
+
+int kl_httpd_port(const kl_httpd_t *h) { return h->port; }
+
+void kl_httpd_get_stats(const kl_httpd_t *h, kl_httpd_stats_t *st) {
+  st->connections = h->nconns;
+  st->requests = h->nreqs;
+  st->streams = h->nstreams;
+  st->accepted = h->accepted;
+  st->responses = h->responses;
+}
+
+size_t kl_httpd_close_streams(kl_httpd_t *h, int how) {
+  size_t n = 0;
+  conn *next;
+  for (conn *c = h->live; c; c = next) {
+    next = c->next;
+    kl_httpd_req_t *r = c->req;
+    if (!r || r->phase != RQ_STREAM) continue;
+    n++;
+    if (how == KL_HTTPD_DROP) {
+      conn_kill(c, KL_ESHUTDOWN);
+      continue;
+    }
+    if (!r->chunked || c->cut)
+      c->close_after = 1;
+    else if (!r->head)
+      hbuf_puts(&c->out, "0\r\n\r\n");
+    req_detach(r, KL_ESHUTDOWN);
+    conn_kick(c);
+  }
+  return n;
+}
+
+/* ---- request getters ---- */
+
+const char *kl_httpd_req_method(const kl_httpd_req_t *r) { return r->method; }
+
+const char *kl_httpd_req_path(const kl_httpd_req_t *r, size_t *len) {
+  if (len) *len = r->path_len;
+  return r->path;
+}
+
+const char *kl_httpd_req_query(const kl_httpd_req_t *r, size_t *len) {
+  if (len) *len = r->query_len;
+  return r->query;
+}
+
+const char *kl_httpd_req_param(const kl_httpd_req_t *r, const char *key,
+                               size_t nth, size_t *len) {
+  for (size_t i = 0; i < r->nparams; i++) {
+    if (strcmp(r->params[i].name, key) != 0) continue;
+    if (nth-- == 0) {
+      if (len) *len = strlen(r->params[i].value);
+      return r->params[i].value;
+    }
+  }
+  return NULL;
+}
+
+size_t kl_httpd_req_nparams(const kl_httpd_req_t *r) { return r->nparams; }
+
+int kl_httpd_req_param_at(const kl_httpd_req_t *r, size_t i, const char **key,
+                          const char **value) {
+  if (i >= r->nparams) return KL_ENOENT;
+  *key = r->params[i].name;
+  *value = r->params[i].value;
+  return 0;
+}
+
+const char *kl_httpd_req_header(const kl_httpd_req_t *r, const char *name) {
+  for (size_t i = 0; i < r->nhdrs; i++)
+    if (ieq(r->hdrs[i].name, strlen(r->hdrs[i].name), name))
+      return r->hdrs[i].value;
+  return NULL;
+}
+
+size_t kl_httpd_req_nheaders(const kl_httpd_req_t *r) { return r->nhdrs; }
+
+int kl_httpd_req_header_at(const kl_httpd_req_t *r, size_t i, const char **name,
+                           const char **value) {
+  if (i >= r->nhdrs) return KL_ENOENT;
+  *name = r->hdrs[i].name;
+  *value = r->hdrs[i].value;
+  return 0;
+}
+
+const char *kl_httpd_req_body(const kl_httpd_req_t *r, size_t *len) {
+  if (len) *len = r->body_len;
+  return r->body ? r->body : "";
+}
+
+const char *kl_httpd_req_remote(const kl_httpd_req_t *r) { return r->peer; }
+int kl_httpd_req_version(const kl_httpd_req_t *r) { return 10 + r->minor; }
+int kl_httpd_req_is_tls(const kl_httpd_req_t *r) { return r->tls; }
+
+/* ---- responses ---- */
+
+void kl_httpd_req_set_callbacks(kl_httpd_req_t *r, kl_httpd_close_fn *on_close,
+                                kl_httpd_drain_fn *on_drain, void *ud) {
+  r->on_close = on_close;
+  r->on_drain = on_drain;
+  r->cb_ud = ud;
+}
+
+int kl_httpd_set_header(kl_httpd_req_t *r, const char *name,
+                        const char *value) {
+  if (!r || !name || !value || r->phase != RQ_HANDLER) return KL_EINVAL;
+  size_t nl = strlen(name), vl = strlen(value);
+  if (!nl) return KL_EINVAL;
+  for (size_t i = 0; i < nl; i++)
+    if (!is_tchar((unsigned char)name[i])) return KL_EINVAL;
+  for (size_t i = 0; i < vl; i++) {
+    unsigned char ch = (unsigned char)value[i];
+    if ((ch < 0x20 && ch != '\t') || ch == 0x7f) return KL_EINVAL;
+  }
+  if (ieq(name, nl, "content-length") || ieq(name, nl, "transfer-encoding"))
+    return KL_EINVAL;
+  if (r->dead) return KL_ESHUTDOWN;
+  if (ieq(name, nl, "connection")) {
+    if (!ieq(value, vl, "close")) return KL_EINVAL;
+    r->resp_close = 1;
+    return 0;
+  }
+  if (r->rh.len + nl + vl + 4 > r->h->o.max_header_bytes) return KL_ELIMIT;
+  hbuf_reserve(&r->rh, nl + vl + 4);
+  hbuf_append(&r->rh, name, nl);
+  hbuf_append(&r->rh, ": ", 2);
+  hbuf_append(&r->rh, value, vl);
+  hbuf_append(&r->rh, "\r\n", 2);
+  return 0;
+}
+
+int kl_httpd_reply(kl_httpd_req_t *r, int status, const void *body,
+                   size_t len) {
+  if (!r || r->phase != RQ_HANDLER || status < 200 || status > 999 ||
+      (len && !body))
+    return KL_EINVAL;
+  if (r->dead) {
+    req_drop_dead(r);
+    return KL_ESHUTDOWN;
+  }
+  conn *c = r->c;
+  int nobody = status == 204 || status == 304;
+  if (r->resp_close) c->close_after = 1;
+  if (c->cut) { /* an abort before the response: nothing more is sent */
+    req_complete(c, r);
+    return 0;
+  }
+  h1_head(c, r, status, nobody ? F_NONE : F_LENGTH, nobody ? 0 : len);
+  if (r->head || nobody) len = 0;
+  /* The body may be the request's own memory: send or copy it before the
+   * request is freed. A large one goes out from that memory when it can. */
+  if (len >= HTTPD_ZEROCOPY_MIN && !c->ssl && !c->blocked) {
+    struct iovec iov[2] = {{hbuf_data(&c->out), c->out.len},
+                           {(void *)(uintptr_t)body, len}};
+    ssize_t n;
+    do {
+      n = writev(c->fd, iov, 2);
+    } while (n < 0 && errno == EINTR);
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+      req_complete(c, r);
+      conn_kill(c, KL_EIO);
+      return 0;
+    }
+    size_t sent = n > 0 ? (size_t)n : 0, ol = c->out.len;
+    hbuf_consume(&c->out, sent < ol ? sent : ol);
+    if (sent > ol) {
+      body = (const char *)body + (sent - ol);
+      len -= sent - ol;
+    }
+  }
+  hbuf_append(&c->out, body, len);
+  req_complete(c, r);
+  return 0;
+}
+
+int kl_httpd_stream_begin(kl_httpd_req_t *r, int status) {
+  if (!r || r->phase != RQ_HANDLER || status < 200 || status > 999 ||
+      status == 204 || status == 304)
+    return KL_EINVAL;
+  if (r->dead) return KL_ESHUTDOWN;
+  conn *c = r->c;
+  r->chunked = r->minor >= 1;
+  if (!r->chunked || r->resp_close) c->close_after = 1;
+  r->phase = RQ_STREAM;
+  c->h->nstreams++;
+  if (!c->cut) h1_head(c, r, status, r->chunked ? F_CHUNKED : F_CLOSE, 0);
+  if (!c->in.len) hbuf_free(&c->in); /* a long stream reads nothing */
+  conn_kick(c);
+  return 0;
+}
+
+int kl_httpd_stream_writev(kl_httpd_req_t *r, const struct iovec *iov, int n) {
+  if (!r || r->phase != RQ_STREAM || n < 0) return KL_EINVAL;
+  if (r->dead) return KL_ESHUTDOWN;
+  conn *c = r->c;
+  kl_httpd_t *h = c->h;
+  size_t total = 0;
+  for (int i = 0; i < n; i++)
+    total += iov[i].iov_len;
+  if (!total || r->head || c->cut) return 0;
+  if (c->out.len + total + 32 > h->o.max_stream_buffer) {
+    kl_log(KL_LOG_WARN,
+           "httpd: %s: closing a stream of %s %s: %zu bytes unsent, over "
+           "the cap of %zu",
+           c->peer, r->method, r->path, c->out.len + total,
+           h->o.max_stream_buffer);
+    conn_kill(c, KL_ELIMIT);
+    return KL_ELIMIT;
+  }
+  size_t take = total;
+  if (r->abort_armed && take > r->abort_left) take = r->abort_left;
+  hbuf_reserve(&c->out, take + 24);
+  if (r->chunked) {
+    char line[24];
+    size_t ln = fmt_hex(line, total);
+    line[ln++] = '\r';
+    line[ln++] = '\n';
+    hbuf_append(&c->out, line, ln);
+  }
+  size_t left = take;
+  for (int i = 0; i < n && left; i++) {
+    size_t k = iov[i].iov_len < left ? iov[i].iov_len : left;
+    hbuf_append(&c->out, iov[i].iov_base, k);
+    left -= k;
+  }
+  if (r->chunked && take == total) hbuf_append(&c->out, "\r\n", 2);
+  if (r->abort_armed) {
+    r->abort_left -= take;
+    if (!r->abort_left) c->cut = 1;
+  }
+  r->want_drain = 1;
+  if (c->out.len >= HTTPD_SYNC_FLUSH) {
+    conn_flush(c, 0);
+    if (c->dead) return KL_ESHUTDOWN;
+  }
+  conn_kick(c);
+  return 0;
+}
+
+int kl_httpd_stream_write(kl_httpd_req_t *r, const void *data, size_t len) {
+  struct iovec iov = {(void *)(uintptr_t)data, len};
+  return kl_httpd_stream_writev(r, &iov, 1);
+}
+
+size_t kl_httpd_buffered(const kl_httpd_req_t *r) {
+  return r && r->c ? r->c->out.len : 0;
+}
+
+int kl_httpd_stream_end(kl_httpd_req_t *r) {
+  if (!r || r->phase != RQ_STREAM) return KL_EINVAL;
+  if (r->dead) {
+    req_drop_dead(r);
+    return KL_ESHUTDOWN;
+  }
+  conn *c = r->c;
+  if (r->abort_armed)
+    c->cut = 1; /* an aborted stream never ends cleanly */
+  else if (r->chunked && !r->head)
+    hbuf_puts(&c->out, "0\r\n\r\n");
+  req_complete(c, r);
+  return 0;
+}
+
+int kl_httpd_stream_abort(kl_httpd_req_t *r, size_t n) {
+  if (!r || (r->phase != RQ_STREAM && r->phase != RQ_HANDLER) ||
+      (r->phase == RQ_HANDLER && n))
+    return KL_EINVAL;
+  if (r->dead) return KL_ESHUTDOWN;
+  conn *c = r->c;
+  r->abort_armed = 1;
+  r->abort_left = n;
+  if (!n || r->head) c->cut = 1;
+  conn_kick(c);
+  return 0;
+}
