@@ -683,6 +683,8 @@ kl_rt_t *kl_rt_new(kl_loop_t *loop) {
   lua_setfield(L, -2, "kubelua.core");
   lua_pushcfunction(L, kl_luaopen_json);
   lua_setfield(L, -2, "kubelua.json");
+  lua_pushcfunction(L, kl_luaopen_informer);
+  lua_setfield(L, -2, "kubelua.informer");
   for (const kl_lua_module_t *m = kl_lua_modules; m->name; m++) {
     lua_pushlightuserdata(L, (void *)m); /* static data, not heap */
     lua_pushcclosure(L, load_embedded, 1);

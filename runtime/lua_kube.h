@@ -87,5 +87,6 @@ int kl_lua_error(lua_State *L, const char *name, const char *fmt, ...)
 /* Bindings, each opening one module table on the stack. */
 int kl_luaopen_workqueue(lua_State *L);
 int kl_luaopen_json(lua_State *L);
+int kl_luaopen_informer(lua_State *L);
 
 #endif

@@ -10,6 +10,7 @@
 
 local core = require "kubelua.core"
 local json = require "kubelua.json"
+local informer = require "kubelua.informer"
 
 local error, type, tostring, pairs, select = error, type, tostring, pairs, select
 local setmetatable, getmetatable, xpcall = setmetatable, getmetatable, xpcall
@@ -92,6 +93,15 @@ for _, level in pairs({ "debug", "info", "warn", "error" }) do
   end
 end
 _M.log = log
+
+-- Informers ---------------------------------------------------------------
+
+-- kube.local_informer(opts) -> an informer whose cache is fed by the caller
+-- (inf:feed(watch_bytes), inf:replace(list), inf:add/update/delete(obj))
+-- instead of a watch: the same store, indexers, handlers and events as a
+-- watching informer, for tests and tools. opts: name, resync, indexers,
+-- transform, keep_managed_fields, api_version and kind (for list items).
+_M.local_informer = informer.new
 
 -- Workqueues and workers ---------------------------------------------------
 

@@ -1,0 +1,942 @@
+/* lua_informer.c — informers in Lua: handlers, the cache, and feeding.
+ *
+ * An informer value is a userdata pointing at a C binding that owns the
+ * kl_informer_t. Handlers are listeners of its processor: each keeps a
+ * registry reference to its Lua function and is called from the loop's
+ * deferred work (never from inside a Lua call), with an event table:
+ *   ev.type ("add" | "update" | "delete"), ev.key, ev.initial, ev.tombstone,
+ *   ev.sync, and ev.object / ev.old decoded on first access.
+ * The event table holds a small userdata with references to the objects;
+ * the decoded tables are fresh copies, so nothing a handler does to them can
+ * change the cache. Reads (get, list, by_index) decode fresh tables too.
+ *
+ * Custom indexers and the transform are Lua functions that C calls while the
+ * store changes; their errors are reported, never fatal. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+#include "informer.h"
+#include "log.h"
+#include "lua_json.h"
+#include "lua_kube.h"
+#include "mem.h"
+
+#define INFORMER_MT "kubelua.informer"
+#define HANDLE_MT "kubelua.informer.handler"
+#define OBJREF_MT "kubelua.objref"
+#define EVENT_MT_KEY "kubelua.event.mt"
+#define BUDGET 512
+
+typedef struct linf {
+  kl_informer_t *inf;
+  kl_rt_t *rt;
+  lua_State *L;
+  kl_defer_t defer;
+  int transform_ref;
+  char name[64];
+} linf_t;
+
+/* One handler (listener): which event types it wants, and its function. */
+typedef struct handler {
+  linf_t *owner;
+  uint64_t id;
+  int fn_ref;
+  unsigned types; /* bit per kl_proc_note_type_t */
+  char name[64];
+} handler_t;
+
+typedef struct handle {
+  linf_t *owner;
+  uint64_t id;
+} handle_t;
+
+/* The objects behind an event: released when the event table is collected. */
+typedef struct objref {
+  kl_obj_t *obj, *old;
+} objref_t;
+
+/* Custom indexer: a Lua function obj -> list of strings. */
+typedef struct lindex {
+  linf_t *owner;
+  int fn_ref;
+  char name[64];
+} lindex_t;
+
+static linf_t *check_informer(lua_State *L, const char *fn) {
+  linf_t **box = luaL_testudata(L, 1, INFORMER_MT);
+  if (!box || !*box)
+    kl_lua_error(L, fn, "expected an informer, got %s", luaL_typename(L, 1));
+  return *box;
+}
+
+/* Decoding */
+
+/* Pushes the Lua table of an object, or raises. */
+static void push_obj(lua_State *L, const kl_obj_t *o) {
+  char err[128];
+  kl_json_span_t j = kl_obj_json(o);
+  if (kl_lua_json_decode(L, j.p, j.n, err, sizeof err) != 0)
+    luaL_error(L, "informer: cached object does not decode: %s", err);
+}
+
+static int encode_cf(lua_State *L) {
+  kl_lua_json_encode(L, 1);
+  return 1;
+}
+
+/* Pushes the exact JSON of the table at idx and returns 0, or pushes nothing
+ * and returns -1 with the encoder's message in err. Never raises. */
+static int safe_encode(lua_State *L, int idx, char *err, size_t errlen) {
+  idx = idx < 0 ? lua_gettop(L) + idx + 1 : idx;
+  lua_pushcfunction(L, encode_cf);
+  lua_pushvalue(L, idx);
+  if (lua_pcall(L, 1, 1, 0) != 0) {
+    snprintf(err, errlen, "%s", lua_tostring(L, -1));
+    lua_pop(L, 1);
+    return -1;
+  }
+  return 0;
+}
+
+/* Builds an object from a Lua value: a table (encoded exactly) or a JSON
+ * string. Returns 0 with a new reference, or raises. */
+static kl_obj_t *to_obj(lua_State *L, linf_t *li, int idx, const char *fn) {
+  char err[256];
+  size_t n;
+  const char *p;
+  kl_obj_t *o;
+  idx = idx < 0 ? lua_gettop(L) + idx + 1 : idx;
+  if (lua_type(L, idx) == LUA_TTABLE) {
+    kl_lua_json_encode(L, idx);
+    p = lua_tolstring(L, -1, &n);
+  } else if (lua_type(L, idx) == LUA_TSTRING) {
+    lua_pushvalue(L, idx);
+    p = lua_tolstring(L, -1, &n);
+  } else {
+    kl_lua_error(L, fn, "object must be a table or JSON text, got %s",
+                 luaL_typename(L, idx));
+    return NULL;
+  }
+  if (kl_informer_parse(li->inf, p, n, &o, err, sizeof err) != 0)
+    kl_lua_error(L, fn, "%s", err);
+  lua_pop(L, 1);
+  return o;
+}
+
+/* Events */
+
+static int objref_gc(lua_State *L) {
+  objref_t *r = lua_touserdata(L, 1);
+  kl_obj_unref(r->obj);
+  kl_obj_unref(r->old);
+  r->obj = r->old = NULL;
+  return 0;
+}
+
+/* __index of event tables: decodes "object" and "old" once. */
+static int event_index(lua_State *L) {
+  const char *k = lua_tostring(L, 2);
+  int which = k && strcmp(k, "object") == 0 ? 1
+              : k && strcmp(k, "old") == 0  ? 2
+                                            : 0;
+  if (!which) return 0;
+  lua_rawgeti(L, 1, 0); /* the objref, kept at index 0 */
+  objref_t *r = lua_touserdata(L, -1);
+  const kl_obj_t *o = r ? (which == 1 ? r->obj : r->old) : NULL;
+  if (!o) return 0;
+  push_obj(L, o);
+  lua_pushvalue(L, 2);
+  lua_pushvalue(L, -2);
+  lua_rawset(L, 1);
+  return 1;
+}
+
+static const char *const note_names[] = {"", "add", "update", "delete"};
+
+static void push_event(lua_State *L, const kl_proc_note_t *n) {
+  lua_createtable(L, 1, 6);
+  lua_pushstring(L, note_names[n->type]);
+  lua_setfield(L, -2, "type");
+  lua_pushlstring(L, n->key, n->len);
+  lua_setfield(L, -2, "key");
+  if (n->initial) {
+    lua_pushboolean(L, 1);
+    lua_setfield(L, -2, "initial");
+  }
+  if (n->tombstone) {
+    lua_pushboolean(L, 1);
+    lua_setfield(L, -2, "tombstone");
+  }
+  if (n->sync) {
+    lua_pushboolean(L, 1);
+    lua_setfield(L, -2, "sync");
+  }
+  objref_t *r = lua_newuserdata(L, sizeof *r);
+  r->obj = n->obj ? kl_obj_ref(n->obj) : NULL;
+  r->old = n->old ? kl_obj_ref(n->old) : NULL;
+  luaL_getmetatable(L, OBJREF_MT);
+  lua_setmetatable(L, -2);
+  lua_rawseti(L, -2, 0);
+  lua_getfield(L, LUA_REGISTRYINDEX, EVENT_MT_KEY);
+  lua_setmetatable(L, -2);
+}
+
+static int traceback(lua_State *L) {
+  luaL_traceback(L, L, lua_tostring(L, 1), 1);
+  return 1;
+}
+
+static void call_handler(kl_proc_t *p, uint64_t id, const kl_proc_note_t *n,
+                         void *ud) {
+  handler_t *h = ud;
+  lua_State *L = h->owner->L;
+  (void)p;
+  (void)id;
+  if (!(h->types & (1u << n->type))) return;
+  lua_checkstack(L, 8);
+  int base = lua_gettop(L);
+  lua_pushcfunction(L, traceback);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, h->fn_ref);
+  push_event(L, n);
+  if (lua_pcall(L, 1, 0, base + 1) != 0) {
+    char fields[256];
+    snprintf(fields, sizeof fields, " informer=%s handler=%s key=%.*s",
+             h->owner->name, h->name, (int)(n->len < 128 ? n->len : 128),
+             n->key);
+    kl_log_fields(KL_LOG_ERROR, fields, "handler failed: %s",
+                  lua_tostring(L, -1));
+  }
+  lua_settop(L, base);
+}
+
+static void handler_free(void *ud) {
+  handler_t *h = ud;
+  if (h->owner->L) luaL_unref(h->owner->L, LUA_REGISTRYINDEX, h->fn_ref);
+  free(h);
+}
+
+/* Scheduling */
+
+static void run_deferred(kl_defer_t *d) {
+  linf_t *li = (linf_t *)((char *)d - offsetof(linf_t, defer));
+  if (kl_informer_run(li->inf, BUDGET))
+    kl_loop_defer(kl_rt_loop(li->rt), &li->defer);
+}
+
+static void on_work(kl_informer_t *inf, void *ud) {
+  linf_t *li = ud;
+  (void)inf;
+  kl_loop_defer(kl_rt_loop(li->rt), &li->defer);
+}
+
+/* Transform: a Lua function obj -> obj, applied before caching. */
+static int lua_transform(void *ud, kl_obj_t *in, kl_obj_t **out) {
+  linf_t *li = ud;
+  lua_State *L = li->L;
+  char err[256];
+  int base = lua_gettop(L), rc = KL_EINVAL;
+  lua_checkstack(L, 8);
+  lua_pushcfunction(L, traceback);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, li->transform_ref);
+  kl_json_span_t j = kl_obj_json(in);
+  if (kl_lua_json_decode(L, j.p, j.n, err, sizeof err) != 0) {
+    kl_log(KL_LOG_ERROR, "informer %s: transform: %s", li->name, err);
+    goto done;
+  }
+  if (lua_pcall(L, 1, 1, base + 1) != 0) {
+    kl_log(KL_LOG_ERROR, "informer %s: transform failed: %s", li->name,
+           lua_tostring(L, -1));
+    goto done;
+  }
+  if (lua_type(L, -1) != LUA_TTABLE) {
+    kl_log(KL_LOG_ERROR, "informer %s: transform returned %s, not a table",
+           li->name, luaL_typename(L, -1));
+    goto done;
+  }
+  {
+    size_t n;
+    if (safe_encode(L, -1, err, sizeof err) != 0) {
+      kl_log(KL_LOG_ERROR, "informer %s: transform result: %s", li->name, err);
+      goto done;
+    }
+    const char *p = lua_tolstring(L, -1, &n);
+    if (kl_informer_parse(li->inf, p, n, out, err, sizeof err) != 0) {
+      kl_log(KL_LOG_ERROR, "informer %s: transform result: %s", li->name, err);
+      goto done;
+    }
+  }
+  rc = 0;
+done:
+  lua_settop(L, base);
+  return rc;
+}
+
+/* Indexers */
+
+static int lua_index(const kl_obj_t *o, void *ud, kl_store_emit_fn *emit,
+                     void *ctx) {
+  lindex_t *ix = ud;
+  lua_State *L = ix->owner->L;
+  int base = lua_gettop(L), rc = 0;
+  lua_checkstack(L, 8);
+  char err[160];
+  kl_json_span_t j = kl_obj_json(o);
+  lua_pushcfunction(L, traceback);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, ix->fn_ref);
+  if (kl_lua_json_decode(L, j.p, j.n, err, sizeof err) != 0) {
+    kl_store_index_fail(ctx, err);
+    rc = KL_EINVAL;
+  } else if (lua_pcall(L, 1, 1, base + 1) != 0) {
+    kl_store_index_fail(ctx, lua_tostring(L, -1));
+    rc = KL_EINVAL;
+  } else if (lua_type(L, -1) == LUA_TTABLE) {
+    int t = lua_gettop(L);
+    size_t n = lua_objlen(L, t);
+    for (size_t i = 1; i <= n && rc == 0; i++) {
+      lua_rawgeti(L, t, (int)i);
+      size_t len;
+      const char *v = lua_tolstring(L, -1, &len);
+      if (lua_type(L, -1) != LUA_TSTRING) {
+        kl_store_index_fail(ctx, "index function returned a value that is "
+                                 "not a string");
+        rc = KL_EINVAL;
+      } else {
+        rc = emit(ctx, v, len);
+      }
+      lua_pop(L, 1);
+    }
+  } else if (!lua_isnil(L, -1)) {
+    kl_store_index_fail(ctx, "index function must return a list of strings");
+    rc = KL_EINVAL;
+  }
+  lua_settop(L, base);
+  return rc;
+}
+
+static void lindex_free(void *ud) {
+  lindex_t *ix = ud;
+  if (ix->owner->L) luaL_unref(ix->owner->L, LUA_REGISTRYINDEX, ix->fn_ref);
+  free(ix);
+}
+
+/* Reads an indexers table {name = fn | {label = "k"} | "controller"} and adds
+ * them to the store. */
+static void add_indexers(lua_State *L, linf_t *li, int idx, const char *fn) {
+  char err[256];
+  idx = idx < 0 ? lua_gettop(L) + idx + 1 : idx;
+  if (lua_type(L, idx) != LUA_TTABLE)
+    kl_lua_error(L, fn, "indexers must be a table, got %s",
+                 luaL_typename(L, idx));
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    if (lua_type(L, -2) != LUA_TSTRING)
+      kl_lua_error(L, fn, "indexer names must be strings");
+    kl_store_indexer_t ix = {0};
+    ix.name = lua_tostring(L, -2);
+    if (lua_type(L, -1) == LUA_TFUNCTION) {
+      lindex_t *li_ix = kl_xcalloc(1, sizeof *li_ix);
+      li_ix->owner = li;
+      snprintf(li_ix->name, sizeof li_ix->name, "%s", ix.name);
+      lua_pushvalue(L, -1);
+      li_ix->fn_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+      ix.kind = KL_STORE_INDEX_CUSTOM;
+      ix.fn = lua_index;
+      ix.ud = li_ix;
+      ix.ud_free = lindex_free;
+    } else if (lua_type(L, -1) == LUA_TSTRING &&
+               strcmp(lua_tostring(L, -1), "controller") == 0) {
+      ix.kind = KL_STORE_INDEX_CONTROLLER;
+    } else if (lua_type(L, -1) == LUA_TSTRING &&
+               strcmp(lua_tostring(L, -1), "namespace") == 0) {
+      ix.kind = KL_STORE_INDEX_NAMESPACE;
+    } else if (lua_type(L, -1) == LUA_TTABLE) {
+      lua_getfield(L, -1, "label");
+      if (lua_type(L, -1) != LUA_TSTRING)
+        kl_lua_error(L, fn, "indexer %s: {label = KEY} needs a string key",
+                     ix.name);
+      ix.kind = KL_STORE_INDEX_LABEL;
+      ix.label = lua_tostring(L, -1);
+      lua_pop(L, 1);
+    } else {
+      kl_lua_error(L, fn,
+                   "indexer %s must be a function, {label = KEY}, "
+                   "\"controller\" or \"namespace\", got %s",
+                   ix.name, luaL_typename(L, -1));
+    }
+    if (kl_store_add_indexers(kl_informer_store(li->inf), &ix, 1, err,
+                              sizeof err) != 0) {
+      if (ix.ud_free) ix.ud_free(ix.ud);
+      kl_lua_error(L, fn, "%s", err);
+    }
+    lua_pop(L, 1);
+  }
+}
+
+/* kube.local_informer(opts) */
+
+static double opt_number(lua_State *L, int idx, const char *k, double dflt) {
+  lua_getfield(L, idx, k);
+  double v = dflt;
+  if (!lua_isnil(L, -1)) {
+    if (lua_type(L, -1) != LUA_TNUMBER || !(lua_tonumber(L, -1) >= 0))
+      kl_lua_error(L, "kube.local_informer",
+                   "opts.%s must be a number >= 0, got %s", k,
+                   luaL_typename(L, -1));
+    v = lua_tonumber(L, -1);
+  }
+  lua_pop(L, 1);
+  return v;
+}
+
+static const char *opt_string(lua_State *L, int idx, const char *k, char *buf,
+                              size_t cap) {
+  lua_getfield(L, idx, k);
+  const char *v = NULL;
+  if (!lua_isnil(L, -1)) {
+    if (lua_type(L, -1) != LUA_TSTRING)
+      kl_lua_error(L, "kube.local_informer", "opts.%s must be a string, got %s",
+                   k, luaL_typename(L, -1));
+    snprintf(buf, cap, "%s", lua_tostring(L, -1));
+    v = buf;
+  }
+  lua_pop(L, 1);
+  return v;
+}
+
+static int informer_new(lua_State *L) {
+  kl_rt_t *rt = kl_rt_from(L);
+  char name[64], apiv[128], kind[128];
+  if (lua_isnoneornil(L, 1))
+    lua_newtable(L);
+  else if (lua_type(L, 1) != LUA_TTABLE)
+    return kl_lua_error(L, "kube.local_informer",
+                        "opts must be a table, got %s", luaL_typename(L, 1));
+  lua_settop(L, 1);
+  kl_informer_opts_t o = {0};
+  o.name = opt_string(L, 1, "name", name, sizeof name);
+  o.api_version = opt_string(L, 1, "api_version", apiv, sizeof apiv);
+  o.kind = opt_string(L, 1, "kind", kind, sizeof kind);
+  o.resync_period = opt_number(L, 1, "resync", 0);
+  lua_getfield(L, 1, "keep_managed_fields");
+  o.keep_managed_fields = lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  lua_getfield(L, 1, "transform");
+  int has_transform = lua_type(L, -1) == LUA_TFUNCTION;
+  if (!has_transform && !lua_isnil(L, -1))
+    return kl_lua_error(L, "kube.local_informer",
+                        "opts.transform must be a function, got %s",
+                        luaL_typename(L, -1));
+
+  linf_t **box = lua_newuserdata(L, sizeof *box);
+  *box = NULL;
+  luaL_getmetatable(L, INFORMER_MT);
+  lua_setmetatable(L, -2);
+  linf_t *li = kl_xcalloc(1, sizeof *li);
+  li->rt = rt;
+  li->L = kl_rt_lua(rt);
+  li->transform_ref = LUA_NOREF;
+  snprintf(li->name, sizeof li->name, "%s", o.name ? o.name : "local");
+  kl_defer_init(&li->defer, run_deferred);
+  if (has_transform) {
+    lua_pushvalue(L, 2);
+    li->transform_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    o.transform = lua_transform;
+  }
+  o.name = li->name;
+  o.timers = kl_loop_timers(kl_rt_loop(rt));
+  o.on_work = on_work;
+  o.ud = li;
+  li->inf = kl_informer_new(&o);
+  *box = li;
+
+  lua_getfield(L, 1, "indexers");
+  if (!lua_isnil(L, -1)) add_indexers(L, li, -1, "kube.local_informer");
+  lua_pop(L, 1);
+  return 1;
+}
+
+static int informer_gc(lua_State *L) {
+  linf_t **box = lua_touserdata(L, 1);
+  linf_t *li = *box;
+  if (!li) return 0;
+  *box = NULL;
+  kl_loop_undefer(kl_rt_loop(li->rt), &li->defer);
+  kl_informer_free(li->inf);
+  if (li->transform_ref != LUA_NOREF)
+    luaL_unref(L, LUA_REGISTRYINDEX, li->transform_ref);
+  free(li);
+  return 0;
+}
+
+/* Handlers */
+
+static int add_handler(lua_State *L, linf_t *li, unsigned types, int fn_idx,
+                       const char *name, double resync) {
+  handler_t *h = kl_xcalloc(1, sizeof *h);
+  h->owner = li;
+  h->types = types;
+  snprintf(h->name, sizeof h->name, "%s", name);
+  lua_pushvalue(L, fn_idx);
+  h->fn_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  kl_proc_listener_opts_t lo = {call_handler, h, handler_free,
+                                resync < 0 ? KL_PROC_DEFAULT_RESYNC : resync};
+  h->id = kl_proc_add_listener(kl_informer_proc(li->inf), &lo);
+  if (h->id == 0) {
+    handler_free(h);
+    return kl_lua_error(L, "informer:add_handler", "the informer is stopped");
+  }
+  handle_t *hd = lua_newuserdata(L, sizeof *hd);
+  hd->owner = li;
+  hd->id = h->id;
+  luaL_getmetatable(L, HANDLE_MT);
+  lua_setmetatable(L, -2);
+  /* Keep the informer alive as long as the handle is. */
+  lua_newtable(L);
+  lua_pushvalue(L, 1);
+  lua_rawseti(L, -2, 1);
+  lua_setfenv(L, -2);
+  return 1;
+}
+
+/* inf:on_add(fn [, name]) / on_update / on_delete -> handle */
+static int on_type(lua_State *L, unsigned type, const char *fn) {
+  linf_t *li = check_informer(L, fn);
+  if (lua_type(L, 2) != LUA_TFUNCTION)
+    return kl_lua_error(L, fn, "expected a function, got %s",
+                        luaL_typename(L, 2));
+  const char *name = luaL_optstring(L, 3, fn + 9); /* "informer:on_add" */
+  return add_handler(L, li, 1u << type, 2, name, -1);
+}
+
+static int inf_on_add(lua_State *L) {
+  return on_type(L, KL_PROC_ADD, "informer:on_add");
+}
+static int inf_on_update(lua_State *L) {
+  return on_type(L, KL_PROC_UPDATE, "informer:on_update");
+}
+static int inf_on_delete(lua_State *L) {
+  return on_type(L, KL_PROC_DELETE, "informer:on_delete");
+}
+
+/* inf:add_handler{add = fn, update = fn, delete = fn, name = s,
+ * resync = seconds} -> handle: one listener for all three. */
+static int inf_add_handler(lua_State *L) {
+  static const char *const keys[] = {"", "add", "update", "delete"};
+  linf_t *li = check_informer(L, "informer:add_handler");
+  if (lua_type(L, 2) != LUA_TTABLE)
+    return kl_lua_error(L, "informer:add_handler",
+                        "expected a table of handlers, got %s",
+                        luaL_typename(L, 2));
+  /* A dispatcher closure calls the right function for each event type. */
+  lua_newtable(L);
+  int funcs = lua_gettop(L);
+  unsigned types = 0;
+  for (int t = 1; t <= 3; t++) {
+    lua_getfield(L, 2, keys[t]);
+    if (lua_type(L, -1) == LUA_TFUNCTION) {
+      types |= 1u << t;
+      lua_setfield(L, funcs, keys[t]);
+    } else if (!lua_isnil(L, -1)) {
+      return kl_lua_error(L, "informer:add_handler",
+                          "handlers.%s must be a function, got %s", keys[t],
+                          luaL_typename(L, -1));
+    } else {
+      lua_pop(L, 1);
+    }
+  }
+  if (!types)
+    return kl_lua_error(L, "informer:add_handler",
+                        "no add, update or delete function given");
+  lua_getfield(L, 2, "name");
+  char name[64];
+  snprintf(name, sizeof name, "%s",
+           lua_isstring(L, -1) ? lua_tostring(L, -1) : "handler");
+  lua_pop(L, 1);
+  lua_getfield(L, 2, "resync");
+  double resync = lua_isnumber(L, -1) ? lua_tonumber(L, -1) : -1;
+  lua_pop(L, 1);
+  lua_getfield(L, LUA_REGISTRYINDEX, "kubelua.informer.dispatch");
+  lua_pushvalue(L, funcs);
+  lua_call(L, 1, 1); /* dispatch(funcs) -> function(ev) */
+  return add_handler(L, li, types, lua_gettop(L), name, resync);
+}
+
+static handle_t *check_handle(lua_State *L, const char *fn) {
+  handle_t *h = luaL_testudata(L, 1, HANDLE_MT);
+  if (!h)
+    kl_lua_error(L, fn, "expected a handler handle, got %s",
+                 luaL_typename(L, 1));
+  return h;
+}
+
+/* handle:remove() -> true if it was registered (removing twice is fine). */
+static int handle_remove(lua_State *L) {
+  handle_t *h = check_handle(L, "handle:remove");
+  int rc = h->owner && h->id
+               ? kl_proc_remove_listener(kl_informer_proc(h->owner->inf), h->id)
+               : KL_ENOENT;
+  h->id = 0;
+  lua_pushboolean(L, rc == 0);
+  return 1;
+}
+
+/* handle:has_synced() -> true once the initial adds reached the handler. */
+static int handle_has_synced(lua_State *L) {
+  handle_t *h = check_handle(L, "handle:has_synced");
+  lua_pushboolean(L, h->id && kl_proc_listener_synced(
+                                  kl_informer_proc(h->owner->inf), h->id));
+  return 1;
+}
+
+/* Reading the cache */
+
+typedef struct collect {
+  lua_State *L;
+  int t, n, keys_only;
+  const char *ns;
+  size_t nslen;
+} collect_t;
+
+static int collect_visit(void *ud, const char *key, size_t len, kl_obj_t *o) {
+  collect_t *c = ud;
+  if (c->ns) {
+    kl_json_span_t ns = kl_obj_namespace(o);
+    if (ns.n != c->nslen || memcmp(ns.p, c->ns, ns.n) != 0) return 0;
+  }
+  if (c->keys_only)
+    lua_pushlstring(c->L, key, len);
+  else
+    push_obj(c->L, o);
+  lua_rawseti(c->L, c->t, ++c->n);
+  return 0;
+}
+
+static void new_array(lua_State *L) {
+  lua_newtable(L);
+  luaL_getmetatable(L, "kubelua.array");
+  lua_setmetatable(L, -2);
+}
+
+/* inf:get(key) or inf:get(namespace, name) -> object table or nil */
+static int inf_get(lua_State *L) {
+  linf_t *li = check_informer(L, "informer:get");
+  luaL_Buffer b;
+  if (lua_type(L, 2) != LUA_TSTRING)
+    return kl_lua_error(L, "informer:get", "key must be a string, got %s",
+                        luaL_typename(L, 2));
+  if (lua_type(L, 3) == LUA_TSTRING) {
+    luaL_buffinit(L, &b);
+    if (lua_objlen(L, 2) > 0) {
+      lua_pushvalue(L, 2);
+      luaL_addvalue(&b);
+      luaL_addchar(&b, '/');
+    }
+    lua_pushvalue(L, 3);
+    luaL_addvalue(&b);
+    luaL_pushresult(&b);
+  } else {
+    lua_pushvalue(L, 2);
+  }
+  size_t len;
+  const char *key = lua_tolstring(L, -1, &len);
+  kl_obj_t *o = kl_store_get(kl_informer_store(li->inf), key, len);
+  if (!o) return 0;
+  push_obj(L, o);
+  return 1;
+}
+
+/* inf:list([namespace]) -> array of objects */
+static int inf_list(lua_State *L) {
+  linf_t *li = check_informer(L, "informer:list");
+  collect_t c = {L, 0, 0, 0, NULL, 0};
+  if (!lua_isnoneornil(L, 2)) {
+    if (lua_type(L, 2) != LUA_TSTRING)
+      return kl_lua_error(L, "informer:list",
+                          "namespace must be a string, got %s",
+                          luaL_typename(L, 2));
+    c.ns = lua_tolstring(L, 2, &c.nslen);
+  }
+  new_array(L);
+  c.t = lua_gettop(L);
+  if (c.ns && kl_store_has_index(kl_informer_store(li->inf), "namespace")) {
+    c.ns = NULL; /* the index selects already */
+    kl_store_by_index(kl_informer_store(li->inf), "namespace",
+                      lua_tostring(L, 2), lua_objlen(L, 2), collect_visit, &c);
+  } else {
+    kl_store_list(kl_informer_store(li->inf), collect_visit, &c);
+  }
+  return 1;
+}
+
+/* inf:list_keys() -> array of keys */
+static int inf_list_keys(lua_State *L) {
+  linf_t *li = check_informer(L, "informer:list_keys");
+  collect_t c = {L, 0, 0, 1, NULL, 0};
+  new_array(L);
+  c.t = lua_gettop(L);
+  kl_store_list(kl_informer_store(li->inf), collect_visit, &c);
+  return 1;
+}
+
+static int by_index(lua_State *L, const char *fn, int keys_only) {
+  linf_t *li = check_informer(L, fn);
+  size_t vlen;
+  const char *name = luaL_checkstring(L, 2);
+  if (lua_type(L, 3) != LUA_TSTRING)
+    return kl_lua_error(L, fn, "value must be a string, got %s",
+                        luaL_typename(L, 3));
+  const char *val = lua_tolstring(L, 3, &vlen);
+  collect_t c = {L, 0, 0, keys_only, NULL, 0};
+  new_array(L);
+  c.t = lua_gettop(L);
+  if (kl_store_by_index(kl_informer_store(li->inf), name, val, vlen,
+                        collect_visit, &c) == KL_ENOENT)
+    return kl_lua_error(L, fn, "no index named \"%s\"", name);
+  return 1;
+}
+
+/* inf:by_index(name, value) -> objects; inf:index_keys(name, value) -> keys */
+static int inf_by_index(lua_State *L) {
+  return by_index(L, "informer:by_index", 0);
+}
+static int inf_index_keys(lua_State *L) {
+  return by_index(L, "informer:index_keys", 1);
+}
+
+static int push_value(void *ud, const char *val, size_t len) {
+  collect_t *c = ud;
+  lua_pushlstring(c->L, val, len);
+  lua_rawseti(c->L, c->t, ++c->n);
+  return 0;
+}
+
+/* inf:index_values(name) -> array of the index's values */
+static int inf_index_values(lua_State *L) {
+  linf_t *li = check_informer(L, "informer:index_values");
+  const char *name = luaL_checkstring(L, 2);
+  collect_t c = {L, 0, 0, 1, NULL, 0};
+  new_array(L);
+  c.t = lua_gettop(L);
+  if (kl_store_index_values(kl_informer_store(li->inf), name, push_value, &c) ==
+      KL_ENOENT)
+    return kl_lua_error(L, "informer:index_values", "no index named \"%s\"",
+                        name);
+  return 1;
+}
+
+/* inf:add_indexers{…} */
+static int inf_add_indexers(lua_State *L) {
+  linf_t *li = check_informer(L, "informer:add_indexers");
+  add_indexers(L, li, 2, "informer:add_indexers");
+  return 0;
+}
+
+static int inf_has_synced(lua_State *L) {
+  linf_t *li = check_informer(L, "informer:has_synced");
+  lua_pushboolean(L, kl_informer_has_synced(li->inf));
+  return 1;
+}
+
+static int inf_last_rv(lua_State *L) {
+  linf_t *li = check_informer(L, "informer:last_sync_resource_version");
+  lua_pushstring(L, kl_informer_last_rv(li->inf));
+  return 1;
+}
+
+static int inf_len(lua_State *L) {
+  linf_t *li = check_informer(L, "informer:len");
+  lua_pushinteger(L, (lua_Integer)kl_store_len(kl_informer_store(li->inf)));
+  return 1;
+}
+
+/* inf:pending() -> deltas queued + notifications not yet delivered */
+static int inf_pending(lua_State *L) {
+  linf_t *li = check_informer(L, "informer:pending");
+  lua_pushinteger(L, (lua_Integer)(kl_fifo_len(kl_informer_fifo(li->inf)) +
+                                   kl_proc_pending(kl_informer_proc(li->inf))));
+  return 1;
+}
+
+/* Feeding (what a reflector does; tests and tools call these directly) */
+
+static int fail(lua_State *L, const char *fn, const char *err) {
+  lua_pushnil(L);
+  lua_pushfstring(L, "%s: %s", fn, err);
+  return 2;
+}
+
+/* inf:feed(bytes) -> true | nil, err: watch-stream bytes, cut anywhere. */
+static int inf_feed(lua_State *L) {
+  linf_t *li = check_informer(L, "informer:feed");
+  char err[512] = "";
+  size_t n;
+  if (lua_type(L, 2) != LUA_TSTRING)
+    return kl_lua_error(L, "informer:feed", "bytes must be a string, got %s",
+                        luaL_typename(L, 2));
+  const char *p = lua_tolstring(L, 2, &n);
+  int code = 0;
+  if (kl_informer_feed(li->inf, p, n, &code, err, sizeof err) != 0) {
+    kl_informer_watch_reset(li->inf);
+    return fail(L, "informer:feed", err);
+  }
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+/* inf:replace(list_json) or inf:replace(objects, resource_version) */
+static int inf_replace(lua_State *L) {
+  linf_t *li = check_informer(L, "informer:replace");
+  char err[512] = "";
+  if (lua_type(L, 2) == LUA_TSTRING) {
+    size_t n;
+    const char *p = lua_tolstring(L, 2, &n);
+    if (kl_informer_replace_list(li->inf, p, n, err, sizeof err) != 0)
+      return fail(L, "informer:replace", err);
+    lua_pushboolean(L, 1);
+    return 1;
+  }
+  if (lua_type(L, 2) != LUA_TTABLE)
+    return kl_lua_error(L, "informer:replace",
+                        "expected a list body or a table of objects, got %s",
+                        luaL_typename(L, 2));
+  const char *rv = luaL_optstring(L, 3, "");
+  size_t n = lua_objlen(L, 2);
+  kl_obj_t **objs = kl_xcalloc(n ? n : 1, sizeof *objs);
+  /* Nothing below raises, so the references taken are always released. */
+  size_t i = 0;
+  for (; i < n; i++) {
+    lua_rawgeti(L, 2, (int)i + 1);
+    int t = lua_type(L, -1);
+    if (t != LUA_TTABLE && t != LUA_TSTRING) break;
+    size_t len;
+    const char *p;
+    if (t == LUA_TTABLE) {
+      if (safe_encode(L, -1, err, sizeof err) != 0) {
+        lua_pop(L, 1);
+        break;
+      }
+      p = lua_tolstring(L, -1, &len);
+    } else {
+      p = lua_tolstring(L, -1, &len);
+      lua_pushvalue(L, -1);
+    }
+    int rc = kl_informer_parse(li->inf, p, len, &objs[i], err, sizeof err);
+    lua_pop(L, 2);
+    if (rc != 0) break;
+  }
+  int ok =
+      i == n && kl_informer_replace(li->inf, objs, n, rv, err, sizeof err) == 0;
+  for (size_t j = 0; j < i; j++)
+    kl_obj_unref(objs[j]);
+  free(objs);
+  if (!ok) {
+    if (!err[0]) snprintf(err, sizeof err, "item %zu is not an object", i + 1);
+    return fail(L, "informer:replace", err);
+  }
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+static int queue_one(lua_State *L, const char *fn,
+                     int (*op)(kl_informer_t *, kl_obj_t *)) {
+  linf_t *li = check_informer(L, fn);
+  kl_obj_t *o = to_obj(L, li, 2, fn);
+  int rc = op(li->inf, o);
+  kl_obj_unref(o);
+  if (rc != 0) return fail(L, fn, kl_strerror(rc));
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+static int inf_add(lua_State *L) {
+  return queue_one(L, "informer:add", kl_informer_add);
+}
+static int inf_update(lua_State *L) {
+  return queue_one(L, "informer:update", kl_informer_update);
+}
+static int inf_delete(lua_State *L) {
+  return queue_one(L, "informer:delete", kl_informer_delete);
+}
+
+static int inf_resync(lua_State *L) {
+  linf_t *li = check_informer(L, "informer:resync");
+  kl_informer_resync(li->inf);
+  return 0;
+}
+
+static int inf_name(lua_State *L) {
+  linf_t *li = check_informer(L, "informer:name");
+  lua_pushstring(L, li->name);
+  return 1;
+}
+
+static const luaL_Reg informer_methods[] = {
+    {"on_add", inf_on_add},
+    {"on_update", inf_on_update},
+    {"on_delete", inf_on_delete},
+    {"add_handler", inf_add_handler},
+    {"get", inf_get},
+    {"list", inf_list},
+    {"list_keys", inf_list_keys},
+    {"by_index", inf_by_index},
+    {"index_keys", inf_index_keys},
+    {"index_values", inf_index_values},
+    {"add_indexers", inf_add_indexers},
+    {"has_synced", inf_has_synced},
+    {"last_sync_resource_version", inf_last_rv},
+    {"len", inf_len},
+    {"pending", inf_pending},
+    {"feed", inf_feed},
+    {"replace", inf_replace},
+    {"add", inf_add},
+    {"update", inf_update},
+    {"delete", inf_delete},
+    {"resync", inf_resync},
+    {"name", inf_name},
+    {NULL, NULL},
+};
+
+static const char dispatch_src[] =
+    "return function(funcs)\n"
+    "  return function(ev) return funcs[ev.type](ev) end\n"
+    "end\n";
+
+int kl_luaopen_informer(lua_State *L) {
+  if (luaL_newmetatable(L, INFORMER_MT)) {
+    lua_newtable(L);
+    luaL_setfuncs(L, informer_methods, 0);
+    lua_setfield(L, -2, "__index");
+    lua_pushcfunction(L, informer_gc);
+    lua_setfield(L, -2, "__gc");
+  }
+  lua_pop(L, 1);
+  if (luaL_newmetatable(L, HANDLE_MT)) {
+    lua_newtable(L);
+    lua_pushcfunction(L, handle_remove);
+    lua_setfield(L, -2, "remove");
+    lua_pushcfunction(L, handle_has_synced);
+    lua_setfield(L, -2, "has_synced");
+    lua_setfield(L, -2, "__index");
+  }
+  lua_pop(L, 1);
+  if (luaL_newmetatable(L, OBJREF_MT)) {
+    lua_pushcfunction(L, objref_gc);
+    lua_setfield(L, -2, "__gc");
+  }
+  lua_pop(L, 1);
+  lua_newtable(L); /* the event metatable */
+  lua_pushcfunction(L, event_index);
+  lua_setfield(L, -2, "__index");
+  lua_setfield(L, LUA_REGISTRYINDEX, EVENT_MT_KEY);
+  /* dispatch(funcs) builds add_handler's one function for three types. */
+  luaL_loadbuffer(L, dispatch_src, sizeof dispatch_src - 1, "=dispatch");
+  lua_call(L, 0, 1);
+  lua_setfield(L, LUA_REGISTRYINDEX, "kubelua.informer.dispatch");
+
+  lua_newtable(L);
+  lua_pushcfunction(L, informer_new);
+  lua_setfield(L, -2, "new");
+  return 1;
+}
