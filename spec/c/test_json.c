@@ -11,39 +11,10 @@
 #include "error.h"
 #include "json.h"
 #include "test.h"
+#include "kt_fixture.h"
 
 /* --- helpers ---------------------------------------------------------------
  */
-
-static char *fixture_path(const char *rel) {
-  static char path[1024];
-  const char *env = getenv("KL_FIXTURES");
-  if (env) {
-    snprintf(path, sizeof path, "%s/%s", env, rel);
-  } else {
-    const char *f = __FILE__, *slash = strrchr(f, '/');
-    int dir = slash ? (int)(slash - f) : 1;
-    snprintf(path, sizeof path, "%.*s/../fixtures/json/%s", dir,
-             slash ? f : ".", rel);
-  }
-  return path;
-}
-
-static char *slurp(const char *rel, size_t *n) {
-  FILE *f = fopen(fixture_path(rel), "rb");
-  if (!f) {
-    fprintf(stderr, "cannot open %s\n", fixture_path(rel));
-    exit(2);
-  }
-  fseek(f, 0, SEEK_END);
-  long sz = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *b = malloc((size_t)sz + 1);
-  *n = fread(b, 1, (size_t)sz, f);
-  b[*n] = '\0';
-  fclose(f);
-  return b;
-}
 
 static uint64_t rng = 88172645463325252ull;
 static size_t rnd(size_t n) {

@@ -16,6 +16,7 @@
 #include "object.h"
 #include "store.h"
 #include "test.h"
+#include "kt_heap.h"
 
 #define K(s) s, sizeof s - 1
 
@@ -24,31 +25,6 @@
  * itself once with GLIBC_TUNABLES set); then "in use" is exact and each test
  * checks it ends where it began. Under ASan the count means nothing and
  * LeakSanitizer checks at exit instead. */
-static bool heap_exact; /* running with the cache off */
-
-static size_t heap_used(void) {
-  struct mallinfo2 m = mallinfo2();
-  if (!heap_exact) return 0;
-  return m.uordblks + m.hblkhd; /* arena chunks in use + mmapped blocks */
-}
-
-static void without_tcache(char **argv) {
-  if (getenv("KT_TCACHE_OFF")) {
-    heap_exact = true;
-    return;
-  }
-  setenv("KT_TCACHE_OFF", "1", 1);
-  setenv("GLIBC_TUNABLES", "glibc.malloc.tcache_count=0", 1);
-  execv("/proc/self/exe", argv); /* on failure: run without leak checks */
-}
-
-/* Allocations libc makes once, on first use (stdio, the arena). */
-static void warm_up(void) {
-  char b[64];
-  free(malloc(1));
-  snprintf(b, sizeof b, "%d %s %.1f", 1, "x", 1.5);
-  printf("# heap leak checks %s\n", heap_exact ? "on" : "off");
-}
 
 /* ---- objects ---- */
 
