@@ -50,6 +50,7 @@ struct kl_task {
   int join_status; /* JOIN_* */
   int join_ref;    /* results table, or the error message */
   kl_task_deliver_fn *deliver;
+  kl_task_cancel_fn *cancel; /* ends the pending operation if the task dies */
   void *op;
   kl_task_t *prev, *next; /* all live tasks */
 };
@@ -92,7 +93,8 @@ int kl_lua_error(lua_State *L, const char *name, const char *fmt, ...) {
   luaL_where(L, 1);
   lua_pushfstring(L, "%s: %s", name, msg);
   lua_concat(L, 2);
-  return lua_error(L);
+  lua_error(L);
+  abort(); /* lua_error does not return */
 }
 
 /* Wait lists */
@@ -149,6 +151,10 @@ kl_task_t *kl_task_current(kl_rt_t *rt, lua_State *L) {
   return t && t->co == L ? t : NULL;
 }
 
+void kl_task_set_cancel(kl_task_t *t, kl_task_cancel_fn *cancel) {
+  t->cancel = cancel;
+}
+
 int kl_task_wait(lua_State *L, kl_waitlist_t *wl, kl_task_deliver_fn *deliver,
                  void *op) {
   kl_task_t *t = kl_rt_from(L)->current;
@@ -171,6 +177,11 @@ static void task_end(kl_task_t *t) {
   t->state = TASK_DEAD;
   wl_remove(t);
   t->home = NULL;
+  if (t->cancel) {
+    kl_task_cancel_fn *cancel = t->cancel;
+    t->cancel = NULL;
+    cancel(t, t->op);
+  }
   if (t->child) { /* a joiner that ends first abandons its child */
     t->child->joiner = NULL;
     t->child = NULL;
@@ -310,6 +321,7 @@ static void task_resume(kl_defer_t *d) {
     nargs = (int)(size_t)t->op; /* first start, or a plain yield */
   }
   t->deliver = NULL;
+  t->cancel = NULL;
   t->op = NULL;
 
   t->state = TASK_RUNNING;
@@ -683,8 +695,12 @@ kl_rt_t *kl_rt_new(kl_loop_t *loop) {
   lua_setfield(L, -2, "kubelua.core");
   lua_pushcfunction(L, kl_luaopen_json);
   lua_setfield(L, -2, "kubelua.json");
+  lua_pushcfunction(L, kl_luaopen_httpd);
+  lua_setfield(L, -2, "kubelua.httpd");
   lua_pushcfunction(L, kl_luaopen_informer);
   lua_setfield(L, -2, "kubelua.informer");
+  lua_pushcfunction(L, kl_luaopen_http);
+  lua_setfield(L, -2, "kubelua.http");
   for (const kl_lua_module_t *m = kl_lua_modules; m->name; m++) {
     lua_pushlightuserdata(L, (void *)m); /* static data, not heap */
     lua_pushcclosure(L, load_embedded, 1);

@@ -30,6 +30,10 @@ typedef struct kl_task kl_task_t;
  * returns how many; or returns -1 to park it again on the same wait list. */
 typedef int kl_task_deliver_fn(kl_task_t *t, lua_State *co, void *op);
 
+/* Ends a parked task's pending operation when the task dies before it is
+ * resumed (a stop, a timeout of kube.run); op is what kl_task_wait got. */
+typedef void kl_task_cancel_fn(kl_task_t *t, void *op);
+
 /* Tasks parked on one condition, in arrival order. */
 typedef struct kl_waitlist {
   kl_task_t *head, *tail;
@@ -73,6 +77,9 @@ kl_task_t *kl_task_current(kl_rt_t *rt, lua_State *L);
  * L must be the current task's state. */
 int kl_task_wait(lua_State *L, kl_waitlist_t *wl, kl_task_deliver_fn *deliver,
                  void *op);
+/* Sets the cancel hook of the wait the current task is about to begin
+ * (call right before kl_task_wait); cleared when the task resumes. */
+void kl_task_set_cancel(kl_task_t *t, kl_task_cancel_fn *cancel);
 /* Moves up to n parked tasks from wl to the run queue; returns how many. */
 size_t kl_waitlist_wake(kl_waitlist_t *wl, size_t n);
 /* Marks that t holds (+1) or released (-1) a workqueue key: a task holding a
@@ -82,11 +89,13 @@ void kl_task_hold(kl_task_t *t, int delta);
 /* Raises "where: NAME: MSG" as a Lua error, where is the position of the
  * Lua code that called the C function, as error(msg, 2) does in Lua. */
 int kl_lua_error(lua_State *L, const char *name, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+    __attribute__((format(printf, 3, 4), noreturn));
 
 /* Bindings, each opening one module table on the stack. */
 int kl_luaopen_workqueue(lua_State *L);
 int kl_luaopen_json(lua_State *L);
+int kl_luaopen_httpd(lua_State *L);
 int kl_luaopen_informer(lua_State *L);
+int kl_luaopen_http(lua_State *L);
 
 #endif

@@ -2,6 +2,7 @@
  *
  *   kubelua run [options] SCRIPT.lua [args]   run a controller script
  *   kubelua test [busted options] [paths]    run busted specs in the runtime
+ *   kubelua sim --listen HOST:PORT [options]  serve the API simulator
  *   kubelua version
  *
  * main wires the loop and the Lua runtime together and turns their outcome
@@ -20,6 +21,9 @@
 static void usage(FILE *out) {
   fputs("usage: kubelua run [options] SCRIPT.lua [args...]\n"
         "       kubelua test [busted options] [spec paths...]\n"
+        "       kubelua sim --listen HOST:PORT [--token T] [--user NAME=T]\n"
+        "                   [--tls-cert F --tls-key F] [--load DIR]\n"
+        "                   [--history N] [--bookmark-interval SECS]\n"
         "       kubelua version\n"
         "\n"
         "run options:\n"
@@ -133,6 +137,48 @@ static int run_tests(int argc, char **argv) {
   return status;
 }
 
+/* Serves the API simulator (lua/kubelua/sim) until SIGINT or SIGTERM. Its
+ * main parses the options, listens and prints one line with the address. */
+static int run_sim(int argc, char **argv) {
+  kl_loop_t *loop = kl_loop_new(NULL);
+  kl_rt_t *rt = loop ? kl_rt_new(loop) : NULL;
+  if (!rt) {
+    fprintf(stderr, "kubelua: cannot start the runtime\n");
+    kl_loop_free(loop);
+    return 1;
+  }
+  lua_State *L = kl_rt_lua(rt);
+  int status = 1;
+  lua_getglobal(L, "require");
+  lua_pushliteral(L, "kubelua.sim");
+  if (lua_pcall(L, 1, 1, 0) != 0) {
+    fprintf(stderr, "kubelua sim: %s\n", lua_tostring(L, -1));
+    goto out;
+  }
+  lua_getfield(L, -1, "main");
+  lua_createtable(L, argc, 0);
+  for (int i = 0; i < argc; i++) {
+    lua_pushstring(L, argv[i]);
+    lua_rawseti(L, -2, i + 1);
+  }
+  if (lua_pcall(L, 1, 2, 0) != 0) {
+    fprintf(stderr, "kubelua sim: %s\n", lua_tostring(L, -1));
+    goto out;
+  }
+  if (!lua_toboolean(L, -2)) {
+    fprintf(stderr, "kubelua sim: %s\n", lua_tostring(L, -1));
+    usage(stderr);
+    status = 2;
+    goto out;
+  }
+  lua_settop(L, 0);
+  status = kl_rt_loop_until_stopped(rt);
+out:
+  kl_rt_free(rt);
+  kl_loop_free(loop);
+  return status;
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     usage(stderr);
@@ -150,5 +196,6 @@ int main(int argc, char **argv) {
   }
   if (strcmp(cmd, "run") == 0) return run_script(argc - 2, argv + 2);
   if (strcmp(cmd, "test") == 0) return run_tests(argc - 2, argv + 2);
+  if (strcmp(cmd, "sim") == 0) return run_sim(argc - 2, argv + 2);
   return bad_usage("unknown command \"%s\"", cmd);
 }

@@ -1,0 +1,160 @@
+-- bench/sim.lua: how fast the API simulator serves (a benchmark, not a
+-- test; bench/run sim prints its one JSON line).
+--
+--   one_watcher_events_per_s   MODIFIED events of 2.4 KB Pods delivered to
+--                              one watcher (a curl process reading the
+--                              stream) while a writer changes objects
+--   ten_watchers_events_per_s  the same events to 10 watchers at once
+--                              (each event counted once)
+--   list_mb_per_s              a list of 100,000 Pods read by curl
+--
+-- The writer changes Pods through the store's event path (new object, one
+-- encode, one event line written to every watcher), pausing when a
+-- watcher's unsent output passes 4 MiB, as the simulator's own handlers do.
+-- Time runs from the first event to the moment every watcher has read the
+-- end of its stream.
+local kube = require "kubelua"
+local json = require "kubelua.json"
+local simlib = require "kubelua.sim"
+
+local EVENTS = tonumber(arg and arg[1]) or 200000
+local OBJECTS = 1000
+local LIST_OBJECTS = tonumber(arg and arg[2]) or 100000
+
+local f = assert(io.open("spec/fixtures/json/pod-2.4k.json"))
+local template = assert(json.decode(f:read("*a")))
+f:close()
+
+local function shallow(t)
+  local c = {}
+  for k, v in pairs(t) do c[k] = v end
+  return c
+end
+
+local function quote(x) return "'" .. x:gsub("'", "'\\''") .. "'" end
+
+local function sh_bg(cmd)
+  local p = io.popen("sh -c " .. quote(cmd .. " & echo $!"))
+  local pid = p:read("*l")
+  p:close()
+  return pid
+end
+
+local function running(pid)
+  local st = io.open("/proc/" .. pid .. "/stat")
+  if not st then return false end
+  local s = st:read("*l") or ""
+  st:close()
+  return not s:match("^%d+ %b() [ZX]")
+end
+
+local function wait_exit(pids)
+  for _, pid in ipairs(pids) do
+    while running(pid) do kube.sleep(0.002) end
+  end
+end
+
+local function watcher_count(res)
+  local n = 0
+  for _ in pairs(res.watchers) do n = n + 1 end
+  return n
+end
+
+local sim = simlib.new { history_size = 1000 }
+local s = sim.store
+local srv = assert(sim:listen { host = "127.0.0.1", port = 0 })
+local base = "http://127.0.0.1:" .. srv:port()
+local nsres = s:resource("v1", "namespaces")
+local pods = s:resource("v1", "pods")
+
+-- Pod i as a new table sharing the template's unchanged parts.
+local function pod(i, ns, variant)
+  local p = shallow(template)
+  local md = shallow(template.metadata)
+  md.name, md.namespace = "web-" .. i, ns
+  md.uid = ("%08d-1234-5678-9abc-def012345678"):format(i)
+  md.resourceVersion = tostring(s:next_rv())
+  p.metadata = md
+  local st = shallow(template.status)
+  st.hostIP = "10.0." .. variant % 256 .. "." .. i % 256
+  p.status = st
+  return p
+end
+
+local function ensure_ns(ns)
+  if not nsres.objects[ns] then
+    s:create(nsres, nil, { apiVersion = "v1", kind = "Namespace", metadata = { name = ns } },
+      { internal = true })
+  end
+end
+
+local function populate(n)
+  for i = 1, n do
+    local ns = "ns-" .. (i % 50)
+    ensure_ns(ns)
+    s:put(pods, pod(i, ns, 0), "ADDED")
+  end
+end
+
+-- Runs EVENTS modifications with nwatchers watching; returns events/s.
+local function watch_phase(nwatchers)
+  local pids = {}
+  for i = 1, nwatchers do
+    pids[i] = sh_bg("exec curl -s -N -A kube-bench -o /dev/null " .. quote(base
+      .. "/api/v1/pods?watch=true&resourceVersion=" .. s.rv .. "&timeoutSeconds=600"))
+  end
+  while watcher_count(pods) < nwatchers do kube.sleep(0.005) end
+  local keys = s:sorted_keys(pods)
+  local t0 = kube.now()
+  for n = 1, EVENTS do
+    local key = keys[(n % #keys) + 1]
+    local e = pods.objects[key]
+    local i = tonumber(e.name:match("%d+"))
+    s:put(pods, pod(i, e.ns, n), "MODIFIED", e)
+    if n % 256 == 0 then
+      for w in pairs(pods.watchers) do
+        if w.req:buffered() > 4 * 1024 * 1024 then w.req:wait_drain() end
+      end
+    end
+  end
+  sim:inject { drop_watches = "end" }
+  wait_exit(pids)
+  return EVENTS / (kube.now() - t0)
+end
+
+local function list_phase()
+  -- top the Pods up to LIST_OBJECTS
+  for i = pods.count + 1, LIST_OBJECTS do
+    local ns = "ns-" .. (i % 50)
+    s:put(pods, pod(i, ns, 0), "ADDED")
+  end
+  local out = os.tmpname()
+  local t0 = kube.now()
+  local pid = sh_bg("exec curl -s -A kube-bench -o /dev/null -w %{size_download} "
+    .. quote(base .. "/api/v1/pods") .. " >" .. out)
+  wait_exit { pid }
+  local dt = kube.now() - t0
+  local fh = io.open(out)
+  local bytes = tonumber(fh:read("*a"))
+  fh:close()
+  os.remove(out)
+  return bytes / dt / 1e6, bytes
+end
+
+kube.spawn(function()
+  populate(OBJECTS)
+  local one = watch_phase(1)
+  local ten = watch_phase(10)
+  local list_mb, bytes = list_phase()
+  print(json.encode {
+    bench = "sim",
+    one_watcher_events_per_s = math.floor(one),
+    ten_watchers_events_per_s = math.floor(ten),
+    list_mb_per_s = math.floor(list_mb * 10) / 10,
+    list_objects = LIST_OBJECTS,
+    list_bytes = bytes,
+    events = EVENTS,
+  })
+  srv:close()
+  kube.stop()
+end)

@@ -1,0 +1,749 @@
+-- kubelua.sim: the API simulator — a Kubernetes API server in memory, served
+-- over HTTP by kubelua.httpd on the runtime's loop (DESIGN.md section 7).
+--
+--   local sim = require("kubelua.sim").new{ token = "t" }
+--   local srv = assert(sim:listen{ host = "127.0.0.1", port = 0 })
+--
+-- This file is the HTTP side: URL routing, discovery, auth, watches, the
+-- /_sim control endpoint for fault injection, and `kubelua sim` (main).
+-- The API semantics live in kubelua.sim.store.
+
+local kube = require "kubelua"
+local json = require "kubelua.json"
+local httpd = require "kubelua.httpd"
+local store = require "kubelua.sim.store"
+local util = require "kubelua.sim.util"
+local yaml = require "kubelua.sim.yaml"
+
+local type, pairs, ipairs, tostring, tonumber, setmetatable, pcall =
+  type, pairs, ipairs, tostring, tonumber, setmetatable, pcall
+local format, sub, find, lower = string.format, string.sub, string.find, string.lower
+local concat = table.concat
+local encode, decode, is_array = json.encode, json.decode, json.is_array
+local status = store.status
+
+local _M = {}
+local Sim = {}
+Sim.__index = Sim
+
+local FLOWSCHEMA_UID = "535dd7f4-7a84-4abd-bb0d-8dfcef46336c"
+local PRIORITY_UID = "fc470be8-1e9e-4a61-a0b9-b20d072636c4"
+
+local version_info = {
+  major = "1", minor = "26", gitVersion = "v1.26.0",
+  gitCommit = "d2e245fcc3f3d67b3bbedfe317ad0106f1b23f5d", gitTreeState = "clean",
+  buildDate = "2026-11-29T22:06:51Z", goVersion = "go1.19.8", compiler = "gc",
+  platform = "linux/amd64",
+}
+
+-- new(opts): opts.token (the admin's bearer token; none: no auth),
+-- opts.users ({ [token] = "name" }: valid users without any permission),
+-- opts.history_size (events kept per resource, default 10000),
+-- opts.bookmark_interval (seconds, default 60), opts.too_large_wait
+-- (seconds before the 504 for a future resourceVersion, default 3).
+function _M.new(opts)
+  opts = opts or {}
+  local self = setmetatable({ opts = opts }, Sim)
+  self.store = store.new(opts)
+  self.store.gc = function(res, e, finalizer)
+    kube.after(0, function() self.store:finish_propagation(res, e.key, finalizer) end)
+  end
+  self.faults = { fail_next = 0 }
+  self.bookmark_interval = opts.bookmark_interval or 60
+  self.too_large_wait = opts.too_large_wait or 3
+  self.servers = {}
+  return self
+end
+
+-- Responses -------------------------------------------------------------------
+
+local function base_headers(apf)
+  local h = { ["Cache-Control"] = "no-cache, private", ["Content-Type"] = "application/json",
+    ["Audit-Id"] = util.uid() }
+  if apf then
+    h["X-Kubernetes-Pf-Flowschema-Uid"] = FLOWSCHEMA_UID
+    h["X-Kubernetes-Pf-Prioritylevel-Uid"] = PRIORITY_UID
+  end
+  return h
+end
+
+local function wants_pretty(req)
+  local p = req:param("pretty")
+  if p then return p == "true" or p == "1" end
+  local ua = req:header("User-Agent") or ""
+  return find(ua, "^curl") or find(ua, "^Wget") or find(ua, "^Mozilla/5%.0") or false
+end
+
+-- Sends a JSON body (a table or JSON text).
+-- Sends a JSON body (a table or JSON text). As Go's net/http does for the
+-- apiserver, a body over 2048 bytes goes out chunked, one without
+-- Content-Length.
+local function reply_json(req, code, body, extra, no_apf, warnings)
+  if type(body) ~= "string" then body = encode(body) end
+  local h = base_headers(not no_apf)
+  if extra then
+    for k, v in pairs(extra) do h[k] = v end
+  end
+  if warnings and #warnings > 0 then
+    local w = {}
+    for i, m in ipairs(warnings) do w[i] = "299 - " .. encode(m) end
+    h.Warning = concat(w, ", ")
+  end
+  if wants_pretty(req) then body = util.indent(body) end
+  if #body < 2048 then
+    if sub(body, -1) ~= "\n" then body = body .. "\n" end
+    return req:reply(code, h, body)
+  end
+  if not req:stream_begin(code, h) then return end
+  req:write(body, sub(body, -1) ~= "\n" and "\n" or "")
+  return req:finish()
+end
+
+-- Streams a list body from the store: the items go out in chunks of a few
+-- hundred, pausing while the client is behind, so a list of 100,000
+-- objects never becomes one string.
+local function reply_list(req, lb)
+  if wants_pretty(req) or lb.n < 16 then return reply_json(req, 200, store.join(lb)) end
+  if not req:stream_begin(200, base_headers(true)) then return end
+  local items, n = lb.items, lb.n
+  local step = 256
+  for i = 1, n, step do
+    local j = math.min(i + step - 1, n)
+    local ok = req:write(i == 1 and lb.head or ",", concat(items, ",", i, j))
+    if not ok then return end
+    if req:buffered() > 4 * 1024 * 1024 and not req:wait_drain() then return end
+  end
+  if n == 0 then req:write(lb.head) end
+  req:write(lb.tail, "\n")
+  return req:finish()
+end
+
+local function reply_status(req, st, extra)
+  return reply_json(req, st.code, st, extra, st.code == 401)
+end
+
+local function reply_text_404(req)
+  return req:reply(404, { ["Content-Type"] = "text/plain; charset=utf-8",
+    ["X-Content-Type-Options"] = "nosniff", ["Cache-Control"] = "no-cache, private" },
+    "404 page not found\n")
+end
+
+local function not_found_resource()
+  return status(404, "NotFound", "the server could not find the requested resource", {})
+end
+
+local function method_not_allowed()
+  return status(405, "MethodNotAllowed",
+    "the server does not allow this method on the requested resource", {})
+end
+
+-- Discovery -------------------------------------------------------------------------
+
+function Sim:discovery_groups()
+  local s = self.store
+  local groups = {}
+  local order, seen = {}, {}
+  for _, g in ipairs(require("kubelua.sim.resources").group_order) do
+    if s.groups[g] then order[#order + 1] = g seen[g] = true end
+  end
+  for _, g in ipairs(s.group_list) do
+    if not seen[g] then order[#order + 1] = g seen[g] = true end
+  end
+  for _, g in ipairs(order) do groups[#groups + 1] = self:api_group(g) end
+  return { kind = "APIGroupList", apiVersion = "v1", groups = json.array(groups) }
+end
+
+function Sim:api_group(g)
+  local versions = json.array {}
+  for _, v in ipairs(self.store.groups[g]) do
+    versions[#versions + 1] = { groupVersion = g .. "/" .. v, version = v }
+  end
+  return { name = g, versions = versions, preferredVersion = versions[1] }
+end
+
+function Sim:resource_list(gv)
+  local g = self.store.gvs[gv]
+  local list = json.array {}
+  local entries = {}
+  for _, r in ipairs(g.list) do
+    for _, e in ipairs(r.disco) do entries[#entries + 1] = e end
+  end
+  table.sort(entries, function(a, b) return a.name < b.name end)
+  for i, e in ipairs(entries) do list[i] = e end
+  local body = { kind = "APIResourceList", groupVersion = gv, resources = list }
+  if gv ~= "v1" then body.apiVersion = "v1" end
+  return body
+end
+
+-- Auth ------------------------------------------------------------------------------
+
+-- Returns the user name, or nil, status.
+function Sim:authenticate(req)
+  if not self.opts.token then return "admin" end
+  local auth = req:header("Authorization")
+  if not auth then return "system:anonymous" end
+  local token = auth:match("^[Bb]earer%s+(.-)%s*$")
+  if token == self.opts.token then return "admin" end
+  if token and self.opts.users and self.opts.users[token] then return self.opts.users[token] end
+  return nil, status(401, "Unauthorized", "Unauthorized")
+end
+
+local anonymous_paths = { ["/version"] = true, ["/healthz"] = true, ["/readyz"] = true,
+  ["/livez"] = true }
+
+local function forbidden(user, r)
+  local what = r.res_name
+  if r.name then what = format('%s "%s"', r.res_name, r.name) end
+  local subject = r.sub and (r.res_name .. "/" .. r.sub) or r.res_name
+  local scope = r.ns and format('in the namespace "%s"', r.ns) or "at the cluster scope"
+  local d = { kind = r.res_name }
+  if r.name then d.name = r.name end
+  if r.group ~= "" then d.group = r.group end
+  return status(403, "Forbidden", format('%s is forbidden: User "%s" cannot %s resource "%s" '
+    .. 'in API group "%s" %s', what, user, r.verb, subject, r.group, scope), d)
+end
+
+-- Routing -----------------------------------------------------------------------------
+
+-- Splits an API path into { group, version, gv, ns, res_name, name, sub,
+-- watch }; nil when the path is not an API resource path.
+local function parse_path(path)
+  local segs = {}
+  for s in path:gmatch("[^/]+") do segs[#segs + 1] = s end
+  local r = {}
+  local i
+  if segs[1] == "api" and segs[2] then
+    r.group, r.version, r.gv, i = "", segs[2], segs[2], 3
+  elseif segs[1] == "apis" and segs[3] then
+    r.group, r.version, r.gv, i = segs[2], segs[3], segs[2] .. "/" .. segs[3], 4
+  else
+    return nil
+  end
+  if segs[i] == "watch" then
+    r.watch = true
+    i = i + 1
+  end
+  r.rest = {}
+  for j = i, #segs do r.rest[#r.rest + 1] = segs[j] end
+  return r
+end
+
+function Sim:resolve(r)
+  local rest = r.rest
+  local s = self.store
+  if rest[1] == "namespaces" and rest[3] then
+    local res = s:resource(r.gv, rest[3])
+    if res and res.namespaced then
+      r.ns, r.res, r.res_name, r.name, r.sub = rest[2], res, rest[3], rest[4], rest[5]
+      return #rest <= 5
+    end
+  end
+  r.res_name = rest[1]
+  r.res = rest[1] and s:resource(r.gv, rest[1])
+  r.name, r.sub = rest[2], rest[3]
+  if r.res and r.res.namespaced and r.name then return false end
+  return #rest <= 3
+end
+
+local function query_params(req)
+  return req:params() or {}
+end
+
+local function ctx_of(req, params, r)
+  return { user_agent = req:header("User-Agent"), field_manager = params.fieldManager,
+    dry_run = params.dryRun == "All", force = params.force == "true", subresource = r.sub,
+    field_validation = params.fieldValidation }
+end
+
+local function verb_of(method, r, params)
+  if method == "GET" or method == "HEAD" then
+    if r.watch or params.watch == "true" or params.watch == "1" then return "watch" end
+    return r.name and "get" or "list"
+  end
+  if method == "POST" then
+    if r.name then return nil end
+    return "create"
+  end
+  if not r.name and (method == "PUT" or method == "PATCH") then return nil end
+  if method == "PUT" then return "update" end
+  if method == "PATCH" then return "patch" end
+  if method == "DELETE" then return r.name and "delete" or "deletecollection" end
+  return nil
+end
+
+function Sim:serve_resource(req, r, user)
+  local method = req:method()
+  local params = query_params(req)
+  if not r.res then return reply_status(req, not_found_resource()) end
+  local res = r.res
+  if r.sub and r.sub ~= "status" then return reply_status(req, not_found_resource()) end
+  if r.sub == "status" and not res.status then return reply_status(req, not_found_resource()) end
+  local verb = verb_of(method, r, params)
+  if not verb or (r.sub and verb ~= "get" and verb ~= "update" and verb ~= "patch") then
+    return reply_status(req, method_not_allowed())
+  end
+  r.verb = verb
+  if user ~= "admin" then return reply_status(req, forbidden(user, r)) end
+  local s = self.store
+  local ctx = ctx_of(req, params, r)
+  local ns = r.ns
+  if verb == "get" then
+    local e, err = s:get(res, ns, r.name)
+    if not e then return reply_status(req, err) end
+    return reply_json(req, 200, e.json)
+  elseif verb == "list" then
+    local lb, err, retry = s:list(res, ns, params)
+    if not lb then
+      if retry then kube.sleep(self.too_large_wait) end
+      return reply_status(req, err, retry and { ["Retry-After"] = tostring(retry) } or nil)
+    end
+    return reply_list(req, lb)
+  elseif verb == "watch" then
+    return self:watch(req, res, ns, params, r)
+  elseif verb == "create" then
+    local obj, err = store.decode_body(res, req:body())
+    if not obj then return reply_status(req, err) end
+    local e
+    e, err = s:create(res, ns, obj, ctx)
+    if not e then return reply_status(req, err) end
+    if res.name == "customresourcedefinitions" and not ctx.dry_run then
+      local name = e.name
+      kube.after(0.01, function() s:establish(name) end)
+    end
+    return reply_json(req, 201, e.json, nil, nil, ctx.warnings)
+  elseif verb == "update" then
+    local obj, err = store.decode_body(res, req:body())
+    if not obj then return reply_status(req, err) end
+    local e
+    e, err = s:update(res, ns, r.name, obj, ctx)
+    if not e then return reply_status(req, err) end
+    return reply_json(req, 200, e.json, nil, nil, ctx.warnings)
+  elseif verb == "patch" then
+    local e, err, created = s:patch(res, ns, r.name, req:header("Content-Type"), req:body(), ctx)
+    if not e then return reply_status(req, err) end
+    return reply_json(req, created and 201 or 200, e.json, nil, nil, ctx.warnings)
+  elseif verb == "delete" then
+    local opts = {}
+    local body = req:body()
+    if body and body ~= "" then
+      opts = decode(body)
+      if type(opts) ~= "table" then
+        return reply_status(req, store.bad_request("invalid DeleteOptions body"))
+      end
+    end
+    opts.propagationPolicy = params.propagationPolicy or opts.propagationPolicy
+    local out, err = s:delete(res, ns, r.name, opts, ctx)
+    if not out then return reply_status(req, err) end
+    return reply_json(req, 200, out)
+  elseif verb == "deletecollection" then
+    local f, err = store.filters(res, ns, params)
+    if not f then return reply_status(req, err) end
+    local items = {}
+    local keys = s:sorted_keys(res)
+    local victims = {}
+    for _, key in ipairs(keys) do
+      local e = res.objects[key]
+      if store.matches(f, e) then victims[#victims + 1] = e end
+    end
+    for _, e in ipairs(victims) do
+      local out = s:delete(res, e.ns ~= "" and e.ns or nil, e.name, {}, ctx)
+      if out then
+        local t = {}
+        local src = out.kind == "Status" and e.obj or out
+        for k, v in pairs(src) do
+          if not res.builtin or (k ~= "kind" and k ~= "apiVersion") then t[k] = v end
+        end
+        items[#items + 1] = encode(t)
+      end
+    end
+    return reply_json(req, 200, '{"kind":"' .. res.list_kind .. '","apiVersion":"'
+      .. res.api_version .. '","metadata":{"resourceVersion":"' .. s.rv .. '"},"items":['
+      .. concat(items, ",") .. "]}")
+  end
+  return reply_status(req, method_not_allowed())
+end
+
+-- Watch -------------------------------------------------------------------------------
+
+function Sim:watch(req, res, ns, params, r)
+  local s = self.store
+  if r.name then
+    params.fieldSelector = "metadata.name=" .. r.name
+      .. (params.fieldSelector and params.fieldSelector ~= "" and "," .. params.fieldSelector or "")
+  end
+  local w, err = store.filters(res, ns, params)
+  if not w then return reply_status(req, err) end
+  local rv = params.resourceVersion
+  local initial = params.sendInitialEvents == "true"
+  local rvm = params.resourceVersionMatch
+  if rvm and rvm ~= "" and not initial then
+    return reply_status(req, status(422, "Invalid", "resourceVersionMatch: Forbidden: "
+      .. "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided"))
+  end
+  if initial and rvm ~= "NotOlderThan" then
+    return reply_status(req, status(422, "Invalid", "resourceVersionMatch: Unsupported value: "
+      .. '"' .. tostring(rvm or "") .. '": supported values: "NotOlderThan"'))
+  end
+  local n = rv and rv ~= "" and tonumber(rv)
+  if rv and rv ~= "" and not n then
+    return reply_status(req, store.bad_request(format('invalid resource version: "%s"', rv)))
+  end
+  w.req = req
+  w.bookmarks = params.allowWatchBookmarks == "true"
+  local timeout = tonumber(params.timeoutSeconds or "")
+  if not timeout or timeout <= 0 then timeout = 1800 + math.random() * 1800 end
+  local h = base_headers(true)
+  if not req:stream_begin(200, h) then return end
+  if n and n ~= 0 and not initial and n < res.hist_start then
+    req:write(encode { type = "ERROR", object = status(410, "Expired",
+      format("too old resource version: %d (%d)", n, res.hist_start)) } .. "\n")
+    req:finish()
+    return
+  end
+  if not n or n == 0 or initial then
+    for _, key in ipairs(s:sorted_keys(res)) do
+      local e = res.objects[key]
+      if w.simple or store.matches(w, e) then
+        if not req:write(store.heads.ADDED, e.json, store.TAIL) then return end
+      end
+    end
+    if initial then
+      req:write(s:bookmark_line(res, { ["k8s.io/initial-events-end"] = "true" }))
+    end
+  else
+    local hist = res.history
+    for i = res.hist_first, res.hist_last do
+      local ev = hist[i]
+      if ev.rv > n then store.deliver(res, w, ev) end
+    end
+  end
+  res.watchers[w] = true
+  req:on_close(function() res.watchers[w] = nil end)
+  local start = kube.monotonic()
+  local deadline = start + timeout
+  local next_bookmark = start + self.bookmark_interval
+  local final_bookmark = w.bookmarks and timeout > 2 and deadline - 2 or nil
+  while res.watchers[w] and req:alive() do
+    local now = kube.monotonic()
+    if now >= deadline then break end
+    if w.bookmarks and (now >= next_bookmark or (final_bookmark and now >= final_bookmark)) then
+      if final_bookmark and now >= final_bookmark then final_bookmark = nil end
+      next_bookmark = now + self.bookmark_interval
+      req:write(s:bookmark_line(res))
+    end
+    local wake = deadline
+    if w.bookmarks then
+      wake = math.min(wake, next_bookmark, final_bookmark or deadline)
+    end
+    kube.sleep(math.max(0.001, math.min(wake - now, 1)))
+  end
+  res.watchers[w] = nil
+  if req:alive() then req:finish() end
+end
+
+-- Faults ---------------------------------------------------------------------------------
+
+-- Applies a fault-injection request (the body of POST /_sim/faults, or a
+-- table from Lua). Keys, all optional:
+--   drop_watches = true | "end"   close every watch now (drop the
+--                                 connection, or end the stream cleanly)
+--   watch_abort_after = N         every open watch closes after N more bytes
+--   fail_next = N, code = 429|500|503, retry_after = S
+--                                 the next N API requests fail
+--   delay = S                     answer every API request S seconds late
+--                                 (0 turns it off)
+--   compact = true                forget the event history (watches from
+--                                 older resourceVersions get 410)
+--   reset = true                  forget everything, restart resourceVersions
+-- Returns a summary table.
+function Sim:inject(f)
+  local out = {}
+  if f.reset then
+    self.store:reset()
+    out.reset = true
+  end
+  if f.compact then
+    self.store:compact()
+    out.compacted = self.store.rv
+  end
+  if f.drop_watches then
+    local n = 0
+    for _, res in pairs(self.store.resources) do
+      for w in pairs(res.watchers) do
+        res.watchers[w] = nil
+        n = n + 1
+        if f.drop_watches == "end" then w.req:finish() else w.req:abort(0) end
+      end
+    end
+    out.dropped = n
+  end
+  if f.watch_abort_after then
+    local n = 0
+    for _, res in pairs(self.store.resources) do
+      for w in pairs(res.watchers) do
+        w.req:abort(tonumber(f.watch_abort_after) or 0)
+        n = n + 1
+      end
+    end
+    out.aborting = n
+  end
+  if f.fail_next then
+    self.faults.fail_next = tonumber(f.fail_next) or 0
+    self.faults.code = tonumber(f.code) or 500
+    self.faults.retry_after = tonumber(f.retry_after) or 1
+  end
+  if f.delay then self.faults.delay = tonumber(f.delay) or 0 end
+  out.resourceVersion = tostring(self.store.rv)
+  return out
+end
+
+local function fault_status(code, retry_after)
+  if code == 429 then
+    return status(429, "TooManyRequests", "Too many requests, please try again later.",
+      { retryAfterSeconds = retry_after }), { ["Retry-After"] = tostring(retry_after) }
+  elseif code == 503 then
+    return status(503, "ServiceUnavailable", "the server is currently unable to handle the "
+      .. "request", {}), { ["Retry-After"] = tostring(retry_after) }
+  elseif code == 504 then
+    return status(504, "Timeout", "the server was unable to return a response in the time "
+      .. "allotted, but may still be processing the request", {})
+  end
+  return status(code, "InternalError", "Internal error occurred: injected fault",
+    { causes = json.array { { message = "injected fault" } } })
+end
+
+function Sim:control(req, path)
+  if path == "/_sim/faults" and req:method() == "POST" then
+    local f = decode(req:body() ~= "" and req:body() or "{}")
+    if type(f) ~= "table" or is_array(f) then
+      return reply_status(req, store.bad_request("the body must be a JSON object"))
+    end
+    return reply_json(req, 200, self:inject(f))
+  elseif path == "/_sim/state" and req:method() == "GET" then
+    local counts, watches = {}, 0
+    for key, res in pairs(self.store.resources) do
+      counts[key] = res.count
+      for _ in pairs(res.watchers) do watches = watches + 1 end
+    end
+    return reply_json(req, 200, { resourceVersion = tostring(self.store.rv), objects = counts,
+      watches = watches })
+  end
+  return reply_status(req, not_found_resource())
+end
+
+-- The request handler ----------------------------------------------------------------------
+
+function Sim:handle(req)
+  local path = req:path()
+  local q = find(path, "%%")
+  if q then path = path:gsub("%%(%x%x)", function(h) return string.char(tonumber(h, 16)) end) end
+  if path ~= "/" and sub(path, -1) == "/" then path = sub(path, 1, -2) end
+
+  local user, aerr = self:authenticate(req)
+  if not user then return reply_status(req, aerr) end
+  if sub(path, 1, 6) == "/_sim/" then
+    if user ~= "admin" then
+      return reply_status(req, status(403, "Forbidden", format('forbidden: User "%s" cannot %s '
+        .. 'path "%s"', user, lower(req:method()), path), {}))
+    end
+    return self:control(req, path)
+  end
+
+  local f = self.faults
+  if f.delay and f.delay > 0 then kube.sleep(f.delay) end
+  if f.fail_next > 0 then
+    f.fail_next = f.fail_next - 1
+    local st, h = fault_status(f.code, f.retry_after)
+    return reply_status(req, st, h)
+  end
+
+  if user == "system:anonymous" and not anonymous_paths[path] and sub(path, 1, 5) ~= "/api/"
+      and sub(path, 1, 6) ~= "/apis/" then
+    return reply_status(req, status(403, "Forbidden", format('forbidden: User "%s" cannot %s '
+      .. 'path "%s"', user, lower(req:method()), path), {}))
+  end
+  if req:method() ~= "GET" and (path == "/version" or path == "/api" or path == "/apis") then
+    return reply_status(req, method_not_allowed())
+  end
+  if path == "/version" then return reply_json(req, 200, version_info) end
+  if path == "/healthz" or path == "/readyz" or path == "/livez" then
+    return req:reply(200, { ["Content-Type"] = "text/plain; charset=utf-8",
+      ["Cache-Control"] = "no-cache, private" }, "ok")
+  end
+  local anonymous_api = user == "system:anonymous"
+  if path == "/api" then
+    if anonymous_api then
+      return reply_status(req, status(403, "Forbidden",
+        'forbidden: User "system:anonymous" cannot get path "/api"', {}))
+    end
+    return reply_json(req, 200, { kind = "APIVersions", versions = json.array { "v1" },
+      serverAddressByClientCIDRs = json.array { { clientCIDR = "0.0.0.0/0",
+        serverAddress = self.address or "127.0.0.1:6443" } } })
+  end
+  if path == "/apis" then
+    if anonymous_api then
+      return reply_status(req, status(403, "Forbidden",
+        'forbidden: User "system:anonymous" cannot get path "/apis"', {}))
+    end
+    return reply_json(req, 200, self:discovery_groups())
+  end
+  local g = path:match("^/apis/([^/]+)$")
+  if g then
+    if not self.store.groups[g] then return reply_text_404(req) end
+    if anonymous_api then
+      return reply_status(req, status(403, "Forbidden", format('forbidden: User '
+        .. '"system:anonymous" cannot get path "%s"', path), {}))
+    end
+    local body = self:api_group(g)
+    body.kind, body.apiVersion = "APIGroup", "v1"
+    return reply_json(req, 200, body)
+  end
+  local r = parse_path(path)
+  if not r or not self.store.gvs[r.gv] then return reply_text_404(req) end
+  if #r.rest == 0 then
+    if anonymous_api then
+      return reply_status(req, status(403, "Forbidden", format('forbidden: User '
+        .. '"system:anonymous" cannot get path "%s"', path), {}))
+    end
+    return reply_json(req, 200, self:resource_list(r.gv))
+  end
+  if not self:resolve(r) then return reply_text_404(req) end
+  return self:serve_resource(req, r, user)
+end
+
+-- listen{host, port, tls_cert, tls_key} -> server | nil, message
+function Sim:listen(opts)
+  local srv, err = httpd.listen {
+    host = opts.host, port = opts.port or 0, tls_cert = opts.tls_cert, tls_key = opts.tls_key,
+    send_date = true,
+    handler = function(req)
+      local ok, e = pcall(self.handle, self, req)
+      if not ok then
+        kube.log.error("sim: request failed", { path = req:path(), error = tostring(e) })
+        if not req:answered() and req:alive() then
+          reply_status(req, status(500, "InternalError", "Internal error occurred: "
+            .. tostring(e), {}))
+        end
+      end
+    end,
+  }
+  if not srv then return nil, err end
+  self.servers[#self.servers + 1] = srv
+  self.address = (opts.host or "127.0.0.1") .. ":" .. srv:port()
+  return srv
+end
+
+-- Loads every .json, .yaml and .yml file of dir (sorted by name): one
+-- object, a List (items), or an array of objects per document (YAML files
+-- may hold several); namespaces are created as needed. Returns the
+-- number of objects or nil, message.
+function Sim:load(dir)
+  local p = io.popen("ls -1 '" .. dir:gsub("'", "'\\''") .. "' 2>/dev/null")
+  local names = {}
+  for line in p:lines() do
+    if line:match("%.json$") or line:match("%.ya?ml$") then names[#names + 1] = line end
+  end
+  p:close()
+  local n = 0
+  for _, name in ipairs(names) do
+    local f, ferr = io.open(dir .. "/" .. name)
+    if not f then return nil, ferr end
+    local text = f:read("*a")
+    f:close()
+    local docs, derr
+    if name:match("%.json$") then
+      local doc
+      doc, derr = decode(text)
+      docs = doc ~= nil and { doc } or nil
+    else
+      docs, derr = yaml.decode_all(text)
+    end
+    if not docs then return nil, name .. ": " .. derr end
+    for _, doc in ipairs(docs) do
+      local objs = is_array(doc) and doc or (type(doc.items) == "table" and doc.items or { doc })
+      for _, obj in ipairs(objs) do
+        local ok, err = self:apply_object(obj)
+        if not ok then return nil, name .. ": " .. err end
+        n = n + 1
+      end
+    end
+  end
+  return n
+end
+
+-- Creates (or replaces) one object given as a table, finding its resource
+-- by apiVersion and kind.
+function Sim:apply_object(obj)
+  local s = self.store
+  if type(obj) ~= "table" or type(obj.apiVersion) ~= "string" or type(obj.kind) ~= "string" then
+    return nil, "an object needs apiVersion and kind"
+  end
+  local g = s.gvs[obj.apiVersion]
+  local res
+  for _, r in ipairs(g and g.list or {}) do
+    if r.kind == obj.kind then res = r end
+  end
+  if not res then return nil, format("no resource for %s %s", obj.apiVersion, obj.kind) end
+  local md = type(obj.metadata) == "table" and obj.metadata or {}
+  local ns = res.namespaced and (md.namespace or "default") or nil
+  if ns and not s:resource("v1", "namespaces").objects[ns] then
+    s:create(s:resource("v1", "namespaces"), nil, { apiVersion = "v1", kind = "Namespace",
+      metadata = { name = ns } }, { user_agent = "kubelua-sim" })
+  end
+  local e, err = s:create(res, ns, obj, { user_agent = "kubelua-sim", internal = true })
+  if not e then return nil, err.message end
+  if res.name == "customresourcedefinitions" then s:establish(e.name) end
+  return e
+end
+
+-- kubelua sim --listen HOST:PORT [--token T] [--user NAME=TOKEN]
+--             [--tls-cert F --tls-key F] [--load DIR] [--history N]
+--             [--bookmark-interval S]
+-- Returns true once listening (the loop then serves), or nil, message.
+function _M.main(args)
+  local opts = { users = {} }
+  local listen = "127.0.0.1:6443"
+  local tls_cert, tls_key, load
+  local i = 1
+  while i <= #args do
+    local a = args[i]
+    local v = args[i + 1]
+    if a == "--listen" then listen = v
+    elseif a == "--token" then opts.token = v
+    elseif a == "--user" then
+      local name, tok = (v or ""):match("^([^=]+)=(.+)$")
+      if not name then return nil, "--user needs NAME=TOKEN" end
+      opts.users[tok] = name
+    elseif a == "--tls-cert" then tls_cert = v
+    elseif a == "--tls-key" then tls_key = v
+    elseif a == "--load" then load = v
+    elseif a == "--history" then opts.history_size = tonumber(v)
+    elseif a == "--bookmark-interval" then opts.bookmark_interval = tonumber(v)
+    else
+      return nil, "unknown option " .. tostring(a)
+    end
+    if v == nil then return nil, "option " .. a .. " needs a value" end
+    i = i + 2
+  end
+  local host, port = listen:match("^%[?([^%]]*)%]?:(%d+)$")
+  if not host then return nil, "--listen needs HOST:PORT, got " .. listen end
+  if (tls_cert == nil) ~= (tls_key == nil) then
+    return nil, "--tls-cert and --tls-key go together"
+  end
+  local sim = _M.new(opts)
+  if load then
+    local n, err = sim:load(load)
+    if not n then return nil, "--load: " .. err end
+  end
+  local srv, err = sim:listen { host = host, port = tonumber(port), tls_cert = tls_cert,
+    tls_key = tls_key }
+  if not srv then return nil, err end
+  local shown = host:find(":") and "[" .. host .. "]" or host
+  io.stdout:write(format("kubelua sim: listening on %s://%s:%d\n", tls_cert and "https" or "http",
+    shown, srv:port()))
+  io.stdout:flush()
+  _M.current = sim
+  return true
+end
+
+return _M

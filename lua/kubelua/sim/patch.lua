@@ -1,0 +1,247 @@
+-- kubelua.sim.patch: the patch formats a Kubernetes API server accepts, on
+-- decoded JSON values (kubelua.json tables): JSON merge patch (RFC 7386),
+-- JSON patch (RFC 6902) and strategic merge patch (lists of objects merged
+-- by their key, "$patch" directives). Each function returns a new value and
+-- never changes its inputs.
+
+local json = require "kubelua.json"
+local util = require "kubelua.sim.util"
+
+local type, pairs, ipairs, tonumber = type, pairs, ipairs, tonumber
+local copy, equal = util.copy, util.equal
+local null, is_array = json.null, json.is_array
+local gsub, sub = string.gsub, string.sub
+local remove, insert = table.remove, table.insert
+
+local _M = {}
+
+local function is_object(v) return type(v) == "table" and not is_array(v) end
+
+-- RFC 7386
+local function merge(target, patch)
+  if not is_object(patch) then return copy(patch) end
+  local out = is_object(target) and copy(target) or {}
+  for k, v in pairs(patch) do
+    if v == null then
+      out[k] = nil
+    else
+      out[k] = merge(out[k], v)
+    end
+  end
+  return out
+end
+_M.merge = merge
+
+-- RFC 6902 -------------------------------------------------------------------
+
+local function parse_pointer(p)
+  if type(p) ~= "string" then return nil end
+  if p == "" then return {} end
+  if sub(p, 1, 1) ~= "/" then return nil end
+  local parts = {}
+  for seg in (sub(p, 2) .. "/"):gmatch("([^/]*)/") do
+    parts[#parts + 1] = (gsub(gsub(seg, "~1", "/"), "~0", "~"))
+  end
+  return parts
+end
+
+-- The container of the pointer's last segment and that segment (an index
+-- for arrays, "-" kept as is).
+local function resolve(doc, parts)
+  local cur = doc
+  for i = 1, #parts - 1 do
+    if type(cur) ~= "table" then return nil end
+    local seg = parts[i]
+    if is_array(cur) then
+      local n = tonumber(seg)
+      if not n then return nil end
+      cur = cur[n + 1]
+    else
+      cur = cur[seg]
+    end
+  end
+  if type(cur) ~= "table" then return nil end
+  local last = parts[#parts]
+  if is_array(cur) and last ~= "-" then
+    local n = tonumber(last)
+    if not n or n ~= math.floor(n) or n < 0 then return nil end
+    return cur, n + 1
+  end
+  return cur, last
+end
+
+local function get_at(doc, parts)
+  if #parts == 0 then return doc end
+  local c, k = resolve(doc, parts)
+  if not c or k == "-" then return nil end
+  return c[k]
+end
+
+local function add_at(doc, parts, value)
+  if #parts == 0 then return value end
+  local c, k = resolve(doc, parts)
+  if not c then return nil, "missing path" end
+  if is_array(c) then
+    if k == "-" then
+      c[#c + 1] = value
+    elseif k > #c + 1 then
+      return nil, "index out of range"
+    else
+      insert(c, k, value)
+    end
+  else
+    c[k] = value
+  end
+  return doc
+end
+
+local function remove_at(doc, parts)
+  local c, k = resolve(doc, parts)
+  if not c or k == "-" then return nil, "missing path" end
+  if is_array(c) then
+    if not c[k] then return nil, "missing path" end
+    local v = remove(c, k)
+    return doc, v
+  end
+  if c[k] == nil then return nil, "missing path" end
+  local v = c[k]
+  c[k] = nil
+  return doc, v
+end
+
+-- Returns the patched document, or nil, kind where kind is "malformed" (the
+-- patch is not a list of operations: 400) or "invalid" (an operation
+-- failed: 422).
+function _M.json_patch(doc, ops)
+  if not is_array(ops) then return nil, "malformed" end
+  doc = copy(doc)
+  for _, op in ipairs(ops) do
+    if not is_object(op) then return nil, "malformed" end
+    local path = parse_pointer(op.path)
+    if not path then return nil, "invalid" end
+    local kind, err = op.op, nil
+    if kind == "add" then
+      if op.value == nil then return nil, "invalid" end
+      doc, err = add_at(doc, path, copy(op.value))
+    elseif kind == "remove" then
+      if #path == 0 then return nil, "invalid" end
+      doc, err = remove_at(doc, path)
+    elseif kind == "replace" then
+      if #path == 0 then
+        doc = copy(op.value)
+      else
+        doc, err = remove_at(doc, path)
+        if doc then doc, err = add_at(doc, path, copy(op.value)) end
+      end
+    elseif kind == "move" or kind == "copy" then
+      local from = parse_pointer(op.from)
+      if not from or #from == 0 then return nil, "invalid" end
+      local v
+      if kind == "move" then
+        doc, v = remove_at(doc, from)
+        if not doc then return nil, "invalid" end
+      else
+        v = copy(get_at(doc, from))
+        if v == nil then return nil, "invalid" end
+      end
+      doc, err = add_at(doc, path, v)
+    elseif kind == "test" then
+      if not equal(get_at(doc, path), op.value) then return nil, "invalid" end
+    else
+      return nil, "invalid"
+    end
+    if doc == nil then return nil, "invalid", err end
+  end
+  return doc
+end
+
+-- Strategic merge patch --------------------------------------------------------
+
+-- The merge key of a list of objects: "name" for most (containers, volumes,
+-- env, ...), "containerPort" for container ports, "type" for conditions.
+local function merge_key(list)
+  local first = list[1]
+  if not is_object(first) then return nil end
+  for _, k in ipairs { "name", "containerPort", "type", "ip", "devicePath", "mountPath" } do
+    local ok = true
+    for _, item in ipairs(list) do
+      if not is_object(item) or (item[k] == nil and item["$patch"] == nil) then
+        ok = false
+        break
+      end
+    end
+    if ok then return k end
+  end
+  return nil
+end
+
+local smp
+
+local function smp_list(orig, patch)
+  local key = merge_key(patch)
+  if not key or not is_array(orig) then
+    local out = json.array {}
+    for _, v in ipairs(patch) do
+      if not (is_object(v) and v["$patch"]) then out[#out + 1] = copy(v) end
+    end
+    return out
+  end
+  for _, item in ipairs(orig) do
+    if not is_object(item) or item[key] == nil then return copy(patch) end
+  end
+  local out = copy(orig)
+  for _, p in ipairs(patch) do
+    local pos
+    for i, item in ipairs(out) do
+      if equal(item[key], p[key]) then
+        pos = i
+        break
+      end
+    end
+    local directive = p["$patch"]
+    if directive == "delete" then
+      if pos then remove(out, pos) end
+    elseif directive == "replace" then
+      local v = copy(p)
+      v["$patch"] = nil
+      if pos then out[pos] = v else out[#out + 1] = v end
+    elseif pos then
+      out[pos] = smp(out[pos], p)
+    else
+      out[#out + 1] = smp(nil, p)
+    end
+  end
+  return out
+end
+
+smp = function(target, patch)
+  if not is_object(patch) then return copy(patch) end
+  if patch["$patch"] == "replace" then
+    local v = copy(patch)
+    v["$patch"] = nil
+    return v
+  end
+  local out = is_object(target) and copy(target) or {}
+  for k, v in pairs(patch) do
+    if sub(k, 1, 1) == "$" then
+      -- directives ($patch, $retainKeys, $setElementOrder/...): ordering
+      -- and retention hints are ignored
+      out[k] = nil
+    elseif v == null then
+      out[k] = nil
+    elseif is_object(v) and v["$patch"] == "delete" then
+      out[k] = nil
+    elseif is_array(v) then
+      out[k] = smp_list(out[k], v)
+    else
+      out[k] = smp(out[k], v)
+    end
+  end
+  for k in pairs(out) do
+    if type(k) == "string" and sub(k, 1, 1) == "$" then out[k] = nil end
+  end
+  return out
+end
+_M.strategic = smp
+
+return _M

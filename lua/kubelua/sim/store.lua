@@ -1,0 +1,1418 @@
+-- kubelua.sim.store: the simulator's state and the API semantics on it —
+-- resources (built-in and CRD-defined), objects, the one global
+-- resourceVersion counter, each resource's bounded event history, watchers,
+-- and the verbs (get, list, create, update, patch, delete,
+-- deletecollection) with the errors a real apiserver gives.
+--
+-- Objects are kept as entries { obj, json, key, ns, name, rv }: obj is the
+-- decoded table (never changed once stored: every change builds a new
+-- one), json its compact encoding with kind and apiVersion, made once per
+-- change, so a list or a watch event copies bytes and never re-encodes.
+-- Each watch event line is built once and written to every watcher.
+-- Failures are returned as nil, status where status is a Status table.
+
+-- luacheck: ignore 212/self
+
+local json = require "kubelua.json"
+local util = require "kubelua.sim.util"
+local patchlib = require "kubelua.sim.patch"
+local managed = require "kubelua.sim.managed"
+local resources = require "kubelua.sim.resources"
+local yaml = require "kubelua.sim.yaml"
+local events = require "kubelua.sim.events"
+
+local type, pairs, ipairs, tostring, tonumber, setmetatable, next =
+  type, pairs, ipairs, tostring, tonumber, setmetatable, next
+local concat, sort, remove = table.concat, table.sort, table.remove
+local format, sub, find = string.format, string.sub, string.find
+local floor = math.floor
+local encode, decode, null, is_array = json.encode, json.decode, json.null, json.is_array
+local copy, equal = util.copy, util.equal
+
+local _M = {}
+local Store = {}
+Store.__index = Store
+
+local function is_object(v) return type(v) == "table" and not is_array(v) end
+
+-- Status ----------------------------------------------------------------------
+
+local function status(code, reason, message, details)
+  local st = { kind = "Status", apiVersion = "v1", metadata = {}, status = "Failure",
+    message = message, reason = reason, code = code }
+  if details then st.details = details end
+  return st
+end
+_M.status = status
+
+local function res_details(res, name, extra)
+  local d = { name = name, kind = res.name }
+  if res.group ~= "" then d.group = res.group end
+  if extra then
+    for k, v in pairs(extra) do d[k] = v end
+  end
+  return d
+end
+
+local function not_found(res, name)
+  return status(404, "NotFound", format('%s "%s" not found', res.name, name),
+    res_details(res, name))
+end
+
+local function conflict(res, name, why)
+  return status(409, "Conflict", format('Operation cannot be fulfilled on %s "%s": %s',
+    res.gr, name, why), res_details(res, name))
+end
+
+local function bad_request(msg) return status(400, "BadRequest", msg) end
+
+local function kind_label(res)
+  return res.group == "" and res.kind or res.kind .. "." .. res.group
+end
+
+-- 422 with causes { {field, type, message} }
+local function invalid(res, name, causes)
+  local parts, list, seen = {}, json.array {}, {}
+  for i, c in ipairs(causes) do
+    local part = c.field .. ": " .. c.message
+    if not seen[part] then
+      seen[part] = true
+      parts[#parts + 1] = part
+    end
+    list[i] = { reason = c.reason, message = c.message, field = c.field }
+  end
+  local msg = format('%s "%s" is invalid: ', kind_label(res), name or "")
+  if #parts == 1 then
+    msg = msg .. parts[1]
+  else
+    msg = msg .. "[" .. concat(parts, ", ") .. "]"
+  end
+  local d = { kind = res.kind, causes = list }
+  if name and name ~= "" then d.name = name end
+  if res.group ~= "" then d.group = res.group end
+  return status(422, "Invalid", msg, d)
+end
+
+-- Resources -------------------------------------------------------------------
+
+function _M.new(opts)
+  local self = setmetatable({ opts = opts or {} }, Store)
+  self.history_size = self.opts.history_size or 10000
+  self:reset()
+  return self
+end
+
+-- Forgets every object and starts resourceVersions again (an etcd
+-- restore): the built-in resources and namespaces are back, CRDs are gone.
+function Store:reset()
+  if self.resources then
+    for _, res in pairs(self.resources) do self:close_watchers(res) end
+  end
+  self.rv = self.opts.start_rv or 1
+  self.compacted = 0
+  self.resources = {} -- "gv/plural" → res
+  self.gvs = {}       -- gv → { group, version, list = {res...} }
+  self.groups = {}    -- group → { versions in order }
+  self.group_list = {}
+  for _, r in ipairs(resources.builtins()) do self:add_resource(r) end
+  local core, v1 = self:resource("v1", "events"), self:resource("events.k8s.io/v1", "events")
+  core.mirror, core.to_mirror, core.canon = v1, events.to_v1, events.canon_core
+  v1.mirror, v1.to_mirror, v1.canon = core, events.to_core, events.canon_v1
+  for _, ns in ipairs(self.opts.namespaces or { "default", "kube-system", "kube-public",
+      "kube-node-lease" }) do
+    self:create(self:resource("v1", "namespaces"), nil,
+      { apiVersion = "v1", kind = "Namespace", metadata = { name = ns } },
+      { manager = "kube-apiserver" })
+  end
+end
+
+function Store:add_resource(r)
+  r.objects, r.count, r.sorted = {}, 0, nil
+  -- history[hist_first .. hist_last]: explicit bounds, as # is not
+  -- defined on a table whose first slots were cleared
+  r.history, r.hist_first, r.hist_last = {}, 1, 0
+  r.hist_start = self.rv
+  r.last_rv = self.rv
+  r.watchers = {}
+  r.gr = r.group == "" and r.name or r.name .. "." .. r.group
+  r.api_version = r.gv
+  self.resources[r.gv .. "/" .. r.name] = r
+  local g = self.gvs[r.gv]
+  if not g then
+    g = { group = r.group, version = r.version, list = {} }
+    self.gvs[r.gv] = g
+    if r.group ~= "" then
+      local gr = self.groups[r.group]
+      if not gr then
+        gr = {}
+        self.groups[r.group] = gr
+        self.group_list[#self.group_list + 1] = r.group
+      end
+      gr[#gr + 1] = r.version
+    end
+  end
+  g.list[#g.list + 1] = r
+end
+
+function Store:remove_resource(r)
+  self:close_watchers(r)
+  self.resources[r.gv .. "/" .. r.name] = nil
+  local g = self.gvs[r.gv]
+  if not g then return end
+  for i, x in ipairs(g.list) do
+    if x == r then remove(g.list, i) break end
+  end
+  if #g.list == 0 then
+    self.gvs[r.gv] = nil
+    local gr = self.groups[r.group]
+    for i, v in ipairs(gr or {}) do
+      if v == r.version then remove(gr, i) break end
+    end
+    if gr and #gr == 0 then
+      self.groups[r.group] = nil
+      for i, name in ipairs(self.group_list) do
+        if name == r.group then remove(self.group_list, i) break end
+      end
+    end
+  end
+end
+
+function Store:resource(gv, name) return self.resources[gv .. "/" .. name] end
+
+-- Objects ------------------------------------------------------------------------
+
+local function obj_key(ns, name)
+  if ns and ns ~= "" then return ns .. "/" .. name end
+  return name
+end
+
+-- Encoding. Stored objects are never changed (every change builds new
+-- tables, sharing the unchanged ones), so the JSON of a table can be kept
+-- for as long as the table lives: an object is encoded by joining its top
+-- two levels from parts, and a part shared with the previous version of the
+-- object costs nothing. A writer that changes one field of a 2.4 KB Pod
+-- then pays for that field's part, not for the whole object.
+local enc_cache = setmetatable({}, { __mode = "k" })
+local key_cache = {}
+
+local function enc(v, depth)
+  local t = type(v)
+  if t ~= "table" then
+    if t == "string" and not find(v, '[%c"\\\128-\255]') then return '"' .. v .. '"' end
+    if t == "number" and v == floor(v) and v > -1e15 and v < 1e15 then
+      return format("%d", v)
+    end
+    if t == "boolean" then return v and "true" or "false" end
+    return encode(v)
+  end
+  local s = enc_cache[v]
+  if s then return s end
+  if depth < 2 and not is_array(v) then
+    local keys = {}
+    for k in pairs(v) do keys[#keys + 1] = k end
+    if #keys == 0 then
+      s = "{}"
+    else
+      sort(keys)
+      local parts, n = { "{" }, 1
+      for _, k in ipairs(keys) do
+        local ks = key_cache[k]
+        if not ks then
+          ks = encode(k) .. ":"
+          key_cache[k] = ks
+        end
+        parts[n + 1] = ks
+        parts[n + 2] = enc(v[k], depth + 1)
+        parts[n + 3] = ","
+        n = n + 3
+      end
+      parts[n] = "}"
+      s = concat(parts, "", 1, n)
+    end
+  else
+    s = encode(v)
+  end
+  if depth > 0 then enc_cache[v] = s end -- an object's own JSON is in its entry
+  return s
+end
+
+local function make_entry(obj, res)
+  local md = obj.metadata
+  local e = { obj = obj, json = enc(obj, 0), name = md.name, ns = md.namespace or "",
+    rv = tonumber(md.resourceVersion) }
+  e.key = obj_key(md.namespace, md.name)
+  e.res = res
+  return e
+end
+
+-- The JSON of an entry as a list item: built-in kinds carry no kind and
+-- apiVersion there; custom resources do.
+local function item_json(e)
+  if not e.res.builtin then return e.json end
+  if not e.ljson then
+    local t = {}
+    for k, v in pairs(e.obj) do
+      if k ~= "kind" and k ~= "apiVersion" then t[k] = v end
+    end
+    e.ljson = enc(t, 0) -- the parts are shared with e.obj and cached
+  end
+  return e.ljson
+end
+
+function Store:next_rv()
+  self.rv = self.rv + 1
+  return self.rv
+end
+
+-- A watch event is written as three pieces in one chunk: the envelope's
+-- head, the object's JSON as stored, and its tail; no copy of the object.
+local heads = { ADDED = '{"type":"ADDED","object":', MODIFIED = '{"type":"MODIFIED","object":',
+  DELETED = '{"type":"DELETED","object":' }
+local TAIL = "}\n"
+_M.heads, _M.TAIL = heads, TAIL
+
+-- The filters of a watcher or a list: namespace, label and field selectors.
+local function matches(f, e)
+  if f.ns and f.ns ~= e.ns then return false end
+  local md = e.obj.metadata
+  if f.labels and #f.labels > 0 and not util.labels_match(f.labels, md.labels) then
+    return false
+  end
+  if f.fields and #f.fields > 0 and not util.fields_match(f.fields, e.obj) then
+    return false
+  end
+  return true
+end
+_M.matches = matches
+
+local function send(res, w, head, body, tail)
+  local ok = w.req:write(head, body, tail)
+  if not ok then res.watchers[w] = nil end
+end
+
+-- Sends one event to one watcher, turning it into what a watcher with
+-- selectors sees (ADDED when an object starts to match, DELETED with the
+-- previous content when it stops).
+local function deliver(res, w, ev)
+  if w.simple then return send(res, w, heads[ev.type], ev.entry.json, TAIL) end
+  local now = matches(w, ev.entry)
+  if ev.type == "MODIFIED" then
+    local before = ev.prev and matches(w, ev.prev)
+    if now and before then
+      send(res, w, heads.MODIFIED, ev.entry.json, TAIL)
+    elseif now then
+      send(res, w, heads.ADDED, ev.entry.json, TAIL)
+    elseif before then
+      local o = copy(ev.prev.obj)
+      o.metadata.resourceVersion = tostring(ev.rv)
+      send(res, w, heads.DELETED, encode(o), TAIL)
+    end
+  elseif now then
+    send(res, w, heads[ev.type], ev.entry.json, TAIL)
+  end
+end
+_M.deliver = deliver
+
+function Store:emit(res, etype, entry, prev)
+  local ev = { type = etype, entry = entry, prev = prev, rv = entry.rv }
+  local h = res.history
+  local last = res.hist_last + 1
+  h[last] = ev
+  res.hist_last = last
+  res.last_rv = entry.rv
+  local first = res.hist_first
+  if last - first + 1 > self.history_size then
+    res.hist_start = h[first].rv
+    h[first] = nil
+    first = first + 1
+    res.hist_first = first
+    if first > 4096 and first > last / 2 then -- move the live part down
+      local nh = {}
+      for i = first, last do nh[i - first + 1] = h[i] end
+      res.history, res.hist_first, res.hist_last = nh, 1, last - first + 1
+    end
+  end
+  for w in pairs(res.watchers) do deliver(res, w, ev) end
+  if self.on_event then self.on_event(res, ev) end
+end
+
+-- Forgets every resource's history: watches from earlier resourceVersions
+-- get 410 (as after an etcd compaction past the watch cache).
+function Store:compact()
+  self:next_rv() -- a revision of its own, so lists after it are valid
+  for _, res in pairs(self.resources) do
+    res.history, res.hist_first, res.hist_last = {}, 1, 0
+    res.hist_start = self.rv
+    res.last_rv = self.rv
+  end
+  self.compacted = self.rv
+end
+
+function Store:close_watchers(res, mode)
+  for w in pairs(res.watchers) do
+    res.watchers[w] = nil
+    if w.req:alive() then
+      if mode == "drop" then w.req:abort(0) else w.req:finish() end
+    end
+  end
+end
+
+local function store_one(self, res, obj, etype, prev)
+  local e = make_entry(obj, res)
+  if etype == "DELETED" then
+    if res.objects[e.key] then
+      res.objects[e.key] = nil
+      res.count = res.count - 1
+      res.sorted = nil
+    end
+  else
+    if not res.objects[e.key] then
+      res.count = res.count + 1
+      res.sorted = nil
+    end
+    res.objects[e.key] = e
+  end
+  self:emit(res, etype, e, prev)
+  return e
+end
+
+-- Stores obj (its resourceVersion set) and emits the event. A resource
+-- served through two APIs (Events) stores the other API's form too, with
+-- the same resourceVersion.
+function Store:put(res, obj, etype, prev)
+  if res.canon then obj = res.canon(obj) end
+  local e = store_one(self, res, obj, etype, prev)
+  local m = res.mirror
+  if m then
+    store_one(self, m, res.to_mirror(obj), etype, m.objects[e.key])
+  end
+  if res.name == "customresourcedefinitions" and res.group == "apiextensions.k8s.io" then
+    self:crd_changed(obj, etype)
+  end
+  return e
+end
+
+function Store:get(res, ns, name)
+  local e = res.objects[obj_key(ns, name)]
+  if not e then return nil, not_found(res, name) end
+  return e
+end
+
+function Store:sorted_keys(res)
+  if not res.sorted then
+    local keys = {}
+    for k in pairs(res.objects) do keys[#keys + 1] = k end
+    sort(keys)
+    res.sorted = keys
+  end
+  return res.sorted
+end
+
+-- Validation -----------------------------------------------------------------
+
+local function check_name(res, name, generate)
+  if (name == nil or name == "") and (generate == nil or generate == "") then
+    return invalid(res, "", { { field = "metadata.name", reason = "FieldValueRequired",
+      message = "Required value: name or generateName is required" } })
+  end
+  if name and name ~= "" then
+    local why = util.check_subdomain(name)
+    if why then
+      return invalid(res, name, { { field = "metadata.name", reason = "FieldValueInvalid",
+        message = format('Invalid value: "%s": %s', name, why) } })
+    end
+  end
+  return nil
+end
+
+local json_types = { string = "string", boolean = "boolean", table = "object" }
+
+local function value_type(v)
+  if v == null then return "null" end
+  if type(v) == "number" then return v == math.floor(v) and "integer" or "number" end
+  if type(v) == "table" then return is_array(v) and "array" or "object" end
+  return json_types[type(v)] or type(v)
+end
+
+-- A small part of OpenAPI v3 schema validation: types, recursively.
+local function check_schema(schema, v, path, causes)
+  if type(schema) ~= "table" or v == nil then return end
+  local want = schema.type
+  local have = value_type(v)
+  if want and want ~= have and not (want == "number" and have == "integer")
+      and not (v == null and schema.nullable) then
+    local shown = have
+    causes[#causes + 1] = { field = path, reason = "FieldValueTypeInvalid",
+      message = format('Invalid value: "%s": %s in body must be of type %s: "%s"',
+        shown, path, want, shown) }
+    return
+  end
+  if have == "object" and type(schema.properties) == "table" then
+    for k, sub_schema in pairs(schema.properties) do
+      check_schema(sub_schema, v[k], path == "" and k or path .. "." .. k, causes)
+    end
+  elseif have == "array" and type(schema.items) == "table" then
+    for i, x in ipairs(v) do
+      check_schema(schema.items, x, format("%s[%d]", path, i - 1), causes)
+    end
+  end
+end
+
+local function validate(res, obj)
+  if res.schema then
+    local causes = {}
+    for k, v in pairs(obj) do
+      if k ~= "metadata" and k ~= "apiVersion" and k ~= "kind" and res.schema.properties then
+        check_schema(res.schema.properties[k], v, k, causes)
+      end
+    end
+    if #causes > 0 then return invalid(res, obj.metadata.name, causes) end
+  end
+  return nil
+end
+
+-- Field validation: the fields a kind knows at its top level and in
+-- metadata; the rest are unknown, dropped from the object, and reported as
+-- a warning (fieldValidation=Warn, the default), an error (Strict) or not
+-- at all (Ignore). Custom resources are pruned by their schema.
+local known_top = {
+  configmaps = { "data", "binaryData", "immutable" },
+  secrets = { "data", "stringData", "type", "immutable" },
+  serviceaccounts = { "secrets", "imagePullSecrets", "automountServiceAccountToken" },
+  ["v1/events"] = { "involvedObject", "reason", "message", "source", "firstTimestamp",
+    "lastTimestamp", "count", "type", "eventTime", "series", "action", "related",
+    "reportingComponent", "reportingInstance" },
+  ["events.k8s.io/v1/events"] = { "eventTime", "series", "reportingController",
+    "reportingInstance", "action", "reason", "regarding", "related", "note", "type",
+    "deprecatedSource", "deprecatedFirstTimestamp", "deprecatedLastTimestamp",
+    "deprecatedCount" },
+}
+local known_meta = {}
+for _, f in ipairs { "name", "generateName", "namespace", "selfLink", "uid", "resourceVersion",
+    "generation", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds",
+    "labels", "annotations", "ownerReferences", "finalizers", "managedFields" } do
+  known_meta[f] = true
+end
+
+local function set_of(list)
+  local t = { apiVersion = true, kind = true, metadata = true }
+  for _, f in ipairs(list) do t[f] = true end
+  return t
+end
+for k, v in pairs(known_top) do known_top[k] = set_of(v) end
+local spec_status = set_of { "spec", "status" }
+
+local function prune(schema, v, path, out)
+  if type(schema) ~= "table" or not is_object(v) then return end
+  if schema["x-kubernetes-preserve-unknown-fields"] then return end
+  local props = schema.properties
+  if type(props) ~= "table" then
+    if is_object(schema.additionalProperties) then
+      for k, x in pairs(v) do prune(schema.additionalProperties, x, path .. "." .. k, out) end
+    end
+    return
+  end
+  for k, x in pairs(v) do
+    local p = path == "" and k or path .. "." .. k
+    if props[k] == nil then
+      v[k] = nil
+      out[#out + 1] = p
+    else
+      prune(props[k], x, p, out)
+    end
+  end
+end
+
+-- Drops the unknown fields of obj (changed in place) and returns their
+-- paths, sorted.
+function _M.unknown_fields(res, obj)
+  local out = {}
+  if res.builtin then
+    local known = known_top[res.gv .. "/" .. res.name] or known_top[res.name] or spec_status
+    for k in pairs(obj) do
+      if not known[k] then
+        obj[k] = nil
+        out[#out + 1] = k
+      end
+    end
+  elseif res.schema then
+    local props = res.schema.properties
+    if type(props) == "table" and not res.schema["x-kubernetes-preserve-unknown-fields"] then
+      for k, x in pairs(obj) do
+        if k ~= "apiVersion" and k ~= "kind" and k ~= "metadata" then
+          if props[k] == nil then
+            obj[k] = nil
+            out[#out + 1] = k
+          else
+            prune(props[k], x, k, out)
+          end
+        end
+      end
+    end
+  end
+  if is_object(obj.metadata) then
+    for k in pairs(obj.metadata) do
+      if not known_meta[k] then
+        obj.metadata[k] = nil
+        out[#out + 1] = "metadata." .. k
+      end
+    end
+  end
+  sort(out)
+  return out
+end
+
+-- Applies ctx.field_validation to the unknown fields of obj: nil, or a
+-- 400 Status for Strict; warnings go to ctx.warnings.
+local function field_validation(res, obj, ctx)
+  local unknown = _M.unknown_fields(res, obj)
+  if #unknown == 0 or ctx.field_validation == "Ignore" then return nil end
+  local msgs = {}
+  for i, f in ipairs(unknown) do msgs[i] = format('unknown field "%s"', f) end
+  if ctx.field_validation == "Strict" then
+    return bad_request(format('%s in version "%s" cannot be handled as a %s: strict decoding '
+      .. "error: %s", res.kind, res.version, res.kind, concat(msgs, ", ")))
+  end
+  ctx.warnings = ctx.warnings or {}
+  for _, m in ipairs(msgs) do ctx.warnings[#ctx.warnings + 1] = m end
+  return nil
+end
+
+-- The body's kind and apiVersion must be the resource's (when given).
+local function check_kind(res, obj)
+  local kind, av = obj.kind, obj.apiVersion
+  if (kind ~= nil and kind ~= res.kind) or (av ~= nil and av ~= res.api_version) then
+    local k = type(kind) == "string" and kind or "<unknown>"
+    local v = type(av) == "string" and av or res.api_version
+    if res.builtin then
+      local from_ver = v:match("[^/]+$")
+      return bad_request(format('%s in version "%s" cannot be handled as a %s: converting '
+        .. '(%s.%s) to (%s.%s): unknown conversion', k, from_ver, res.kind, from_ver, k,
+        res.internal, res.kind))
+    end
+    return bad_request(format("the API version in the data (%s) does not match the expected "
+      .. "API version (%s)", v, res.api_version))
+  end
+  return nil
+end
+
+-- Decodes a request body as an object of res.
+function _M.decode_body(res, body)
+  local obj, err = decode(body)
+  if obj == nil or not is_object(obj) then
+    local snippet = #body > 30 and sub(body, 1, 30) .. " ..." or body
+    local why = "unexpected end of JSON input"
+    local at = err and tonumber(err:match("byte (%d+)"))
+    if obj ~= nil then
+      return nil, bad_request(format("the object provided is unrecognized (must be of type %s): "
+        .. "couldn't get version/kind; json parse error: json: cannot unmarshal %s into Go "
+        .. "value of type struct { APIVersion string \"json:\\\"apiVersion,omitempty\\\"\"; "
+        .. "Kind string \"json:\\\"kind,omitempty\\\"\" } (%s)", res.kind, value_type(obj),
+        snippet))
+    end
+    if at and at < #body then
+      why = format("invalid character '%s' looking for beginning of value", sub(body, at + 1,
+        at + 1))
+    end
+    return nil, bad_request(format("the object provided is unrecognized (must be of type %s): "
+      .. "couldn't get version/kind; json parse error: %s (%s)", res.kind, why, snippet))
+  end
+  return obj
+end
+
+-- Verbs --------------------------------------------------------------------------
+
+local function manager_of(ctx)
+  return ctx.field_manager or (ctx.user_agent and ctx.user_agent:match("^[^/]*")) or "unknown"
+end
+
+local function spec_of(obj)
+  local t = {}
+  for k, v in pairs(obj) do
+    if k ~= "metadata" and k ~= "status" and k ~= "kind" and k ~= "apiVersion" then t[k] = v end
+  end
+  return t
+end
+
+local function set_managed(res, old, new, ctx, operation, owned)
+  if ctx.internal then
+    if old then new.metadata.managedFields = old.metadata.managedFields end
+    return
+  end
+  local mf = managed.update(old, new, {
+    manager = manager_of(ctx), operation = operation or "Update", api_version = res.api_version,
+    time = util.timestamp(), subresource = ctx.subresource, custom = not res.builtin,
+    has_status = res.status, owned = owned })
+  new.metadata.managedFields = #mf > 0 and mf or nil
+end
+
+-- The defaults a real server fills into a pod spec (and into the pod
+-- templates of workloads), so that what a controller reads back is what a
+-- cluster would give it.
+local function default_containers(list)
+  for _, c in ipairs(is_array(list) and list or {}) do
+    if is_object(c) then
+      if c.terminationMessagePath == nil then c.terminationMessagePath = "/dev/termination-log" end
+      if c.terminationMessagePolicy == nil then c.terminationMessagePolicy = "File" end
+      if c.imagePullPolicy == nil then
+        local image = type(c.image) == "string" and c.image or ""
+        local tag = image:match(":([^:/]+)$")
+        c.imagePullPolicy = (tag == nil or tag == "latest") and not image:find("@")
+          and "Always" or "IfNotPresent"
+      end
+      if c.resources == nil then c.resources = {} end
+      for _, port in ipairs(is_array(c.ports) and c.ports or {}) do
+        if is_object(port) and port.protocol == nil then port.protocol = "TCP" end
+      end
+    end
+  end
+end
+
+local function default_pod_spec(spec)
+  if not is_object(spec) then return end
+  default_containers(spec.containers)
+  default_containers(spec.initContainers)
+  if spec.restartPolicy == nil then spec.restartPolicy = "Always" end
+  if spec.terminationGracePeriodSeconds == nil then spec.terminationGracePeriodSeconds = 30 end
+  if spec.dnsPolicy == nil then spec.dnsPolicy = "ClusterFirst" end
+  if spec.securityContext == nil then spec.securityContext = {} end
+  if spec.schedulerName == nil then spec.schedulerName = "default-scheduler" end
+end
+
+local function default_template(spec)
+  if not is_object(spec) or not is_object(spec.template) then return end
+  local t = spec.template
+  if is_object(t.metadata) and t.metadata.creationTimestamp == nil then
+    t.metadata.creationTimestamp = null
+  end
+  default_pod_spec(t.spec)
+end
+
+local workload_defaults = {
+  deployments = function(spec)
+    if spec.replicas == nil then spec.replicas = 1 end
+    if spec.strategy == nil then spec.strategy = { type = "RollingUpdate" } end
+    if spec.strategy.type == "RollingUpdate" and spec.strategy.rollingUpdate == nil then
+      spec.strategy.rollingUpdate = { maxUnavailable = "25%", maxSurge = "25%" }
+    end
+    if spec.revisionHistoryLimit == nil then spec.revisionHistoryLimit = 10 end
+    if spec.progressDeadlineSeconds == nil then spec.progressDeadlineSeconds = 600 end
+  end,
+  replicasets = function(spec)
+    if spec.replicas == nil then spec.replicas = 1 end
+  end,
+  statefulsets = function(spec)
+    if spec.replicas == nil then spec.replicas = 1 end
+    if spec.podManagementPolicy == nil then spec.podManagementPolicy = "OrderedReady" end
+    if spec.updateStrategy == nil then
+      spec.updateStrategy = { type = "RollingUpdate", rollingUpdate = { partition = 0 } }
+    end
+    if spec.revisionHistoryLimit == nil then spec.revisionHistoryLimit = 10 end
+  end,
+  daemonsets = function(spec)
+    if spec.updateStrategy == nil then
+      spec.updateStrategy = { type = "RollingUpdate",
+        rollingUpdate = { maxUnavailable = 1, maxSurge = 0 } }
+    end
+    if spec.revisionHistoryLimit == nil then spec.revisionHistoryLimit = 10 end
+  end,
+}
+
+-- MicroTime fields need exactly 6 fractional digits, as Go parses them.
+local microtime_fields = { leases = { "acquireTime", "renewTime" }, events = { "eventTime" } }
+
+local function check_microtimes(res, obj)
+  local fields = microtime_fields[res.name]
+  if not fields or not res.builtin then return nil end
+  local where = res.name == "leases" and obj.spec or obj
+  if not is_object(where) then return nil end
+  for _, f in ipairs(fields) do
+    local v = where[f]
+    if type(v) == "string" then
+      local rest = v:match("^%d%d%d%d%-%d%d%-%d%dT%d%d:%d%d:%d%d(.*)$")
+      if rest and not rest:match("^%.%d%d%d%d%d%d[Z+-]") then
+        return bad_request(format('%s in version "%s" cannot be handled as a %s: parsing time '
+          .. '"%s" as "2006-01-02T15:04:05.000000Z07:00": cannot parse "%s" as ".000000"',
+          res.kind, res.version, res.kind, v, rest))
+      end
+    end
+  end
+  return nil
+end
+
+-- The defaults of every write (the apiserver defaults what it decodes).
+local function spec_defaults(res, obj)
+  if res.builtin and workload_defaults[res.name] and res.group == "apps" then
+    obj.spec = is_object(obj.spec) and obj.spec or {}
+    workload_defaults[res.name](obj.spec)
+    default_template(obj.spec)
+  elseif res.builtin and res.name == "pods" then
+    default_pod_spec(obj.spec)
+  end
+end
+
+-- Defaults a real server adds to some kinds on create.
+local function defaults(res, obj)
+  spec_defaults(res, obj)
+  if res.builtin and workload_defaults[res.name] and res.group == "apps" then
+    obj.status = {}
+  elseif res.gv == "v1" and res.name == "namespaces" then
+    local md = obj.metadata
+    md.labels = md.labels ~= null and md.labels or {}
+    md.labels["kubernetes.io/metadata.name"] = md.name
+  elseif res.name == "customresourcedefinitions" then
+    local spec = is_object(obj.spec) and obj.spec or {}
+    if is_object(spec.names) and spec.names.kind and not spec.names.listKind then
+      spec.names.listKind = spec.names.kind .. "List"
+    end
+    spec.conversion = spec.conversion or { strategy = "None" }
+    local stored = json.array {}
+    for _, v in ipairs(spec.versions or {}) do
+      if v.storage then stored[#stored + 1] = v.name end
+    end
+    obj.status = { conditions = null, acceptedNames = { plural = "", kind = "" },
+      storedVersions = stored }
+  end
+end
+
+-- create(res, ns, obj, ctx) -> entry | nil, status. ctx: user_agent,
+-- field_manager, dry_run, internal.
+function Store:create(res, ns, obj, ctx, operation, owned)
+  ctx = ctx or {}
+  local err = check_kind(res, obj) or check_microtimes(res, obj)
+  if err then return nil, err end
+  obj = copy(obj)
+  err = field_validation(res, obj, ctx)
+  if err then return nil, err end
+  obj.kind, obj.apiVersion = res.kind, res.api_version
+  local md = obj.metadata
+  if not is_object(md) then
+    md = {}
+    obj.metadata = md
+  end
+  if res.namespaced then
+    if md.namespace ~= nil and md.namespace ~= "" and ns and md.namespace ~= ns then
+      return nil, bad_request("the namespace of the provided object does not match the "
+        .. "namespace sent on the request")
+    end
+    md.namespace = ns or md.namespace
+  else
+    md.namespace = nil
+  end
+  if (md.name == nil or md.name == "") and type(md.generateName) == "string"
+      and md.generateName ~= "" then
+    md.name = md.generateName .. util.random_suffix()
+  end
+  err = check_name(res, md.name, md.generateName)
+  if err then return nil, err end
+  err = validate(res, obj)
+  if err then return nil, err end
+  if res.namespaced then
+    local nsres = self:resource("v1", "namespaces")
+    if not nsres.objects[md.namespace] then
+      return nil, not_found(nsres, md.namespace)
+    end
+  end
+  local key = obj_key(md.namespace, md.name)
+  if res.objects[key] then
+    return nil, status(409, "AlreadyExists", format('%s "%s" already exists', res.gr, md.name),
+      res_details(res, md.name))
+  end
+  if res.status and not ctx.internal then obj.status = nil end
+  md.uid = util.uid()
+  md.creationTimestamp = util.timestamp()
+  md.resourceVersion = nil
+  md.generation = (res.generation or not res.builtin) and 1 or nil
+  md.deletionTimestamp, md.deletionGracePeriodSeconds = nil, nil
+  md.selfLink = nil
+  md.managedFields = nil
+  defaults(res, obj)
+  set_managed(res, nil, obj, ctx, operation, owned)
+  if res.gv == "v1" and res.name == "namespaces" then
+    -- set by the namespace strategy, after field ownership is computed
+    obj.spec = is_object(obj.spec) and obj.spec or {}
+    obj.spec.finalizers = obj.spec.finalizers or json.array { "kubernetes" }
+    obj.status = { phase = "Active" }
+  end
+  if ctx.dry_run then return make_entry(obj, res) end
+  md.resourceVersion = tostring(self:next_rv())
+  return self:put(res, obj, "ADDED")
+end
+
+-- Finishes a change from old entry e to obj (a new table): keeps what
+-- clients may not change, bumps generation, stores and emits. Returns the
+-- entry to answer with.
+function Store:commit(res, e, obj, ctx)
+  local old = e.obj
+  local md, omd = obj.metadata, old.metadata
+  md.uid, md.creationTimestamp = omd.uid, omd.creationTimestamp
+  md.deletionTimestamp, md.deletionGracePeriodSeconds = omd.deletionTimestamp,
+    omd.deletionGracePeriodSeconds
+  md.name, md.namespace = omd.name, omd.namespace
+  md.generation = omd.generation
+  md.selfLink = nil
+  if res.status then
+    if ctx.subresource == "status" then
+      local keep = copy(old)
+      keep.status = obj.status
+      keep.metadata = md
+      obj = keep
+      -- metadata changes through /status are ignored, except these
+      md.labels, md.annotations = omd.labels, omd.annotations
+      md.finalizers, md.ownerReferences = omd.finalizers, omd.ownerReferences
+    else
+      obj.status = old.status
+    end
+  end
+  md.managedFields = omd.managedFields
+  if omd.deletionTimestamp then
+    local had = {}
+    for _, f in ipairs(omd.finalizers or {}) do had[f] = true end
+    local new = {}
+    for _, f in ipairs(md.finalizers ~= null and md.finalizers or {}) do
+      if not had[f] then new[#new + 1] = format("%q", f) end
+    end
+    if #new > 0 then
+      local msg = "Forbidden: no new finalizers can be added if the object is being deleted, "
+        .. "found new finalizers []string{" .. concat(new, ", ") .. "}"
+      local c = { field = "metadata.finalizers", reason = "FieldValueForbidden", message = msg }
+      return nil, invalid(res, omd.name, { c, c })
+    end
+  end
+  if not ctx.internal then spec_defaults(res, obj) end
+  if (res.generation or not res.builtin) and not equal(spec_of(obj), spec_of(old)) then
+    md.generation = (omd.generation or 0) + 1
+  end
+  md.resourceVersion = omd.resourceVersion
+  -- An update that changes nothing is no change: same resourceVersion, no event.
+  local without = copy(obj)
+  without.metadata.managedFields = nil
+  local before = copy(old)
+  before.metadata.managedFields = nil
+  if equal(without, before) then return e end
+  set_managed(res, old, obj, ctx)
+  if ctx.dry_run then return make_entry(obj, res) end
+  if omd.deletionTimestamp and (md.finalizers == nil or md.finalizers == null
+      or #md.finalizers == 0) then
+    -- the last finalizer went: the object goes; the answer keeps the old rv
+    local gone = copy(old)
+    gone.metadata.resourceVersion = tostring(self:next_rv())
+    self:put(res, gone, "DELETED", e)
+    return make_entry(obj, res)
+  end
+  md.resourceVersion = tostring(self:next_rv())
+  return self:put(res, obj, "MODIFIED", e)
+end
+
+-- update(res, ns, name, obj, ctx) -> entry | nil, status
+function Store:update(res, ns, name, obj, ctx)
+  ctx = ctx or {}
+  local err = check_kind(res, obj) or check_microtimes(res, obj)
+  if err then return nil, err end
+  obj = copy(obj)
+  err = field_validation(res, obj, ctx)
+  if err then return nil, err end
+  obj.kind, obj.apiVersion = res.kind, res.api_version
+  if not is_object(obj.metadata) then obj.metadata = {} end
+  local md = obj.metadata
+  if md.name ~= nil and md.name ~= name then
+    return nil, bad_request(format("the name of the object (%s) does not match the name on "
+      .. "the URL (%s)", tostring(md.name), name))
+  end
+  if res.namespaced and md.namespace ~= nil and md.namespace ~= "" and md.namespace ~= ns then
+    return nil, bad_request("the namespace of the provided object does not match the namespace "
+      .. "sent on the request")
+  end
+  local e
+  e, err = self:get(res, ns, name)
+  if not e then return nil, err end
+  local rv = md.resourceVersion
+  if rv ~= nil and rv ~= "" and rv ~= e.obj.metadata.resourceVersion then
+    return nil, conflict(res, name, "the object has been modified; please apply your changes "
+      .. "to the latest version and try again")
+  end
+  if (rv == nil or rv == "") and not res.builtin then
+    return nil, invalid(res, name, { { field = "metadata.resourceVersion",
+      reason = "FieldValueInvalid",
+      message = "Invalid value: 0x0: must be specified for an update" } })
+  end
+  err = validate(res, obj)
+  if err then return nil, err end
+  return self:commit(res, e, obj, ctx)
+end
+
+local patch_types = {
+  ["application/merge-patch+json"] = "merge",
+  ["application/json-patch+json"] = "json",
+  ["application/strategic-merge-patch+json"] = "strategic",
+  ["application/apply-patch+yaml"] = "apply",
+  ["application/apply-patch+json"] = "apply",
+}
+
+-- patch(res, ns, name, content_type, body, ctx) -> entry, created | nil, status
+function Store:patch(res, ns, name, content_type, body, ctx)
+  ctx = ctx or {}
+  local ptype = patch_types[(content_type or ""):match("^[^;%s]*")]
+  if not ptype or (ptype == "strategic" and not res.builtin) then
+    if res.builtin then
+      return nil, status(415, "UnsupportedMediaType", "415: Unsupported Media Type", {})
+    end
+    return nil, status(415, "UnsupportedMediaType", "the body of the request was in an unknown "
+      .. "format - accepted media types include: application/json-patch+json, "
+      .. "application/merge-patch+json, application/apply-patch+yaml")
+  end
+  if ptype == "apply" then return self:apply(res, ns, name, body, ctx) end
+  local p, derr = decode(body)
+  if p == nil then
+    return nil, bad_request("error decoding patch: " .. tostring(derr))
+  end
+  local e, err = self:get(res, ns, name)
+  if not e then return nil, err end
+  local obj, why
+  if ptype == "merge" then
+    if not is_object(p) then return nil, bad_request("error decoding patch: not an object") end
+    obj = patchlib.merge(e.obj, p)
+  elseif ptype == "strategic" then
+    if not is_object(p) then return nil, bad_request("error decoding patch: not an object") end
+    obj = patchlib.strategic(e.obj, p)
+  else
+    if not is_array(p) then
+      return nil, bad_request("error decoding patch: json: cannot unmarshal " .. value_type(p)
+        .. " into Go value of type []handlers.jsonPatchOp")
+    end
+    obj, why = patchlib.json_patch(e.obj, p)
+    if not obj then
+      if why == "malformed" then
+        return nil, bad_request("error decoding patch: json: cannot unmarshal into Go value of "
+          .. "type []handlers.jsonPatchOp")
+      end
+      return nil, status(422, "Invalid", "the server rejected our request due to an error in "
+        .. "our request", {})
+    end
+  end
+  if not is_object(obj) or not is_object(obj.metadata) then
+    return nil, status(422, "Invalid", "the server rejected our request due to an error in "
+      .. "our request", {})
+  end
+  local md = obj.metadata
+  if md.resourceVersion ~= nil and md.resourceVersion ~= e.obj.metadata.resourceVersion then
+    return nil, conflict(res, name, "the object has been modified; please apply your changes "
+      .. "to the latest version and try again")
+  end
+  local cerr = check_kind(res, obj) or check_microtimes(res, obj)
+    or field_validation(res, obj, ctx)
+  if cerr then return nil, cerr end
+  cerr = validate(res, obj)
+  if cerr then return nil, cerr end
+  return self:commit(res, e, obj, ctx)
+end
+
+-- Server-side apply, simplified: the applied configuration is merged into
+-- the object (maps merged, lists replaced); fields this manager applied
+-- before and leaves out now are removed if nobody else owns them; fields
+-- another manager owns with a different value conflict unless force.
+function Store:apply(res, ns, name, body, ctx)
+  if not ctx.field_manager or ctx.field_manager == "" then
+    return nil, status(422, "Invalid", 'PatchOptions.meta.k8s.io "" is invalid: fieldManager: '
+      .. "Required value: is required for apply patch", { group = "meta.k8s.io",
+        kind = "PatchOptions", causes = json.array { { reason = "FieldValueRequired",
+          message = "Required value: is required for apply patch", field = "fieldManager" } } })
+  end
+  local cfg = decode(body)
+  if cfg == nil then
+    local yerr
+    cfg, yerr = yaml.decode(body)
+    if cfg == nil then return nil, bad_request("error decoding YAML: " .. tostring(yerr)) end
+  end
+  if not is_object(cfg) then
+    return nil, bad_request("error decoding YAML: the apply body must be an object")
+  end
+  local part = ctx.subresource == "status" and "status" or (res.status and "main" or "all")
+  local applied = managed.leaves(cfg, not res.builtin, part)
+  local owned = {} -- an applier owns the leaves it names, without "." markers
+  for p in pairs(applied) do
+    if not p:find("\1%.$") then owned[p] = true end
+  end
+  local e = res.objects[obj_key(res.namespaced and ns or nil, name)]
+  if not e then
+    local obj = copy(cfg)
+    obj.metadata = is_object(obj.metadata) and obj.metadata or {}
+    obj.metadata.name = obj.metadata.name or name
+    local created, err = self:create(res, ns, obj, ctx, "Apply", owned)
+    return created, err, true
+  end
+  local current = managed.leaves(e.obj, not res.builtin, "all")
+  local conflicts = managed.conflicts(e.obj, applied, current, ctx.field_manager)
+  if #conflicts > 0 and not ctx.force then
+    local causes, parts = json.array {}, {}
+    for i, c in ipairs(conflicts) do
+      local field = managed.format_path(c.path)
+      causes[i] = { reason = "FieldManagerConflict",
+        message = format('conflict with "%s"', c.manager), field = field }
+      parts[i] = format('conflict with "%s": %s', c.manager, field)
+    end
+    local msg = format("Apply failed with %d conflict%s: %s", #conflicts,
+      #conflicts == 1 and "" or "s", concat(parts, "\n"))
+    return nil, status(409, "Conflict", msg, { causes = causes })
+  end
+  local obj = patchlib.merge(e.obj, cfg)
+  -- fields this manager owned before and no longer applies
+  for _, mfe in ipairs(e.obj.metadata.managedFields or {}) do
+    if mfe.manager == ctx.field_manager and mfe.operation == "Apply" then
+      for p in pairs(managed.paths(mfe.fieldsV1 or {})) do
+        if not applied[p] then
+          local others = false
+          for _, o in ipairs(e.obj.metadata.managedFields) do
+            if o ~= mfe and managed.paths(o.fieldsV1 or {})[p] then others = true end
+          end
+          if not others then _M.remove_path(obj, p) end
+        end
+      end
+    end
+  end
+  obj.kind, obj.apiVersion = res.kind, res.api_version
+  local err = validate(res, obj)
+  if err then return nil, err end
+  -- commit with ownership of exactly the applied fields
+  local saved = ctx.field_manager
+  local out, cerr = self:commit_apply(res, e, obj, ctx, owned)
+  ctx.field_manager = saved
+  return out, cerr
+end
+
+function Store:commit_apply(res, e, obj, ctx, owned)
+  local old = e.obj
+  local r, err = self:commit(res, e, obj, { internal = true, subresource = ctx.subresource,
+    dry_run = ctx.dry_run })
+  if not r or r == e then return r, err end
+  local mf = managed.update(old, r.obj, { manager = ctx.field_manager, operation = "Apply",
+    api_version = res.api_version, time = util.timestamp(), subresource = ctx.subresource,
+    custom = not res.builtin, has_status = res.status, owned = owned })
+  local o = copy(r.obj)
+  o.metadata.managedFields = #mf > 0 and mf or nil
+  if ctx.dry_run then return make_entry(o, res) end
+  -- replace the stored entry's content without a second event
+  local ne = make_entry(o, res)
+  if res.objects[ne.key] == r then
+    res.objects[ne.key] = ne
+    local ev = res.history[res.hist_last]
+    if ev and ev.entry == r then ev.entry = ne end
+  end
+  return ne
+end
+
+-- Removes the value at a managed-fields path (f: segments only).
+function _M.remove_path(obj, p)
+  local segs = {}
+  for seg in (p .. "\1"):gmatch("([^\1]*)\1") do segs[#segs + 1] = seg end
+  if segs[#segs] == "." then segs[#segs] = nil end
+  local cur, chain = obj, { obj }
+  for i = 1, #segs - 1 do
+    local s = segs[i]
+    if sub(s, 1, 2) ~= "f:" or not is_object(cur) then return end
+    cur = cur[sub(s, 3)]
+    chain[i + 1] = cur
+  end
+  local last = segs[#segs]
+  if not (last and sub(last, 1, 2) == "f:" and is_object(cur)) then return end
+  cur[sub(last, 3)] = nil
+  -- maps left empty go too (labels, data...), as omitempty drops them
+  for i = #segs - 1, 2, -1 do
+    local t = chain[i + 1]
+    if is_object(t) and next(t) == nil and segs[i] ~= "f:metadata" then
+      chain[i][sub(segs[i], 3)] = nil
+    else
+      break
+    end
+  end
+end
+
+-- delete(res, ns, name, opts, ctx) -> body table, code | nil, status.
+-- opts: DeleteOptions (propagationPolicy, preconditions).
+function Store:delete(res, ns, name, opts, ctx)
+  ctx = ctx or {}
+  opts = is_object(opts) and opts or {}
+  local e, err = self:get(res, ns, name)
+  if not e then return nil, err end
+  local old = e.obj
+  local pre = is_object(opts.preconditions) and opts.preconditions or {}
+  if pre.uid and pre.uid ~= old.metadata.uid then
+    return nil, conflict(res, name, format("Precondition failed: UID in precondition: %s, UID "
+      .. "in object meta: %s", pre.uid, old.metadata.uid))
+  end
+  if pre.resourceVersion and pre.resourceVersion ~= old.metadata.resourceVersion then
+    return nil, conflict(res, name, format("Precondition failed: ResourceVersion in "
+      .. "precondition: %s, ResourceVersion in object meta: %s", pre.resourceVersion,
+      old.metadata.resourceVersion))
+  end
+  local finalizers = old.metadata.finalizers
+  local policy = opts.propagationPolicy
+  local extra = policy == "Foreground" and "foregroundDeletion"
+    or (policy == "Orphan" and "orphan") or nil
+  local has = type(finalizers) == "table" and #finalizers > 0
+  if has or extra then
+    if ctx.dry_run then return old, 200 end
+    local obj = copy(old)
+    local md = obj.metadata
+    if extra then
+      md.finalizers = is_array(md.finalizers) and md.finalizers or json.array {}
+      local present = false
+      for _, f in ipairs(md.finalizers) do present = present or f == extra end
+      if not present then md.finalizers[#md.finalizers + 1] = extra end
+    end
+    if md.deletionTimestamp and not extra then return old, 200 end
+    md.deletionTimestamp = md.deletionTimestamp or util.timestamp()
+    md.deletionGracePeriodSeconds = md.deletionGracePeriodSeconds or 0
+    md.resourceVersion = tostring(self:next_rv())
+    local ne = self:put(res, obj, "MODIFIED", e)
+    if extra and self.gc then self.gc(res, ne, extra) end
+    return ne.obj, 200
+  end
+  if ctx.dry_run then return old, 200 end
+  local gone = copy(old)
+  gone.metadata.resourceVersion = tostring(self:next_rv())
+  self:put(res, gone, "DELETED", e)
+  if res.gv == "v1" and res.name == "namespaces" then self:drop_namespace(name) end
+  local st = { kind = "Status", apiVersion = "v1", metadata = {}, status = "Success",
+    details = res_details(res, name, { uid = old.metadata.uid }) }
+  return st, 200
+end
+
+-- What a namespace controller does once a namespace goes: its objects go.
+function Store:drop_namespace(ns)
+  for _, res in pairs(self.resources) do
+    if res.namespaced then
+      for _, key in ipairs(self:sorted_keys(res)) do
+        local e = res.objects[key]
+        if e and e.ns == ns then
+          local gone = copy(e.obj)
+          gone.metadata.resourceVersion = tostring(self:next_rv())
+          self:put(res, gone, "DELETED", e)
+        end
+      end
+    end
+  end
+end
+
+-- Removes the finalizer a deletion with propagationPolicy added, as the
+-- garbage collector does once dependents are handled (no dependents here).
+function Store:finish_propagation(res, key, finalizer)
+  local e = res.objects[key]
+  if not e then return end
+  local obj = copy(e.obj)
+  local keep = json.array {}
+  for _, f in ipairs(obj.metadata.finalizers or {}) do
+    if f ~= finalizer then keep[#keep + 1] = f end
+  end
+  obj.metadata.finalizers = #keep > 0 and keep or nil
+  self:commit(res, e, obj, { internal = true })
+end
+
+-- List -----------------------------------------------------------------------------
+
+-- Reads the selectors of a list or watch; nil, status when malformed.
+function _M.filters(res, ns, params)
+  local f = { ns = res.namespaced and ns or nil }
+  local err
+  f.labels, err = util.parse_label_selector(params.labelSelector)
+  if not f.labels then return nil, bad_request(err) end
+  f.fields, err = util.parse_field_selector(params.fieldSelector, res.fields)
+  if not f.fields then return nil, bad_request(err) end
+  f.simple = not f.ns and #f.labels == 0 and #f.fields == 0
+  return f
+end
+
+local continue_msg = "The provided continue parameter is too old to display a consistent list "
+  .. "result. You can start a new list without the continue parameter, or use the continue "
+  .. "token in this response to retrieve the remainder of the results. Continuing with the "
+  .. "provided token results in an inconsistent list - objects that were created, modified, "
+  .. "or deleted between the time the first chunk was returned and now may show up in the list."
+
+local function continue_token(rv, start)
+  return util.b64encode('{"v":"meta.k8s.io/v1","rv":' .. rv .. ',"start":' .. encode(start)
+    .. "}")
+end
+
+-- list(res, ns, params) -> list body { head, items, n, tail } (the JSON
+-- text is head, the items joined by commas, tail) | nil, status
+-- [, retry_after]
+function Store:list(res, ns, params)
+  local f, err = _M.filters(res, ns, params)
+  if not f then return nil, err end
+  local rv, rvm = params.resourceVersion, params.resourceVersionMatch
+  local limit = tonumber(params.limit or "")
+  if limit and limit <= 0 then limit = nil end
+  local cont = params.continue
+  if cont == "" then cont = nil end
+  if cont and rv and rv ~= "" and rv ~= "0" then
+    return nil, bad_request("specifying resource version is not allowed when using continue")
+  end
+  if rvm and rvm ~= "" then
+    if rvm ~= "Exact" and rvm ~= "NotOlderThan" then
+      return nil, bad_request(format('unsupported resourceVersionMatch "%s"', rvm))
+    end
+    if not rv or rv == "" or (rvm == "Exact" and rv == "0") then
+      return nil, status(422, "Invalid", "resourceVersionMatch: Forbidden: resourceVersionMatch "
+        .. "is forbidden unless resourceVersion is provided")
+    end
+    if cont then
+      return nil, bad_request("resourceVersionMatch is forbidden when continue is provided")
+    end
+  end
+  local n = rv and rv ~= "" and tonumber(rv)
+  if rv and rv ~= "" and not n then
+    return nil, bad_request(format('invalid resource version: "%s"', rv))
+  end
+  if n and n > self.rv then
+    return nil, status(504, "Timeout", format("Timeout: Too large resource version: %d, "
+      .. "current: %d", n, self.rv), { causes = json.array { { reason = "ResourceVersionTooLarge",
+        message = "Too large resource version" } }, retryAfterSeconds = 1 }), 1
+  end
+  if n and n ~= 0 and rvm == "Exact" and n < self.compacted then
+    return nil, status(410, "Expired", "The resourceVersion for the provided list is too old.")
+  end
+  local list_rv = self.rv
+  local start
+  if cont then
+    local t = util.b64decode(cont)
+    t = t and decode(t)
+    if not is_object(t) or type(t.rv) ~= "number" or type(t.start) ~= "string" then
+      return nil, bad_request("continue key is not valid: incorrect encoded start resourceVersion"
+        .. " (version meta.k8s.io/v1)")
+    end
+    if t.rv < self.compacted or t.rv <= 0 then
+      local st = status(410, "Expired", continue_msg)
+      st.metadata = { continue = continue_token(-1, t.start) }
+      return nil, st
+    end
+    list_rv, start = t.rv, t.start
+  end
+  if rv == "0" then -- served by the watch cache: no limit, its own revision
+    limit = nil
+    list_rv = res.last_rv
+  end
+  local keys = self:sorted_keys(res)
+  local items, count, last = {}, 0, nil
+  local remaining = 0
+  local scoped = res.namespaced and ns
+  for _, key in ipairs(keys) do
+    local e = res.objects[key]
+    local k = scoped and e.name or key
+    if (not start or k >= start) and (f.simple or matches(f, e)) then
+      if limit and count >= limit then
+        remaining = remaining + 1
+      else
+        count = count + 1
+        items[count] = item_json(e)
+        last = k
+      end
+    end
+  end
+  local md = '{"resourceVersion":"' .. list_rv .. '"'
+  if remaining > 0 then
+    md = md .. ',"continue":"' .. continue_token(list_rv, last .. "\0") .. '"'
+    if #f.labels == 0 and #f.fields == 0 then
+      md = md .. ',"remainingItemCount":' .. remaining
+    end
+  end
+  md = md .. "}"
+  return { head = '{"kind":"' .. res.list_kind .. '","apiVersion":"' .. res.api_version
+    .. '","metadata":' .. md .. ',"items":[', items = items, n = count, tail = "]}" }
+end
+
+-- The whole JSON text of a list body from list().
+function _M.join(lb)
+  return lb.head .. concat(lb.items, ",", 1, lb.n) .. lb.tail
+end
+
+function Store:bookmark_line(res, annotations)
+  local md = '{"resourceVersion":"' .. res.last_rv .. '","creationTimestamp":null'
+  if annotations then md = md .. ',"annotations":' .. encode(annotations) end
+  return '{"type":"BOOKMARK","object":{"kind":"' .. res.kind .. '","apiVersion":"'
+    .. res.api_version .. '","metadata":' .. md .. "}}}\n"
+end
+
+-- CRDs ------------------------------------------------------------------------------
+
+function Store:crd_changed(obj, etype)
+  local spec = obj.spec
+  if not is_object(spec) or not is_object(spec.names) then return end
+  local group, plural = spec.group, spec.names.plural
+  -- drop what this CRD served before
+  for key, r in pairs(self.resources) do
+    if r.crd == obj.metadata.name then
+      local still = false
+      if etype ~= "DELETED" then
+        for _, v in ipairs(spec.versions or {}) do
+          if v.name == r.version and v.served ~= false then still = true end
+        end
+      end
+      if not still then
+        self:remove_resource(r)
+        self.resources[key] = nil
+      end
+    end
+  end
+  if etype == "DELETED" then return end
+  for _, v in ipairs(spec.versions or {}) do
+    if v.served ~= false and not self:resource(group .. "/" .. v.name, plural) then
+      local namespaced = spec.scope ~= "Cluster"
+      local subs = is_object(v.subresources) and v.subresources or {}
+      local names = spec.names
+      local disco = { name = plural, singularName = names.singular or "",
+        namespaced = namespaced, kind = names.kind,
+        verbs = json.array { "delete", "deletecollection", "get", "list", "patch", "create",
+          "update", "watch" },
+        storageVersionHash = util.b64encode(sub(names.kind .. group .. "........", 1, 8)) }
+      if is_array(names.shortNames) and #names.shortNames > 0 then
+        disco.shortNames = names.shortNames
+      end
+      if is_array(names.categories) and #names.categories > 0 then
+        disco.categories = names.categories
+      end
+      local r = { group = group, version = v.name, gv = group .. "/" .. v.name, name = plural,
+        kind = names.kind, list_kind = names.listKind or names.kind .. "List",
+        namespaced = namespaced, status = subs.status ~= nil, generation = true,
+        builtin = false, crd = obj.metadata.name, fields = resources.common_fields,
+        disco = { disco },
+        schema = is_object(v.schema) and is_object(v.schema.openAPIV3Schema)
+          and v.schema.openAPIV3Schema or nil }
+      if r.status then
+        r.disco[2] = { name = plural .. "/status", singularName = "", namespaced = namespaced,
+          kind = names.kind, verbs = json.array { "get", "patch", "update" } }
+      end
+      self:add_resource(r)
+    end
+  end
+end
+
+-- The CRD controller's part: NamesAccepted and Established, once.
+function Store:establish(name)
+  local res = self:resource("apiextensions.k8s.io/v1", "customresourcedefinitions")
+  local e = res.objects[name]
+  if not e or (is_object(e.obj.status) and e.obj.status.conditions ~= null
+      and e.obj.status.conditions ~= nil) then
+    return
+  end
+  local obj = copy(e.obj)
+  local now = util.timestamp()
+  local names = copy(obj.spec.names)
+  obj.status = {
+    conditions = json.array {
+      { type = "NamesAccepted", status = "True", lastTransitionTime = now, reason = "NoConflicts",
+        message = "no conflicts found" },
+      { type = "Established", status = "True", lastTransitionTime = now,
+        reason = "InitialNamesAccepted", message = "the initial names have been accepted" },
+    },
+    acceptedNames = names,
+    storedVersions = obj.status and obj.status.storedVersions or json.array {},
+  }
+  self:commit(res, e, obj, { subresource = "status", user_agent = "kube-apiserver" })
+end
+
+_M.item_json = item_json
+_M.obj_key = obj_key
+_M.not_found = not_found
+_M.bad_request = bad_request
+_M.invalid = invalid
+return _M

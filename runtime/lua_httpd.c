@@ -1,0 +1,709 @@
+/* lua_httpd.c — "kubelua.httpd": the HTTP server of httpd.h in Lua.
+ *
+ * It exists so that servers written in Lua (the API simulator first, later
+ * /metrics and the health endpoints) run on the runtime's loop:
+ *
+ *   local httpd = require "kubelua.httpd"
+ *   local srv = assert(httpd.listen{ host = "127.0.0.1", port = 0,
+ *                                    handler = function(req) ... end })
+ *
+ * Each request runs its handler in a new task, so a handler may yield
+ * (kube.sleep, waiting for a stream to drain). A handler that ends without
+ * answering gets a 500 sent for it.
+ *
+ * Ownership. A server value is a userdata boxing a malloc'd lsrv_t; the
+ * server stays open (a registry reference keeps it) until srv:close() or the
+ * Lua state closes. A request value is a full userdata (lreq_t) that holds
+ * the kl_httpd_req_t while the request is alive; a registry reference keeps
+ * the userdata alive for as long, so C never points at a collected object.
+ * When the request ends (reply, finish, or httpd's on_close), lr->req becomes
+ * NULL and the reference is dropped. httpd's on_close and on_drain may come
+ * from inside a kl_httpd_* call (srv:close()), so they never call Lua there:
+ * they record what happened and queue deferred work, which calls the Lua
+ * on_close callback (in a task) and wakes drain waiters from the loop's top
+ * level. __gc of a request still alive detaches it (httpd then frees it
+ * silently when its connection goes), which only happens as the state
+ * closes. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+#include "httpd.h"
+#include "log.h"
+#include "lua_kube.h"
+#include "mem.h"
+
+#define SERVER_MT "kubelua.httpd.server"
+#define REQ_MT "kubelua.httpd.request"
+#define RUNNER_KEY "kubelua.httpd.runner"
+
+typedef struct lsrv {
+  kl_httpd_t *h;
+  kl_rt_t *rt;
+  int handler_ref; /* the Lua handler */
+  int self_ref;    /* keeps the server userdata while open */
+} lsrv_t;
+
+typedef struct lreq {
+  kl_httpd_req_t *req; /* NULL once the request ended */
+  kl_rt_t *rt;
+  int self_ref;     /* held while req is alive or a callback is queued */
+  int on_close_ref; /* Lua callback, or LUA_NOREF */
+  int started;      /* a streaming response began */
+  int answered;     /* reply or stream_begin done (or tried) */
+  int close_reason; /* 0, or the KL_E* code httpd gave on_close */
+  int closed_pending;
+  kl_defer_t defer; /* runs the Lua side of on_close / on_drain */
+  kl_waitlist_t drainers;
+  size_t drain_pending;
+} lreq_t;
+
+/* --- requests ------------------------------------------------------------ */
+
+static lreq_t *check_req(lua_State *L, const char *fn) {
+  lreq_t *lr = luaL_testudata(L, 1, REQ_MT);
+  if (!lr)
+    kl_lua_error(L, fn, "expected a request, got %s", luaL_typename(L, 1));
+  return lr;
+}
+
+/* The request ended on the C side: nothing may touch lr->req any more. */
+static void req_detach(lreq_t *lr) {
+  lr->req = NULL;
+  if (!lr->closed_pending && lr->drainers.n == 0 && lr->self_ref != LUA_NOREF) {
+    luaL_unref(kl_rt_lua(lr->rt), LUA_REGISTRYINDEX, lr->self_ref);
+    lr->self_ref = LUA_NOREF;
+  }
+}
+
+static const char *reason_name(int reason) {
+  switch (reason) {
+  case KL_EIO: return "closed";
+  case KL_ELIMIT: return "limit";
+  case KL_ESHUTDOWN: return "shutdown";
+  default: return "closed";
+  }
+}
+
+static void req_deferred(kl_defer_t *d) {
+  lreq_t *lr = (lreq_t *)((char *)d - offsetof(lreq_t, defer));
+  lua_State *L = kl_rt_lua(lr->rt);
+  if (lr->drainers.n) kl_waitlist_wake(&lr->drainers, lr->drainers.n);
+  if (lr->closed_pending) {
+    lr->closed_pending = 0;
+    if (lr->on_close_ref != LUA_NOREF && !kl_rt_stopping(lr->rt)) {
+      lua_checkstack(L, LUA_MINSTACK);
+      lua_getfield(L, LUA_REGISTRYINDEX, RUNNER_KEY);
+      lua_getfield(L, -1, "spawn");
+      lua_rawgeti(L, LUA_REGISTRYINDEX, lr->on_close_ref);
+      lua_rawgeti(L, LUA_REGISTRYINDEX, lr->self_ref);
+      lua_pushstring(L, reason_name(lr->close_reason));
+      if (lua_pcall(L, 3, 0, 0) != 0) {
+        kl_log(KL_LOG_ERROR, "httpd: on_close: %s", lua_tostring(L, -1));
+        lua_pop(L, 1);
+      }
+      lua_pop(L, 1);
+    }
+  }
+  if (!lr->req && lr->drainers.n == 0 && lr->self_ref != LUA_NOREF) {
+    luaL_unref(L, LUA_REGISTRYINDEX, lr->self_ref);
+    lr->self_ref = LUA_NOREF;
+  }
+}
+
+static void on_req_close(kl_httpd_req_t *req, int reason, void *ud) {
+  lreq_t *lr = ud;
+  (void)req;
+  lr->close_reason = reason;
+  lr->closed_pending = 1;
+  lr->req = NULL;
+  kl_loop_defer(kl_rt_loop(lr->rt), &lr->defer);
+}
+
+static void on_req_drain(kl_httpd_req_t *req, void *ud) {
+  lreq_t *lr = ud;
+  (void)req;
+  if (lr->drainers.n) kl_loop_defer(kl_rt_loop(lr->rt), &lr->defer);
+}
+
+static int req_gc(lua_State *L) {
+  lreq_t *lr = lua_touserdata(L, 1);
+  if (lr->req) {
+    kl_httpd_req_set_callbacks(lr->req, NULL, NULL, NULL);
+    lr->req = NULL;
+  }
+  kl_loop_undefer(kl_rt_loop(lr->rt), &lr->defer);
+  return 0;
+}
+
+static int req_method(lua_State *L) {
+  lreq_t *lr = check_req(L, "req:method");
+  if (!lr->req) return 0;
+  lua_pushstring(L, kl_httpd_req_method(lr->req));
+  return 1;
+}
+
+static int req_path(lua_State *L) {
+  lreq_t *lr = check_req(L, "req:path");
+  size_t n;
+  if (!lr->req) return 0;
+  const char *p = kl_httpd_req_path(lr->req, &n);
+  lua_pushlstring(L, p, n);
+  return 1;
+}
+
+static int req_query(lua_State *L) {
+  lreq_t *lr = check_req(L, "req:query");
+  size_t n;
+  if (!lr->req) return 0;
+  const char *q = kl_httpd_req_query(lr->req, &n);
+  lua_pushlstring(L, q, n);
+  return 1;
+}
+
+/* req:param(key [, nth]) -> the nth (1-based) decoded value, or nil. */
+static int req_param(lua_State *L) {
+  lreq_t *lr = check_req(L, "req:param");
+  const char *key = luaL_checkstring(L, 2);
+  lua_Integer nth = luaL_optinteger(L, 3, 1);
+  size_t n;
+  if (!lr->req || nth < 1) return 0;
+  const char *v = kl_httpd_req_param(lr->req, key, (size_t)nth - 1, &n);
+  if (!v) return 0;
+  lua_pushlstring(L, v, n);
+  return 1;
+}
+
+/* req:params() -> { key = first value, ... } */
+static int req_params(lua_State *L) {
+  lreq_t *lr = check_req(L, "req:params");
+  if (!lr->req) return 0;
+  size_t n = kl_httpd_req_nparams(lr->req);
+  lua_createtable(L, 0, (int)n);
+  for (size_t i = 0; i < n; i++) {
+    const char *k, *v;
+    if (kl_httpd_req_param_at(lr->req, i, &k, &v) != 0) break;
+    lua_getfield(L, -1, k);
+    int seen = !lua_isnil(L, -1);
+    lua_pop(L, 1);
+    if (seen) continue;
+    lua_pushstring(L, v);
+    lua_setfield(L, -2, k);
+  }
+  return 1;
+}
+
+static int req_header(lua_State *L) {
+  lreq_t *lr = check_req(L, "req:header");
+  const char *name = luaL_checkstring(L, 2);
+  if (!lr->req) return 0;
+  const char *v = kl_httpd_req_header(lr->req, name);
+  if (!v) return 0;
+  lua_pushstring(L, v);
+  return 1;
+}
+
+/* req:headers() -> { {name, value}, ... } in the order sent. */
+static int req_headers(lua_State *L) {
+  lreq_t *lr = check_req(L, "req:headers");
+  if (!lr->req) return 0;
+  size_t n = kl_httpd_req_nheaders(lr->req);
+  lua_createtable(L, (int)n, 0);
+  for (size_t i = 0; i < n; i++) {
+    const char *k, *v;
+    if (kl_httpd_req_header_at(lr->req, i, &k, &v) != 0) break;
+    lua_createtable(L, 2, 0);
+    lua_pushstring(L, k);
+    lua_rawseti(L, -2, 1);
+    lua_pushstring(L, v);
+    lua_rawseti(L, -2, 2);
+    lua_rawseti(L, -2, (int)i + 1);
+  }
+  return 1;
+}
+
+static int req_body(lua_State *L) {
+  lreq_t *lr = check_req(L, "req:body");
+  size_t n;
+  if (!lr->req) return 0;
+  const char *b = kl_httpd_req_body(lr->req, &n);
+  lua_pushlstring(L, b, n);
+  return 1;
+}
+
+static int req_remote(lua_State *L) {
+  lreq_t *lr = check_req(L, "req:remote");
+  if (!lr->req) return 0;
+  lua_pushstring(L, kl_httpd_req_remote(lr->req));
+  return 1;
+}
+
+static int req_is_tls(lua_State *L) {
+  lreq_t *lr = check_req(L, "req:is_tls");
+  lua_pushboolean(L, lr->req && kl_httpd_req_is_tls(lr->req));
+  return 1;
+}
+
+/* Whether the request is still alive, and whether it was answered. */
+static int req_alive(lua_State *L) {
+  lreq_t *lr = check_req(L, "req:alive");
+  lua_pushboolean(L, lr->req != NULL);
+  return 1;
+}
+
+static int req_answered(lua_State *L) {
+  lreq_t *lr = check_req(L, "req:answered");
+  lua_pushboolean(L, lr->answered);
+  return 1;
+}
+
+static int push_failure(lua_State *L, int rc) {
+  lua_pushnil(L);
+  lua_pushstring(L, rc == KL_ELIMIT ? "limit" : "closed");
+  return 2;
+}
+
+/* Sets the headers of table idx ({name = value} or {{name, value}, ...}).
+ * Returns 0 or the first failing KL_E* code; raises on a bad value. */
+static int set_headers(lua_State *L, lreq_t *lr, int idx, const char *fn) {
+  if (lua_isnoneornil(L, idx)) return 0;
+  if (lua_type(L, idx) != LUA_TTABLE)
+    kl_lua_error(L, fn, "headers must be a table, got %s",
+                 luaL_typename(L, idx));
+  int rc = 0;
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    const char *name, *value;
+    if (lua_type(L, -2) == LUA_TNUMBER && lua_type(L, -1) == LUA_TTABLE) {
+      lua_rawgeti(L, -1, 1);
+      lua_rawgeti(L, -2, 2);
+      name = lua_tostring(L, -2);
+      value = lua_tostring(L, -1);
+      lua_pop(L, 2); /* strings stay alive in the pair table */
+    } else {
+      name = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
+      value = lua_type(L, -1) == LUA_TSTRING || lua_type(L, -1) == LUA_TNUMBER
+                  ? lua_tostring(L, -1)
+                  : NULL;
+    }
+    if (!name || !value)
+      kl_lua_error(L, fn, "header names and values must be strings");
+    if (rc == 0) {
+      rc = kl_httpd_set_header(lr->req, name, value);
+      if (rc == KL_EINVAL) kl_lua_error(L, fn, "invalid header \"%s\"", name);
+    }
+    lua_pop(L, 1);
+  }
+  return rc;
+}
+
+static int check_status(lua_State *L, int idx, const char *fn) {
+  lua_Integer st = luaL_checkinteger(L, idx);
+  if (st < 200 || st > 999)
+    kl_lua_error(L, fn, "status must be 200-999, got %d", (int)st);
+  return (int)st;
+}
+
+/* req:reply(status [, headers [, body]]) -> true | nil, "closed" */
+static int req_reply(lua_State *L) {
+  lreq_t *lr = check_req(L, "req:reply");
+  int status = check_status(L, 2, "req:reply");
+  size_t n = 0;
+  const char *body = lua_isnoneornil(L, 4) ? "" : luaL_checklstring(L, 4, &n);
+  if (lr->started)
+    return kl_lua_error(L, "req:reply", "a streaming response has begun");
+  if (!lr->req) return push_failure(L, KL_ESHUTDOWN);
+  lr->answered = 1;
+  int rc = set_headers(L, lr, 3, "req:reply");
+  if (rc == KL_ESHUTDOWN) return push_failure(L, rc);
+  rc = kl_httpd_reply(lr->req, status, body, n);
+  if (rc == KL_EINVAL) return kl_lua_error(L, "req:reply", "invalid reply");
+  req_detach(lr);
+  if (rc != 0) return push_failure(L, rc);
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+/* req:stream_begin(status [, headers]) -> true | nil, "closed" */
+static int req_stream_begin(lua_State *L) {
+  lreq_t *lr = check_req(L, "req:stream_begin");
+  int status = check_status(L, 2, "req:stream_begin");
+  if (lr->started)
+    return kl_lua_error(L, "req:stream_begin", "the stream has begun already");
+  if (!lr->req) return push_failure(L, KL_ESHUTDOWN);
+  lr->answered = 1;
+  int rc = set_headers(L, lr, 3, "req:stream_begin");
+  if (rc == 0) rc = kl_httpd_stream_begin(lr->req, status);
+  if (rc == KL_EINVAL)
+    return kl_lua_error(L, "req:stream_begin", "invalid status %d", status);
+  if (rc != 0) return push_failure(L, rc);
+  lr->started = 1;
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+/* req:write(s, ...) -> true | nil, "closed" | nil, "limit": the strings are
+ * sent as one chunk. */
+static int req_write(lua_State *L) {
+  lreq_t *lr = check_req(L, "req:write");
+  int n = lua_gettop(L) - 1;
+  struct iovec iov[16];
+  if (n > 16) return kl_lua_error(L, "req:write", "at most 16 pieces");
+  for (int i = 0; i < n; i++) {
+    if (lua_type(L, i + 2) != LUA_TSTRING)
+      return kl_lua_error(L, "req:write", "expected strings, got %s",
+                          luaL_typename(L, i + 2));
+    iov[i].iov_base = (void *)lua_tolstring(L, i + 2, &iov[i].iov_len);
+  }
+  if (!lr->started)
+    return kl_lua_error(L, "req:write", "no streaming response has begun");
+  if (!lr->req) return push_failure(L, KL_ESHUTDOWN);
+  int rc = n == 1
+               ? kl_httpd_stream_write(lr->req, iov[0].iov_base, iov[0].iov_len)
+               : kl_httpd_stream_writev(lr->req, iov, n);
+  if (rc != 0) return push_failure(L, rc);
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+/* req:finish() -> true | nil, "closed": the terminating chunk. */
+static int req_finish(lua_State *L) {
+  lreq_t *lr = check_req(L, "req:finish");
+  if (!lr->started)
+    return kl_lua_error(L, "req:finish", "no streaming response has begun");
+  if (!lr->req) return push_failure(L, KL_ESHUTDOWN);
+  int rc = kl_httpd_stream_end(lr->req);
+  req_detach(lr);
+  if (rc != 0) return push_failure(L, rc);
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+/* req:abort([n]) -> true | nil, "closed": closes the connection after n more
+ * payload bytes (default 0); on_close("shutdown") follows. */
+static int req_abort(lua_State *L) {
+  lreq_t *lr = check_req(L, "req:abort");
+  lua_Integer n = luaL_optinteger(L, 2, 0);
+  if (n < 0) return kl_lua_error(L, "req:abort", "n must be >= 0");
+  if (!lr->req) return push_failure(L, KL_ESHUTDOWN);
+  if (!lr->started && n > 0)
+    return kl_lua_error(L, "req:abort", "n > 0 needs a streaming response");
+  lr->answered = 1;
+  int rc = kl_httpd_stream_abort(lr->req, (size_t)n);
+  if (rc != 0) return push_failure(L, rc);
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+static int req_buffered(lua_State *L) {
+  lreq_t *lr = check_req(L, "req:buffered");
+  lua_pushinteger(L, lr->req ? (lua_Integer)kl_httpd_buffered(lr->req) : 0);
+  return 1;
+}
+
+static int deliver_drained(kl_task_t *t, lua_State *co, void *op) {
+  lreq_t *lr = op;
+  (void)t;
+  lua_pushboolean(co, lr->req != NULL);
+  return 1;
+}
+
+/* req:wait_drain() -> true once the stream's buffered output fell to the
+ * low-water mark, false if the request ended; in a task only. */
+static int req_wait_drain(lua_State *L) {
+  lreq_t *lr = check_req(L, "req:wait_drain");
+  kl_task_t *t = kl_task_current(lr->rt, L);
+  if (!t) return kl_lua_error(L, "req:wait_drain", "not inside a task");
+  if (!lr->req) {
+    lua_pushboolean(L, 0);
+    return 1;
+  }
+  return kl_task_wait(L, &lr->drainers, deliver_drained, lr);
+}
+
+/* req:on_close(fn): fn(req, reason) runs in a task when the request ends
+ * before its owner ended it (reason "closed", "limit" or "shutdown"). */
+static int req_on_close(lua_State *L) {
+  lreq_t *lr = check_req(L, "req:on_close");
+  if (!lua_isnil(L, 2) && lua_type(L, 2) != LUA_TFUNCTION)
+    return kl_lua_error(L, "req:on_close", "expected a function, got %s",
+                        luaL_typename(L, 2));
+  if (lr->on_close_ref != LUA_NOREF)
+    luaL_unref(L, LUA_REGISTRYINDEX, lr->on_close_ref);
+  lr->on_close_ref = LUA_NOREF;
+  if (!lua_isnil(L, 2)) {
+    lua_pushvalue(L, 2);
+    lr->on_close_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  }
+  return 0;
+}
+
+static const luaL_Reg req_methods[] = {
+    {"method", req_method},
+    {"path", req_path},
+    {"query", req_query},
+    {"param", req_param},
+    {"params", req_params},
+    {"header", req_header},
+    {"headers", req_headers},
+    {"body", req_body},
+    {"remote", req_remote},
+    {"is_tls", req_is_tls},
+    {"alive", req_alive},
+    {"answered", req_answered},
+    {"reply", req_reply},
+    {"stream_begin", req_stream_begin},
+    {"write", req_write},
+    {"finish", req_finish},
+    {"abort", req_abort},
+    {"buffered", req_buffered},
+    {"wait_drain", req_wait_drain},
+    {"on_close", req_on_close},
+    {NULL, NULL},
+};
+
+/* --- servers ------------------------------------------------------------- */
+
+static lsrv_t *check_srv(lua_State *L, const char *fn) {
+  lsrv_t **box = luaL_testudata(L, 1, SERVER_MT);
+  if (!box)
+    kl_lua_error(L, fn, "expected a server, got %s", luaL_typename(L, 1));
+  return *box;
+}
+
+static void on_request(kl_httpd_req_t *req, void *ud) {
+  lsrv_t *s = ud;
+  lua_State *L = kl_rt_lua(s->rt);
+  if (kl_rt_stopping(s->rt)) {
+    kl_httpd_set_header(req, "Connection", "close");
+    kl_httpd_reply(req, 503, "stopping\n", 9);
+    return;
+  }
+  lua_checkstack(L, LUA_MINSTACK);
+  lua_getfield(L, LUA_REGISTRYINDEX, RUNNER_KEY);
+  lua_getfield(L, -1, "spawn");
+  lua_getfield(L, -2, "run");
+  lua_rawgeti(L, LUA_REGISTRYINDEX, s->handler_ref);
+  lreq_t *lr = lua_newuserdata(L, sizeof *lr);
+  memset(lr, 0, sizeof *lr);
+  lr->rt = s->rt;
+  lr->self_ref = lr->on_close_ref = LUA_NOREF;
+  kl_defer_init(&lr->defer, req_deferred);
+  luaL_getmetatable(L, REQ_MT);
+  lua_setmetatable(L, -2);
+  lua_pushvalue(L, -1);
+  lr->self_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  lr->req = req;
+  kl_httpd_req_set_callbacks(req, on_req_close, on_req_drain, lr);
+  /* spawn(run, handler, req) */
+  if (lua_pcall(L, 3, 0, 0) != 0) {
+    kl_log(KL_LOG_ERROR, "httpd: cannot start a handler: %s",
+           lua_tostring(L, -1));
+    lua_pop(L, 1);
+    if (lr->req) {
+      kl_httpd_reply(lr->req, 500, "", 0);
+      req_detach(lr);
+    }
+  }
+  lua_pop(L, 1);
+}
+
+static void srv_close(lua_State *L, lsrv_t *s) {
+  if (!s->h) return;
+  kl_httpd_t *h = s->h;
+  s->h = NULL;
+  kl_httpd_free(h);
+  luaL_unref(L, LUA_REGISTRYINDEX, s->handler_ref);
+  luaL_unref(L, LUA_REGISTRYINDEX, s->self_ref);
+  s->handler_ref = s->self_ref = LUA_NOREF;
+}
+
+static int srv_gc(lua_State *L) {
+  lsrv_t **box = lua_touserdata(L, 1);
+  if (*box) {
+    srv_close(L, *box);
+    free(*box);
+    *box = NULL;
+  }
+  return 0;
+}
+
+static int srv_port(lua_State *L) {
+  lsrv_t *s = check_srv(L, "srv:port");
+  if (!s->h) return 0;
+  lua_pushinteger(L, kl_httpd_port(s->h));
+  return 1;
+}
+
+static int srv_close_l(lua_State *L) {
+  lsrv_t *s = check_srv(L, "srv:close");
+  srv_close(L, s);
+  return 0;
+}
+
+/* srv:close_streams([mode]) -> n: mode "end" (default) or "drop". */
+static int srv_close_streams(lua_State *L) {
+  static const char *const modes[] = {"end", "drop", NULL};
+  lsrv_t *s = check_srv(L, "srv:close_streams");
+  int mode = luaL_checkoption(L, 2, "end", modes);
+  size_t n =
+      s->h ? kl_httpd_close_streams(s->h, mode ? KL_HTTPD_DROP : KL_HTTPD_END)
+           : 0;
+  lua_pushinteger(L, (lua_Integer)n);
+  return 1;
+}
+
+static int srv_stats(lua_State *L) {
+  lsrv_t *s = check_srv(L, "srv:stats");
+  kl_httpd_stats_t st = {0};
+  if (s->h) kl_httpd_get_stats(s->h, &st);
+  lua_createtable(L, 0, 5);
+  lua_pushnumber(L, (double)st.connections);
+  lua_setfield(L, -2, "connections");
+  lua_pushnumber(L, (double)st.requests);
+  lua_setfield(L, -2, "requests");
+  lua_pushnumber(L, (double)st.streams);
+  lua_setfield(L, -2, "streams");
+  lua_pushnumber(L, (double)st.accepted);
+  lua_setfield(L, -2, "accepted");
+  lua_pushnumber(L, (double)st.responses);
+  lua_setfield(L, -2, "responses");
+  return 1;
+}
+
+static const luaL_Reg srv_methods[] = {
+    {"port", srv_port},   {"close", srv_close_l},
+    {"stats", srv_stats}, {"close_streams", srv_close_streams},
+    {NULL, NULL},
+};
+
+static const char *opt_string(lua_State *L, int idx, const char *k) {
+  lua_getfield(L, idx, k);
+  const char *v = NULL;
+  if (!lua_isnil(L, -1)) {
+    if (lua_type(L, -1) != LUA_TSTRING)
+      kl_lua_error(L, "httpd.listen", "%s must be a string, got %s", k,
+                   luaL_typename(L, -1));
+    v = lua_tostring(L, -1);
+  }
+  lua_pop(L, 1); /* the string stays in the opts table */
+  return v;
+}
+
+static double opt_number(lua_State *L, int idx, const char *k) {
+  lua_getfield(L, idx, k);
+  double v = 0;
+  if (!lua_isnil(L, -1)) {
+    if (lua_type(L, -1) != LUA_TNUMBER || !(lua_tonumber(L, -1) >= 0))
+      kl_lua_error(L, "httpd.listen", "%s must be a number >= 0", k);
+    v = lua_tonumber(L, -1);
+  }
+  lua_pop(L, 1);
+  return v;
+}
+
+/* httpd.listen{host, port, handler, tls_cert, tls_key, limits...}
+ *   -> server | nil, message */
+static int l_listen(lua_State *L) {
+  kl_rt_t *rt = kl_rt_from(L);
+  if (lua_type(L, 1) != LUA_TTABLE)
+    return kl_lua_error(L, "httpd.listen", "expected an options table, got %s",
+                        luaL_typename(L, 1));
+  kl_httpd_opts_t o;
+  memset(&o, 0, sizeof o);
+  o.host = opt_string(L, 1, "host");
+  o.port = (int)opt_number(L, 1, "port");
+  if (o.port > 65535) return kl_lua_error(L, "httpd.listen", "port > 65535");
+  o.tls_cert_file = opt_string(L, 1, "tls_cert");
+  o.tls_key_file = opt_string(L, 1, "tls_key");
+  if (!o.tls_cert_file != !o.tls_key_file)
+    return kl_lua_error(L, "httpd.listen", "tls_cert and tls_key go together");
+  o.max_body_bytes = (size_t)opt_number(L, 1, "max_body_bytes");
+  o.max_stream_buffer = (size_t)opt_number(L, 1, "max_stream_buffer");
+  o.idle_timeout = opt_number(L, 1, "idle_timeout");
+  o.write_timeout = opt_number(L, 1, "write_timeout");
+  lua_getfield(L, 1, "send_date");
+  o.send_date = lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  lua_getfield(L, 1, "handler");
+  if (lua_type(L, -1) != LUA_TFUNCTION)
+    return kl_lua_error(L, "httpd.listen", "handler must be a function");
+  int hidx = lua_gettop(L);
+
+  lsrv_t **box = lua_newuserdata(L, sizeof *box);
+  *box = NULL;
+  luaL_getmetatable(L, SERVER_MT);
+  lua_setmetatable(L, -2);
+  lsrv_t *s = kl_xcalloc(1, sizeof *s);
+  s->rt = rt;
+  s->handler_ref = s->self_ref = LUA_NOREF;
+  *box = s;
+  o.handler = on_request;
+  o.ud = s;
+  char err[256] = "";
+  s->h = kl_httpd_new(kl_rt_loop(rt), &o, err, sizeof err);
+  if (!s->h) {
+    lua_pushnil(L);
+    lua_pushfstring(L, "httpd.listen: %s", err);
+    return 2;
+  }
+  lua_pushvalue(L, hidx);
+  s->handler_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  lua_pushvalue(L, -1);
+  s->self_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  return 1;
+}
+
+/* Runs a handler in its task; answers 500 for one that did not answer. */
+static const char runner_src[] =
+    "local core = require 'kubelua.core'\n"
+    "local xpcall, traceback, tostring = xpcall, debug.traceback, tostring\n"
+    "return function(handler, req)\n"
+    "  local ok, err = xpcall(handler, traceback, req)\n"
+    "  if not ok then core.log('error', 'httpd handler failed: ' .. "
+    "tostring(err)) end\n"
+    "  if not req:answered() and req:alive() then\n"
+    "    req:reply(500, {['Content-Type'] = 'text/plain; charset=utf-8'},\n"
+    "      ok and 'handler did not answer\\n' or 'internal error\\n')\n"
+    "  end\n"
+    "end\n";
+
+static void new_methods_mt(lua_State *L, const char *name,
+                           const luaL_Reg *methods, lua_CFunction gc) {
+  luaL_newmetatable(L, name);
+  lua_newtable(L);
+  luaL_setfuncs(L, methods, 0);
+  lua_setfield(L, -2, "__index");
+  lua_pushcfunction(L, gc);
+  lua_setfield(L, -2, "__gc");
+  lua_pushstring(L, name);
+  lua_setfield(L, -2, "__metatable");
+  lua_pop(L, 1);
+}
+
+int kl_luaopen_httpd(lua_State *L) {
+  new_methods_mt(L, SERVER_MT, srv_methods, srv_gc);
+  new_methods_mt(L, REQ_MT, req_methods, req_gc);
+  lua_getfield(L, LUA_REGISTRYINDEX, RUNNER_KEY);
+  int have = !lua_isnil(L, -1);
+  lua_pop(L, 1);
+  if (!have) {
+    lua_newtable(L);
+    lua_getglobal(L, "require");
+    lua_pushliteral(L, "kubelua.core");
+    lua_call(L, 1, 1);
+    lua_getfield(L, -1, "spawn");
+    lua_setfield(L, -3, "spawn");
+    lua_pop(L, 1);
+    if (luaL_loadbuffer(L, runner_src, sizeof runner_src - 1,
+                        "=kubelua.httpd") != 0)
+      return lua_error(L);
+    lua_call(L, 0, 1);
+    lua_setfield(L, -2, "run");
+    lua_setfield(L, LUA_REGISTRYINDEX, RUNNER_KEY);
+  }
+  lua_newtable(L);
+  lua_pushcfunction(L, l_listen);
+  lua_setfield(L, -2, "listen");
+  return 1;
+}

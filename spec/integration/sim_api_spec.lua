@@ -1,0 +1,221 @@
+-- The simulator's API semantics beyond the captured fixtures: selectors,
+-- deletecollection, strategic merge patch (fixtures 44-47), generation and
+-- the status subresource, preconditions, namespace deletion, --load and
+-- TLS.
+local json = require "kubelua.json"
+local support = require "spec.support"
+local H = require "spec.integration.sim_helper"
+
+local CMS = "/api/v1/namespaces/default/configmaps"
+
+local function api(sim, method, path, body, ct)
+  local code, _, raw, obj = H.request(sim, method, path, { body = body,
+    headers = ct and { ["Content-Type"] = ct } or nil })
+  return code, obj, raw
+end
+
+local function names(list)
+  local out = {}
+  for i, it in ipairs(list.items) do out[i] = it.metadata.name end
+  return out
+end
+
+describe("kubelua sim API", function()
+  local sim
+  setup(function() sim = H.start() end)
+  teardown(function() H.stop(sim) end)
+
+  it("filters lists by label and field selectors", function()
+    for _, c in ipairs { { "s1", { app = "a", tier = "web" } }, { "s2", { app = "b" } },
+        { "s3", { app = "c", tier = "db" } } } do
+      assert.equal(201, (api(sim, "POST", CMS, { metadata = { name = c[1], labels = c[2] } })))
+    end
+    local function sel(q)
+      local code, list, raw = api(sim, "GET", CMS .. "?" .. q)
+      assert(code == 200, raw)
+      return names(list)
+    end
+    assert.same({ "s1" }, sel("labelSelector=app%3Da"))
+    assert.same({ "s1" }, sel("labelSelector=app%3D%3Da"))
+    assert.same({ "s2", "s3" }, sel("labelSelector=app!%3Da"))
+    assert.same({ "s1", "s2" }, sel("labelSelector=app%20in%20(a,b)"))
+    assert.same({ "s3" }, sel("labelSelector=app%20notin%20(a,b)"))
+    assert.same({ "s1", "s3" }, sel("labelSelector=tier"))
+    assert.same({ "s2" }, sel("labelSelector=!tier"))
+    assert.same({ "s3" }, sel("labelSelector=tier,app%3Dc"))
+    assert.same({ "s2" }, sel("fieldSelector=metadata.name%3Ds2"))
+    assert.same({ "s1", "s3" }, sel("fieldSelector=metadata.name!%3Ds2"))
+    assert.same({ "s1", "s2", "s3" }, sel("fieldSelector=metadata.namespace%3Ddefault"))
+    local code, st = api(sim, "GET", CMS .. "?fieldSelector=spec.x%3Dy")
+    assert.equal(400, code)
+    assert.equal("field label not supported: spec.x", st.message)
+    code, st = api(sim, "GET", CMS .. "?labelSelector=a%20b%20c")
+    assert.equal(400, code)
+    assert.equal("BadRequest", st.reason)
+  end)
+
+  it("pages through a list with limit and continue", function()
+    local seen = {}
+    local code, page = api(sim, "GET", CMS .. "?limit=2")
+    assert.equal(200, code)
+    local rv = page.metadata.resourceVersion
+    while true do
+      for _, n in ipairs(names(page)) do seen[#seen + 1] = n end
+      if not page.metadata.continue then break end
+      assert.equal(rv, page.metadata.resourceVersion)
+      code, page = api(sim, "GET", CMS .. "?limit=2&continue=" .. page.metadata.continue)
+      assert.equal(200, code)
+    end
+    assert.same({ "s1", "s2", "s3" }, seen)
+    code = api(sim, "GET", CMS .. "?limit=2&continue=bm90IGpzb24&resourceVersion=5")
+    assert.equal(400, code)
+  end)
+
+  it("deletes a collection by selector and returns what it deleted", function()
+    local code, list = api(sim, "DELETE", CMS .. "?labelSelector=tier")
+    assert.equal(200, code)
+    assert.equal("ConfigMapList", list.kind)
+    assert.same({ "s1", "s3" }, names(list))
+    local _, left = api(sim, "GET", CMS)
+    assert.same({ "s2" }, names(left))
+  end)
+
+  it("merges containers by name with a strategic merge patch (fixtures 44-47)", function()
+    assert.equal(201, (api(sim, "POST", "/api/v1/namespaces", { apiVersion = "v1",
+      kind = "Namespace", metadata = { name = "demo" } })))
+    local path = "/apis/apps/v1/namespaces/demo/deployments"
+    local code, dep = api(sim, "POST", path, H.fixture("44").request.body)
+    assert.equal(201, code)
+    assert.equal(1, dep.metadata.generation)
+    local function images(d)
+      local out = {}
+      for i, c in ipairs(d.spec.template.spec.containers) do out[i] = c.name .. "=" .. c.image end
+      return out
+    end
+    for _, n in ipairs { "45", "46", "47" } do
+      local fx = H.fixture(n)
+      local got
+      code, got = api(sim, "PATCH", path .. "/web", fx.request.body,
+        fx.request.headers["Content-Type"])
+      assert.equal(200, code)
+      assert.same(images(fx.response.body), images(got))
+    end
+    local _, last = api(sim, "GET", path .. "/web")
+    assert.equal(4, last.metadata.generation)
+  end)
+
+  it("bumps generation on spec changes only, and keeps status to /status", function()
+    api(sim, "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+      H.fixture("09").request.body)
+    H.sleep(0.05)
+    local path = "/apis/example.com/v1/namespaces/demo/widgets"
+    local code, w = api(sim, "POST", path, { apiVersion = "example.com/v1", kind = "Widget",
+      metadata = { name = "g" }, spec = { size = 1 }, status = { ready = true } })
+    assert.equal(201, code)
+    assert.is_nil(w.status)
+    code, w = api(sim, "PATCH", path .. "/g/status", { status = { ready = true } },
+      "application/merge-patch+json")
+    assert.equal(200, code)
+    assert.equal(1, w.metadata.generation)
+    assert.is_true(w.status.ready)
+    local rv = w.metadata.resourceVersion
+    code, w = api(sim, "PATCH", path .. "/g", { metadata = { labels = { x = "y" } } },
+      "application/merge-patch+json")
+    assert.equal(200, code)
+    assert.equal(1, w.metadata.generation)
+    assert.is_true(tonumber(w.metadata.resourceVersion) > tonumber(rv))
+    code, w = api(sim, "PATCH", path .. "/g", { spec = { size = 3 } },
+      "application/merge-patch+json")
+    assert.equal(200, code)
+    assert.equal(2, w.metadata.generation)
+    -- an update of a custom resource needs a resourceVersion
+    w.metadata.resourceVersion = nil
+    code = api(sim, "PUT", path .. "/g", w)
+    assert.equal(422, code)
+  end)
+
+  it("checks delete preconditions", function()
+    local _, cm = api(sim, "GET", CMS .. "/s2")
+    local code, st = api(sim, "DELETE", CMS .. "/s2", { preconditions = { uid = "nope" } })
+    assert.equal(409, code)
+    assert.equal('Operation cannot be fulfilled on configmaps "s2": Precondition failed: UID in '
+      .. "precondition: nope, UID in object meta: " .. cm.metadata.uid, st.message)
+    code = api(sim, "DELETE", CMS .. "/s2", { preconditions = { uid = cm.metadata.uid } })
+    assert.equal(200, code)
+  end)
+
+  it("deletes a namespace's objects with it", function()
+    assert.equal(201, (api(sim, "POST", "/api/v1/namespaces", { metadata = { name = "gone" } })))
+    assert.equal(201, (api(sim, "POST", "/api/v1/namespaces/gone/configmaps",
+      { metadata = { name = "x" } })))
+    assert.equal(200, (api(sim, "DELETE", "/api/v1/namespaces/gone")))
+    assert.equal(404, (api(sim, "GET", "/api/v1/namespaces/gone/configmaps/x")))
+    local code, st = api(sim, "POST", "/api/v1/namespaces/gone/configmaps",
+      { metadata = { name = "x" } })
+    assert.equal(404, code)
+    assert.equal('namespaces "gone" not found', st.message)
+  end)
+
+  it("refuses methods a resource does not have with 405", function()
+    local code, st = api(sim, "POST", CMS .. "/s2", {})
+    assert.equal(405, code)
+    assert.equal("MethodNotAllowed", st.reason)
+  end)
+
+  it("stops serving a CRD's resources once it is deleted", function()
+    assert.equal(200, (api(sim, "GET", "/apis/example.com/v1")))
+    assert.equal(200, (api(sim, "DELETE",
+      "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.example.com")))
+    local code, _, raw = api(sim, "GET", "/apis/example.com/v1/widgets")
+    assert.equal(404, code)
+    assert.equal("404 page not found\n", raw)
+    local _, groups = api(sim, "GET", "/apis")
+    for _, g in ipairs(groups.groups) do assert.not_equal("example.com", g.name) end
+  end)
+end)
+
+describe("kubelua sim --load and TLS", function()
+  it("seeds objects from a directory and serves https", function()
+    local dir = os.tmpname()
+    os.remove(dir)
+    assert(os.execute("mkdir -p " .. dir) ~= nil)
+    local f = assert(io.open(dir .. "/01-cms.json", "w"))
+    f:write(json.encode({ { apiVersion = "v1", kind = "ConfigMap",
+      metadata = { name = "seeded", namespace = "team" }, data = { a = "1" } } }))
+    f:close()
+    local status, out = support.sh("openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj "
+      .. "/CN=localhost -keyout " .. dir .. "/key.pem -out " .. dir .. "/cert.pem")
+    assert(status == 0, out)
+    local sim = H.start("--load " .. dir .. " --tls-cert " .. dir .. "/cert.pem --tls-key "
+      .. dir .. "/key.pem")
+    local code, _, raw, cm = H.request(sim, "GET", "/api/v1/namespaces/team/configmaps/seeded",
+      { curl = true })
+    H.stop(sim)
+    os.execute("rm -rf " .. dir)
+    assert(code == 200, raw)
+    assert.same({ a = "1" }, cm.data)
+    assert.equal("https", sim.base:sub(1, 5))
+  end)
+end)
+
+describe("kubelua sim command line", function()
+  it("refuses unknown options with usage, status 2", function()
+    local status, out = support.sh(support.kubelua .. " sim --listen 127.0.0.1:0 --bogus x")
+    assert.equal(2, status)
+    assert.matches("kubelua sim: unknown option %-%-bogus\n", out)
+    assert.matches("usage: kubelua run", out)
+  end)
+
+  it("refuses a --load directory with a bad file, status 2", function()
+    local dir = os.tmpname()
+    os.remove(dir)
+    os.execute("mkdir -p " .. dir)
+    local f = assert(io.open(dir .. "/bad.yaml", "w"))
+    f:write("apiVersion: v1\nkind: Nothing\nmetadata:\n  name: x\n")
+    f:close()
+    local status, out = support.sh(support.kubelua .. " sim --listen 127.0.0.1:0 --load " .. dir)
+    os.execute("rm -rf " .. dir)
+    assert.equal(2, status)
+    assert.matches("kubelua sim: %-%-load: bad.yaml: no resource for v1 Nothing", out)
+  end)
+end)

@@ -1,0 +1,135 @@
+-- kubelua.httpd, the Lua binding the simulator is built on: a server script
+-- runs in its own `kubelua run` process and curl talks to it. Handlers run
+-- in tasks (they may sleep), stream chunked responses, abort mid-stream,
+-- and hear about clients that went away.
+local support = require "spec.support"
+local H = require "spec.integration.sim_helper"
+
+local SERVER = [[
+local kube = require "kubelua"
+local httpd = require "kubelua.httpd"
+local closed = "none"
+local srv
+srv = assert(httpd.listen { host = "127.0.0.1", port = 0, handler = function(req)
+  local path = req:path()
+  if path == "/echo" then
+    local h = {}
+    for _, kv in ipairs(req:headers()) do h[#h + 1] = kv[1]:lower() .. "=" .. kv[2] end
+    table.sort(h)
+    req:reply(200, { ["Content-Type"] = "text/plain", ["X-Test"] = "yes" },
+      table.concat({ req:method(), path, req:query(), tostring(req:param("a")),
+        tostring(req:param("a", 2)), tostring(req:params().b), req:header("x-one") or "",
+        req:body(), tostring(req:is_tls()), req:remote():match("^127%.0%.0%.1:%d+$") and "remote"
+        or req:remote() }, "|"))
+  elseif path == "/slow" then
+    kube.sleep(0.1)
+    req:reply(200, nil, "slow")
+  elseif path == "/none" then
+    return
+  elseif path == "/error" then
+    error("boom")
+  elseif path == "/stream" then
+    req:stream_begin(200, { { "Content-Type", "application/json" } })
+    for i = 1, 3 do
+      req:write('{"i":', tostring(i), "}\n")
+      kube.sleep(0.02)
+    end
+    req:finish()
+  elseif path == "/abort" then
+    req:stream_begin(200)
+    req:write("0123456789")
+    req:abort(3)
+    req:write("abcdef")
+  elseif path == "/hold" then
+    req:stream_begin(200)
+    req:on_close(function(_, why) closed = why end)
+    req:write("held\n")
+  elseif path == "/closed" then
+    req:reply(200, nil, closed)
+  elseif path == "/drop" then
+    req:reply(200, nil, tostring(srv:close_streams("drop")))
+  else
+    req:reply(404, nil, "no\n")
+  end
+end })
+print("port " .. srv:port())
+io.stdout:flush()
+]]
+
+describe("kubelua.httpd", function()
+  local pid, port, log, script
+
+  setup(function()
+    script = support.tempfile(SERVER, ".lua")
+    log = os.tmpname()
+    local p = io.popen("sh -c " .. H.quote("exec " .. support.kubelua .. " run " .. script
+      .. " >" .. log .. " 2>&1 & echo $!"))
+    pid = p:read("*l")
+    p:close()
+    for _ = 1, 500 do
+      port = (H.read_file(log) or ""):match("port (%d+)")
+      if port then break end
+      H.sleep(0.01)
+    end
+    assert(port, H.read_file(log))
+  end)
+
+  teardown(function()
+    os.execute("kill " .. pid)
+    for _ = 1, 300 do
+      if (H.read_file(log) or ""):find("stopping:", 1, true) then break end
+      H.sleep(0.01)
+    end
+    H.sleep(0.1)
+    local out = H.read_file(log) or ""
+    os.remove(script)
+    os.remove(log)
+    assert.is_nil(out:find("Sanitizer", 1, true), out)
+  end)
+
+  local function curl(args)
+    local p = io.popen("curl -s -S " .. args .. " 2>&1")
+    local out = p:read("*a")
+    p:close()
+    return out
+  end
+
+  local function url(path) return H.quote("http://127.0.0.1:" .. port .. path) end
+
+  it("gives the handler the request and sends its reply", function()
+    local out = curl("-i -H 'X-One: 1' -d hello " .. url("/echo?a=x%20y&b=2&a=z"))
+    assert.matches("^HTTP/1.1 200 OK\r\n", out)
+    assert.matches("\r\nX%-Test: yes\r\n", out)
+    assert.matches("\r\n\r\nPOST|/echo|a=x%%20y&b=2&a=z|x y|z|2|1|hello|false|remote$", out)
+  end)
+
+  it("lets a handler sleep before it answers", function()
+    assert.equal("slow", curl(url("/slow")))
+  end)
+
+  it("answers 500 for a handler that did not answer or failed", function()
+    assert.matches("^HTTP/1.1 500 .*handler did not answer\n$", curl("-i " .. url("/none")))
+    assert.matches("^HTTP/1.1 500 .*internal error\n$", curl("-i " .. url("/error")))
+    assert.matches("httpd handler failed: .*boom", H.read_file(log))
+  end)
+
+  it("streams chunks and ends the stream", function()
+    assert.equal('{"i":1}\n{"i":2}\n{"i":3}\n', curl("-N " .. url("/stream")))
+  end)
+
+  it("aborts a stream after n more bytes", function()
+    local out = curl("-N " .. url("/abort"))
+    assert.matches("^0123456789abc", out)
+    assert.is_nil(out:find("abcd", 1, true))
+  end)
+
+  it("tells the owner when the server closes a stream", function()
+    local w = H.watch_start({ base = "http://127.0.0.1:" .. port }, "/hold")
+    H.watch_lines(w, 1)
+    assert.equal("1", curl(url("/drop")))
+    H.watch_done(w)
+    H.watch_stop(w)
+    H.sleep(0.05)
+    assert.equal("shutdown", curl(url("/closed")))
+  end)
+end)
