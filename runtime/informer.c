@@ -17,7 +17,9 @@
 #include "log.h"
 #include "mem.h"
 
-#define RV_MAX 64
+/* The longest resourceVersion kept (they are opaque strings; etcd's are
+ * decimal revisions). A longer one is refused with a warning, never cut. */
+#define RV_MAX 4096
 
 struct kl_informer {
   char *name;
@@ -27,11 +29,14 @@ struct kl_informer {
   kl_json_stream_t *watch; /* the current watch stream's decoder */
   kl_obj_opts_t oopts;
   char *api_version, *kind;
-  int (*transform)(void *ud, kl_obj_t *in, kl_obj_t **out);
+  int (*transform)(void *ud, kl_obj_t *in, kl_obj_t **out, char *err,
+                   size_t errlen);
   void (*on_work)(kl_informer_t *inf, void *ud);
   void *ud;
-  char rv[RV_MAX];
-  char err[256]; /* the processor's last error */
+  char *rv; /* the last resourceVersion, NUL-terminated */
+  size_t rv_cap;
+  char err[512];  /* the processor's last error */
+  char terr[512]; /* the transform's last error */
 };
 
 static void work(kl_informer_t *inf) {
@@ -51,7 +56,11 @@ static void fifo_synced(kl_fifo_t *f, void *ud) {
 
 static int fifo_transform(void *ud, kl_obj_t *in, kl_obj_t **out) {
   kl_informer_t *inf = ud;
-  return inf->transform(inf->ud, in, out);
+  inf->terr[0] = '\0';
+  int rc = inf->transform(inf->ud, in, out, inf->terr, sizeof inf->terr);
+  if (rc != 0 && !inf->terr[0])
+    snprintf(inf->terr, sizeof inf->terr, "transform: %s", kl_strerror(rc));
+  return rc;
 }
 
 static void proc_ready(kl_proc_t *p, void *ud) {
@@ -102,6 +111,8 @@ kl_informer_t *kl_informer_new(const kl_informer_opts_t *o) {
   inf->proc = kl_proc_new(&po);
   kl_proc_start(inf->proc);
   inf->watch = kl_json_stream_new(NULL);
+  inf->rv_cap = 32;
+  inf->rv = kl_xcalloc(1, inf->rv_cap);
   return inf;
 }
 
@@ -114,6 +125,7 @@ void kl_informer_free(kl_informer_t *inf) {
   kl_json_stream_free(inf->watch);
   free(inf->api_version);
   free(inf->kind);
+  free(inf->rv);
   free(inf->name);
   free(inf);
 }
@@ -130,12 +142,23 @@ bool kl_informer_has_synced(const kl_informer_t *inf) {
 
 static void set_rv(kl_informer_t *inf, kl_json_span_t rv) {
   if (rv.n == 0) return;
-  size_t n = rv.n < RV_MAX - 1 ? rv.n : RV_MAX - 1;
-  memcpy(inf->rv, rv.p, n);
-  inf->rv[n] = '\0';
+  if (rv.n > RV_MAX) {
+    kl_log(KL_LOG_WARN,
+           "informer %s: resourceVersion of %zu bytes ignored (limit %d)",
+           inf->name, rv.n, RV_MAX);
+    return;
+  }
+  if (rv.n + 1 > inf->rv_cap) {
+    inf->rv_cap = rv.n + 1;
+    inf->rv = kl_xrealloc(inf->rv, inf->rv_cap);
+  }
+  memcpy(inf->rv, rv.p, rv.n);
+  inf->rv[rv.n] = '\0';
 }
 
-static const char *queue_error(int rc) {
+/* The reason an enqueue failed: the transform's message when it failed. */
+static const char *queue_error(kl_informer_t *inf, int rc) {
+  if (inf->terr[0]) return inf->terr;
   switch (rc) {
   case KL_EINVAL: return "object has no name";
   case KL_ELIMIT: return "too many queued deltas";
@@ -146,6 +169,7 @@ static const char *queue_error(int rc) {
 static int queue(kl_informer_t *inf, kl_obj_event_type_t type, kl_obj_t *o,
                  char *err, size_t errlen) {
   int rc;
+  inf->terr[0] = '\0';
   switch (type) {
   case KL_OBJ_ADDED: rc = kl_fifo_add(inf->fifo, o); break;
   case KL_OBJ_MODIFIED: rc = kl_fifo_update(inf->fifo, o); break;
@@ -154,9 +178,15 @@ static int queue(kl_informer_t *inf, kl_obj_event_type_t type, kl_obj_t *o,
   }
   if (rc != 0) {
     char key[256];
-    kl_obj_key(o, key, sizeof key);
-    snprintf(err, errlen, "%s %.200s: %s", kl_obj_event_type_name(type), key,
-             queue_error(rc));
+    if (kl_obj_name(o).n == 0)
+      snprintf(err, errlen, "%s: %s", kl_obj_event_type_name(type),
+               queue_error(inf, rc));
+    else if (kl_obj_key(o, key, sizeof key) < sizeof key)
+      snprintf(err, errlen, "%s %s: %s", kl_obj_event_type_name(type), key,
+               queue_error(inf, rc));
+    else
+      snprintf(err, errlen, "%s %.200s...: %s", kl_obj_event_type_name(type),
+               key, queue_error(inf, rc));
   }
   return rc;
 }
@@ -180,9 +210,13 @@ int kl_informer_feed(kl_informer_t *inf, const char *p, size_t n, int *code,
       return KL_EIO;
     }
     set_rv(inf, kl_obj_resource_version(ev.obj));
-    rc = queue(inf, ev.type, ev.obj, err, errlen);
+    if (queue(inf, ev.type, ev.obj, err, errlen) != 0) {
+      /* client-go's watchHandler logs a store error and goes on. */
+      kl_log(KL_LOG_ERROR, "informer %s: watch event dropped: %s", inf->name,
+             err);
+      err[0] = '\0';
+    }
     kl_obj_event_clear(&ev);
-    if (rc != 0) return rc;
   }
   if (rc == KL_EAGAIN) return 0;
   snprintf(err, errlen, "%s", kl_json_stream_error(inf->watch));
@@ -234,12 +268,11 @@ int kl_informer_replace_list(kl_informer_t *inf, const char *p, size_t n,
   if (rc != 0 && !err[0]) snprintf(err, errlen, "%s", kl_json_stream_error(s));
   if (rc == 0) {
     const kl_json_list_t *l = kl_json_stream_list(s);
-    char rv[RV_MAX];
-    size_t rn =
-        l->resource_version.n < RV_MAX - 1 ? l->resource_version.n : RV_MAX - 1;
-    memcpy(rv, l->resource_version.p, rn);
-    rv[rn] = '\0';
+    char *rv = l->resource_version.n
+                   ? kl_xstrndup(l->resource_version.p, l->resource_version.n)
+                   : NULL;
     rc = kl_informer_replace(inf, objs, count, rv, err, errlen);
+    free(rv);
   }
   unref_all(objs, count);
   kl_json_stream_free(s);
@@ -248,43 +281,184 @@ int kl_informer_replace_list(kl_informer_t *inf, const char *p, size_t n,
 
 int kl_informer_replace(kl_informer_t *inf, kl_obj_t *const *objs, size_t n,
                         const char *rv, char *err, size_t errlen) {
+  /* A nameless item would stop the FIFO's Replace half-way: refuse first. */
+  for (size_t i = 0; i < n; i++) {
+    if (kl_obj_name(objs[i]).n == 0) {
+      snprintf(err, errlen, "item %zu has no name", i + 1);
+      return KL_EINVAL;
+    }
+  }
+  inf->terr[0] = '\0';
   int rc = kl_fifo_replace(inf->fifo, objs, n);
   if (rc != 0) {
-    snprintf(err, errlen, "replace: %s", queue_error(rc));
+    snprintf(err, errlen, "%s", queue_error(inf, rc));
     return rc;
   }
   if (rv) set_rv(inf, (kl_json_span_t){rv, strlen(rv)});
   return 0;
 }
 
-int kl_informer_add(kl_informer_t *inf, kl_obj_t *o) {
-  char err[256];
-  return queue(inf, KL_OBJ_ADDED, o, err, sizeof err);
+int kl_informer_add(kl_informer_t *inf, kl_obj_t *o, char *err, size_t errlen) {
+  return queue(inf, KL_OBJ_ADDED, o, err, errlen);
 }
 
-int kl_informer_update(kl_informer_t *inf, kl_obj_t *o) {
-  char err[256];
-  return queue(inf, KL_OBJ_MODIFIED, o, err, sizeof err);
+int kl_informer_update(kl_informer_t *inf, kl_obj_t *o, char *err,
+                       size_t errlen) {
+  return queue(inf, KL_OBJ_MODIFIED, o, err, errlen);
 }
 
-int kl_informer_delete(kl_informer_t *inf, kl_obj_t *o) {
-  char err[256];
-  return queue(inf, KL_OBJ_DELETED, o, err, sizeof err);
+int kl_informer_delete(kl_informer_t *inf, kl_obj_t *o, char *err,
+                       size_t errlen) {
+  return queue(inf, KL_OBJ_DELETED, o, err, errlen);
 }
 
 int kl_informer_resync(kl_informer_t *inf) { return kl_fifo_resync(inf->fifo); }
 
+/* handleDeltas: processDeltas, and a store error logged with the key. The
+ * key's deltas are then dropped (client-go re-queues nothing either); the
+ * store keeps its last good state. */
+static int process(void *ud, kl_fifo_popped_t *it) {
+  kl_informer_t *inf = ud;
+  int rc =
+      kl_proc_process_deltas(inf->proc, it->key, it->len, it->deltas, it->n,
+                             it->initial, inf->err, sizeof inf->err);
+  if (rc != 0)
+    kl_log(KL_LOG_ERROR, "informer %s: %.*s: %s", inf->name,
+           (int)(it->len < 200 ? it->len : 200), it->key,
+           inf->err[0] ? inf->err : kl_strerror(rc));
+  return rc;
+}
+
 bool kl_informer_run(kl_informer_t *inf, size_t budget) {
   for (size_t i = 0; i < budget; i++) {
-    int rc = kl_fifo_pop(inf->fifo, kl_proc_handle_deltas, inf->proc);
+    int rc = kl_fifo_pop(inf->fifo, process, inf);
     if (rc == KL_EAGAIN || rc == KL_ESHUTDOWN) break;
-    if (rc != 0) {
-      /* The store refused a delta (an index function failed): the key's
-       * deltas are dropped, the store keeps its last good state. */
-      snprintf(inf->err, sizeof inf->err, "%s", kl_proc_error(inf->proc));
-      kl_log(KL_LOG_ERROR, "informer %s: %s", inf->name, inf->err);
-    }
   }
   bool more = kl_proc_run(inf->proc, budget);
   return more || kl_fifo_len(inf->fifo) > 0;
+}
+
+/* --- For the reflector: events seen by the caller first, paged lists --- */
+
+int kl_informer_feed_events(kl_informer_t *inf, const char *p, size_t n,
+                            kl_informer_event_fn *fn, void *ud, char *err,
+                            size_t errlen) {
+  kl_json_value_t v;
+  int rc = kl_json_stream_feed(inf->watch, p, n);
+  if (rc != 0) {
+    snprintf(err, errlen, "%s", kl_strerror(rc));
+    return rc;
+  }
+  while ((rc = kl_json_stream_next(inf->watch, &v)) == KL_OK) {
+    kl_obj_event_t ev;
+    rc = kl_obj_event_parse(&v, &inf->oopts, &ev, err, errlen);
+    if (rc != 0) return rc;
+    int verdict = fn ? fn(ud, &ev, err, errlen) : 0;
+    if (verdict < 0 || ev.type == KL_OBJ_ERROR) {
+      if (verdict >= 0) snprintf(err, errlen, "%s", ev.status.message);
+      kl_obj_event_clear(&ev);
+      return verdict < 0 ? verdict : KL_EIO;
+    }
+    if (verdict == 0 && queue(inf, ev.type, ev.obj, err, errlen) != 0) {
+      kl_log(KL_LOG_ERROR, "informer %s: watch event dropped: %s", inf->name,
+             err);
+      err[0] = '\0';
+    }
+    kl_obj_event_clear(&ev);
+  }
+  if (rc == KL_EAGAIN) return 0;
+  snprintf(err, errlen, "%s", kl_json_stream_error(inf->watch));
+  return rc;
+}
+
+void kl_informer_set_rv(kl_informer_t *inf, const char *rv) {
+  if (rv) set_rv(inf, (kl_json_span_t){rv, strlen(rv)});
+}
+
+/* Items beyond this many in one list are refused (KL_ELIMIT). */
+#define LIST_MAX_ITEMS ((size_t)16 << 20)
+
+struct kl_informer_list {
+  kl_informer_t *inf;
+  kl_json_stream_t *page; /* the page being received; NULL between pages */
+  kl_json_stream_t *last; /* the page that ended last, for its envelope */
+  kl_obj_t **objs;
+  size_t count, cap;
+};
+
+kl_informer_list_t *kl_informer_list_begin(kl_informer_t *inf) {
+  kl_informer_list_t *l = kl_xcalloc(1, sizeof *l);
+  l->inf = inf;
+  return l;
+}
+
+static void list_new_page(kl_informer_list_t *l) {
+  kl_json_opts_t jo = {KL_JSON_LIST, 0, 0};
+  kl_json_stream_free(l->last);
+  l->last = NULL;
+  l->page = kl_json_stream_new(&jo);
+}
+
+int kl_informer_list_feed(kl_informer_list_t *l, const char *p, size_t n,
+                          char *err, size_t errlen) {
+  kl_obj_opts_t oo = l->inf->oopts;
+  kl_json_value_t v;
+  int rc;
+  if (!l->page) list_new_page(l);
+  oo.api_version = l->inf->api_version;
+  oo.kind = l->inf->kind;
+  if ((rc = kl_json_stream_feed(l->page, p, n)) != 0) {
+    /* A stream with an error keeps it: report that, not the refusal. */
+    const char *m = kl_json_stream_error(l->page);
+    snprintf(err, errlen, "%s", m[0] ? m : kl_strerror(rc));
+    return m[0] ? KL_EPARSE : rc;
+  }
+  while ((rc = kl_json_stream_next(l->page, &v)) == KL_OK) {
+    if (l->count == LIST_MAX_ITEMS) {
+      snprintf(err, errlen, "more than %zu items in a list", LIST_MAX_ITEMS);
+      return KL_ELIMIT;
+    }
+    if (l->count == l->cap) {
+      l->cap = l->cap ? l->cap * 2 : 64;
+      l->objs = kl_xrealloc(l->objs, l->cap * sizeof *l->objs);
+    }
+    if ((rc = kl_obj_parse(&v, &oo, &l->objs[l->count], err, errlen)) != 0)
+      return rc;
+    l->count++;
+  }
+  if (rc == KL_EAGAIN) return 0;
+  snprintf(err, errlen, "%s", kl_json_stream_error(l->page));
+  return rc;
+}
+
+int kl_informer_list_page_end(kl_informer_list_t *l, const kl_json_list_t **env,
+                              char *err, size_t errlen) {
+  if (!l->page) list_new_page(l);
+  int rc = kl_json_stream_end(l->page);
+  if (rc != 0) {
+    const char *m = kl_json_stream_error(l->page);
+    snprintf(err, errlen, "%s", m[0] ? m : "truncated list");
+    kl_json_stream_free(l->page);
+    l->page = NULL;
+    return rc == KL_ELIMIT ? KL_ELIMIT : KL_EPARSE;
+  }
+  l->last = l->page;
+  l->page = NULL;
+  *env = kl_json_stream_list(l->last);
+  return 0;
+}
+
+size_t kl_informer_list_count(const kl_informer_list_t *l) { return l->count; }
+
+int kl_informer_list_commit(kl_informer_list_t *l, const char *rv, char *err,
+                            size_t errlen) {
+  return kl_informer_replace(l->inf, l->objs, l->count, rv, err, errlen);
+}
+
+void kl_informer_list_free(kl_informer_list_t *l) {
+  if (!l) return;
+  unref_all(l->objs, l->count);
+  kl_json_stream_free(l->page);
+  kl_json_stream_free(l->last);
+  free(l);
 }

@@ -29,8 +29,10 @@ typedef struct kl_informer_opts {
   /* apiVersion and kind written into list items, which carry none. */
   const char *api_version, *kind;
   /* Applied to every object before it is queued (client-go's transform);
-   * stores a new reference in *out, or fails. */
-  int (*transform)(void *ud, kl_obj_t *in, kl_obj_t **out);
+   * stores a new reference in *out, or fails with a message in err (errlen
+   * bytes). Not called for tombstones nor for resync's Sync deltas. */
+  int (*transform)(void *ud, kl_obj_t *in, kl_obj_t **out, char *err,
+                   size_t errlen);
   /* Work is pending: call kl_informer_run soon (from the loop, not from
    * inside this callback's caller). */
   void (*on_work)(kl_informer_t *inf, void *ud);
@@ -48,11 +50,14 @@ kl_proc_t *kl_informer_proc(kl_informer_t *inf);
 
 /* Feeds watch-stream bytes (one JSON event after another, cut anywhere).
  * Each complete event is queued: ADDED → Add, MODIFIED → Update, DELETED →
- * Delete, BOOKMARK → only the resourceVersion moves. Returns 0; or
- * KL_EPARSE / KL_ELIMIT with "byte N: reason" in err for malformed input,
- * KL_EIO with the Status message for an ERROR event (its code in *code when
- * code is not NULL). After an error the stream must be restarted with
- * kl_informer_watch_reset; events before the bad one were queued. */
+ * Delete, BOOKMARK → only the resourceVersion moves. An event whose object
+ * cannot be queued (no name, the transform failed, a limit) is logged and
+ * skipped, as client-go's watch handler does, and the stream goes on.
+ * Returns 0; or KL_EPARSE / KL_ELIMIT with "byte N: reason" in err for
+ * malformed input, KL_EIO with the Status message for an ERROR event (its
+ * code in *code when code is not NULL). After an error the stream must be
+ * restarted with kl_informer_watch_reset; events before the bad one were
+ * queued. */
 int kl_informer_feed(kl_informer_t *inf, const char *p, size_t n, int *code,
                      char *err, size_t errlen);
 /* Forgets a partial event: a new watch stream starts. Returns KL_EPARSE if
@@ -62,23 +67,32 @@ int kl_informer_watch_reset(kl_informer_t *inf);
 /* Replaces the whole content with the items of a list body (bytes of a
  * complete JSON list object), as a relist does: Replaced deltas for every
  * item, tombstones for keys that vanished. Sets the resourceVersion to the
- * list's. Returns 0 or KL_EPARSE / KL_ELIMIT with the reason in err; on
- * error nothing is replaced. */
+ * list's. Returns 0, or KL_EPARSE / KL_ELIMIT (malformed) or KL_EINVAL (an
+ * item without a name) with the reason in err, nothing queued then; or the
+ * transform's error, when the items before the failing one stay queued (as
+ * in client-go, whose reflector then lists again). */
 int kl_informer_replace_list(kl_informer_t *inf, const char *p, size_t n,
                              char *err, size_t errlen);
 /* The same with objects at hand (borrowed) and a resourceVersion. */
 int kl_informer_replace(kl_informer_t *inf, kl_obj_t *const *objs, size_t n,
                         const char *rv, char *err, size_t errlen);
 
-/* Queues one object (borrowed) as Added, Updated or Deleted. */
-int kl_informer_add(kl_informer_t *inf, kl_obj_t *o);
-int kl_informer_update(kl_informer_t *inf, kl_obj_t *o);
-int kl_informer_delete(kl_informer_t *inf, kl_obj_t *o);
+/* Queues one object (borrowed) as Added, Updated or Deleted. Returns 0, or
+ * an error with the reason in err: KL_EINVAL for an object without a name
+ * or a failed transform, KL_ELIMIT past the FIFO's limits. */
+int kl_informer_add(kl_informer_t *inf, kl_obj_t *o, char *err, size_t errlen);
+int kl_informer_update(kl_informer_t *inf, kl_obj_t *o, char *err,
+                       size_t errlen);
+int kl_informer_delete(kl_informer_t *inf, kl_obj_t *o, char *err,
+                       size_t errlen);
 /* Queues Sync deltas for every cached key not already queued. */
 int kl_informer_resync(kl_informer_t *inf);
 
 /* Pops up to `budget` keys and delivers up to `budget` notifications.
- * Returns true when work remains. Handler callbacks run from here. */
+ * Returns true when work remains. Handler callbacks run from here. A key
+ * the store refuses (an index function failed, the transformed object has
+ * no name) is logged with its key; its deltas are dropped and the store
+ * keeps the key's last good state. */
 bool kl_informer_run(kl_informer_t *inf, size_t budget);
 
 /* True once the first Replace has been fully popped (client-go's
@@ -91,5 +105,58 @@ const char *kl_informer_last_rv(const kl_informer_t *inf);
  * Returns 0 with a new reference in *out, or an error with the reason. */
 int kl_informer_parse(kl_informer_t *inf, const char *p, size_t n,
                       kl_obj_t **out, char *err, size_t errlen);
+
+/* --- For the reflector (reflector.h): its own event bookkeeping, and lists
+ * received page by page. --- */
+
+/* Sees each decoded watch event before kl_informer_feed_events queues it,
+ * ERROR events included. Returns 0 to queue it, 1 to skip it, or a negative
+ * KL_E* code (a message in err) to stop: the feed returns that code. It must
+ * not feed the informer. */
+typedef int kl_informer_event_fn(void *ud, const kl_obj_event_t *ev, char *err,
+                                 size_t errlen);
+/* kl_informer_feed for a caller that keeps its own resourceVersion: every
+ * complete event goes to fn (may be NULL) first; ADDED, MODIFIED and
+ * DELETED events it accepts are queued as kl_informer_feed queues them (an
+ * event that cannot be queued is logged and skipped). The informer's
+ * resourceVersion does not move: the caller sets it (kl_informer_set_rv).
+ * Returns 0 once every byte is used (a partial event waits for more bytes);
+ * KL_EPARSE / KL_ELIMIT with "byte N: reason" in err for malformed input;
+ * KL_EIO with the Status message after an ERROR event; or fn's code. After
+ * an error the stream must be restarted with kl_informer_watch_reset. */
+int kl_informer_feed_events(kl_informer_t *inf, const char *p, size_t n,
+                            kl_informer_event_fn *fn, void *ud, char *err,
+                            size_t errlen);
+/* Sets what kl_informer_last_rv reports (copied; "" or NULL: unchanged). */
+void kl_informer_set_rv(kl_informer_t *inf, const char *rv);
+
+/* A list received page by page (limit/continue), replaced in one go at the
+ * end, as client-go's pager aggregates pages before the reflector's
+ * Replace. Items get the informer's apiVersion and kind when they carry
+ * none. The accumulator holds one reference on each item; the informer must
+ * outlive it. */
+typedef struct kl_informer_list kl_informer_list_t;
+/* A new, empty accumulator. Never NULL. */
+kl_informer_list_t *kl_informer_list_begin(kl_informer_t *inf);
+/* Feeds bytes of the current page's body (a JSON list object, cut
+ * anywhere); the first call after kl_informer_list_page_end starts a new
+ * page. Returns 0, or KL_EPARSE / KL_ELIMIT with the reason in err; errors
+ * are sticky until the page ends. */
+int kl_informer_list_feed(kl_informer_list_t *l, const char *p, size_t n,
+                          char *err, size_t errlen);
+/* Ends the current page. Returns 0 and its envelope (kind, apiVersion,
+ * resourceVersion, continue; owned by l, valid until the next feed, commit
+ * or free) in *env, or KL_EPARSE / KL_ELIMIT (a truncated or malformed page,
+ * or no bytes at all) with the reason in err. */
+int kl_informer_list_page_end(kl_informer_list_t *l, const kl_json_list_t **env,
+                              char *err, size_t errlen);
+/* Items collected so far, over every page. */
+size_t kl_informer_list_count(const kl_informer_list_t *l);
+/* Replaces the informer's content with every item collected and sets its
+ * resourceVersion to rv, as kl_informer_replace does (same returns). */
+int kl_informer_list_commit(kl_informer_list_t *l, const char *rv, char *err,
+                            size_t errlen);
+/* Releases the items and frees; NULL is a no-op. */
+void kl_informer_list_free(kl_informer_list_t *l);
 
 #endif

@@ -10,12 +10,20 @@
  * the decoded tables are fresh copies, so nothing a handler does to them can
  * change the cache. Reads (get, list, by_index) decode fresh tables too.
  *
- * Custom indexers and the transform are Lua functions that C calls while the
- * store changes; their errors are reported, never fatal. */
+ * A handler that raises is logged with its informer, name and key; one
+ * that takes 100 ms or more is reported as holding the loop.
+ *
+ * The cache has client-go's "namespace" index from the start; custom
+ * indexers and the transform are Lua functions that C calls while the store
+ * changes; their errors are reported, never fatal. While a batch of deltas
+ * is processed the informer's userdata is kept on the stack, so a handler
+ * that drops the last reference cannot get it freed under the batch. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "error.h"
 #include "informer.h"
 #include "log.h"
@@ -27,7 +35,11 @@
 #define HANDLE_MT "kubelua.informer.handler"
 #define OBJREF_MT "kubelua.objref"
 #define EVENT_MT_KEY "kubelua.event.mt"
+#define LIVE_KEY "kubelua.informer.live" /* id -> informer, weak values */
 #define BUDGET 512
+/* A handler call this long (seconds) is reported: it holds the loop, and
+ * with it every other handler, watch and worker (client-go traces 100 ms). */
+#define SLOW_HANDLER 0.1
 
 typedef struct linf {
   kl_informer_t *inf;
@@ -35,6 +47,8 @@ typedef struct linf {
   lua_State *L;
   kl_defer_t defer;
   int transform_ref;
+  int id;            /* its slot in the registry's table of live informers */
+  bool in_transform; /* the transform runs: feeding is refused */
   char name[64];
 } linf_t;
 
@@ -200,13 +214,21 @@ static void call_handler(kl_proc_t *p, uint64_t id, const kl_proc_note_t *n,
   lua_pushcfunction(L, traceback);
   lua_rawgeti(L, LUA_REGISTRYINDEX, h->fn_ref);
   push_event(L, n);
-  if (lua_pcall(L, 1, 0, base + 1) != 0) {
+  double t0 = kl_clock_monotonic(NULL);
+  int rc = lua_pcall(L, 1, 0, base + 1);
+  double took = kl_clock_monotonic(NULL) - t0;
+  /* The handler may have removed itself: h lives until this returns. */
+  if (rc != 0 || took >= SLOW_HANDLER) {
     char fields[256];
     snprintf(fields, sizeof fields, " informer=%s handler=%s key=%.*s",
              h->owner->name, h->name, (int)(n->len < 128 ? n->len : 128),
              n->key);
-    kl_log_fields(KL_LOG_ERROR, fields, "handler failed: %s",
-                  lua_tostring(L, -1));
+    if (rc != 0)
+      kl_log_fields(KL_LOG_ERROR, fields, "handler failed: %s",
+                    lua_tostring(L, -1));
+    if (took >= SLOW_HANDLER)
+      kl_log_fields(KL_LOG_WARN, fields, "slow handler: %.3fs holding the loop",
+                    took);
   }
   lua_settop(L, base);
 }
@@ -219,10 +241,20 @@ static void handler_free(void *ud) {
 
 /* Scheduling */
 
+/* Runs a batch. The informer's userdata stays on the stack meanwhile: a
+ * handler that drops the last reference to it must not get it collected
+ * (and freed) in the middle of the batch. A userdata already being
+ * collected is gone from the weak table, and its __gc frees everything. */
 static void run_deferred(kl_defer_t *d) {
   linf_t *li = (linf_t *)((char *)d - offsetof(linf_t, defer));
-  if (kl_informer_run(li->inf, BUDGET))
+  lua_State *L = li->L;
+  int base = lua_gettop(L);
+  lua_checkstack(L, 4);
+  lua_getfield(L, LUA_REGISTRYINDEX, LIVE_KEY);
+  lua_rawgeti(L, -1, li->id);
+  if (!lua_isnil(L, -1) && kl_informer_run(li->inf, BUDGET))
     kl_loop_defer(kl_rt_loop(li->rt), &li->defer);
+  lua_settop(L, base);
 }
 
 static void on_work(kl_informer_t *inf, void *ud) {
@@ -231,39 +263,43 @@ static void on_work(kl_informer_t *inf, void *ud) {
   kl_loop_defer(kl_rt_loop(li->rt), &li->defer);
 }
 
-/* Transform: a Lua function obj -> obj, applied before caching. */
-static int lua_transform(void *ud, kl_obj_t *in, kl_obj_t **out) {
+/* Transform: a Lua function obj -> obj, applied before caching. A failure
+ * is reported in err: the caller returns it or logs it. */
+static int lua_transform(void *ud, kl_obj_t *in, kl_obj_t **out, char *err,
+                         size_t errlen) {
   linf_t *li = ud;
   lua_State *L = li->L;
-  char err[256];
+  char why[256];
   int base = lua_gettop(L), rc = KL_EINVAL;
   lua_checkstack(L, 8);
   lua_pushcfunction(L, traceback);
   lua_rawgeti(L, LUA_REGISTRYINDEX, li->transform_ref);
   kl_json_span_t j = kl_obj_json(in);
-  if (kl_lua_json_decode(L, j.p, j.n, err, sizeof err) != 0) {
-    kl_log(KL_LOG_ERROR, "informer %s: transform: %s", li->name, err);
+  if (kl_lua_json_decode(L, j.p, j.n, why, sizeof why) != 0) {
+    snprintf(err, errlen, "transform: %s", why);
     goto done;
   }
-  if (lua_pcall(L, 1, 1, base + 1) != 0) {
-    kl_log(KL_LOG_ERROR, "informer %s: transform failed: %s", li->name,
-           lua_tostring(L, -1));
+  li->in_transform = true;
+  int prc = lua_pcall(L, 1, 1, base + 1);
+  li->in_transform = false;
+  if (prc != 0) {
+    snprintf(err, errlen, "transform failed: %s", lua_tostring(L, -1));
     goto done;
   }
   if (lua_type(L, -1) != LUA_TTABLE) {
-    kl_log(KL_LOG_ERROR, "informer %s: transform returned %s, not a table",
-           li->name, luaL_typename(L, -1));
+    snprintf(err, errlen, "transform returned %s, not a table",
+             luaL_typename(L, -1));
     goto done;
   }
   {
     size_t n;
-    if (safe_encode(L, -1, err, sizeof err) != 0) {
-      kl_log(KL_LOG_ERROR, "informer %s: transform result: %s", li->name, err);
+    if (safe_encode(L, -1, why, sizeof why) != 0) {
+      snprintf(err, errlen, "transform result: %s", why);
       goto done;
     }
     const char *p = lua_tolstring(L, -1, &n);
-    if (kl_informer_parse(li->inf, p, n, out, err, sizeof err) != 0) {
-      kl_log(KL_LOG_ERROR, "informer %s: transform result: %s", li->name, err);
+    if (kl_informer_parse(li->inf, p, n, out, why, sizeof why) != 0) {
+      snprintf(err, errlen, "transform result: %s", why);
       goto done;
     }
   }
@@ -297,8 +333,10 @@ static int lua_index(const kl_obj_t *o, void *ud, kl_store_emit_fn *emit,
     for (size_t i = 1; i <= n && rc == 0; i++) {
       lua_rawgeti(L, t, (int)i);
       size_t len;
-      const char *v = lua_tolstring(L, -1, &len);
-      if (lua_type(L, -1) != LUA_TSTRING) {
+      /* Check first: lua_tolstring would turn a number into a string. */
+      const char *v =
+          lua_type(L, -1) == LUA_TSTRING ? lua_tolstring(L, -1, &len) : NULL;
+      if (!v) {
         kl_store_index_fail(ctx, "index function returned a value that is "
                                  "not a string");
         rc = KL_EINVAL;
@@ -450,6 +488,22 @@ static int informer_new(lua_State *L) {
   o.ud = li;
   li->inf = kl_informer_new(&o);
   *box = li;
+  /* Ids are never reused: a collected entry vanishes from the weak table
+   * before its __gc runs, so a reused slot could be cleared by that __gc. */
+  lua_getfield(L, LUA_REGISTRYINDEX, LIVE_KEY);
+  lua_getfield(L, -1, "last");
+  li->id = (int)lua_tointeger(L, -1) + 1;
+  lua_pop(L, 1);
+  lua_pushinteger(L, li->id);
+  lua_setfield(L, -2, "last");
+  lua_pushvalue(L, -2);
+  lua_rawseti(L, -2, li->id);
+  lua_pop(L, 1);
+  /* client-go's standard index, as the informer factories add it. */
+  kl_store_indexer_t nsix = {0};
+  nsix.name = KL_STORE_NAMESPACE;
+  nsix.kind = KL_STORE_INDEX_NAMESPACE;
+  kl_store_add_indexers(kl_informer_store(li->inf), &nsix, 1, NULL, 0);
 
   lua_getfield(L, 1, "indexers");
   if (!lua_isnil(L, -1)) add_indexers(L, li, -1, "kube.local_informer");
@@ -463,6 +517,10 @@ static int informer_gc(lua_State *L) {
   if (!li) return 0;
   *box = NULL;
   kl_loop_undefer(kl_rt_loop(li->rt), &li->defer);
+  lua_getfield(L, LUA_REGISTRYINDEX, LIVE_KEY);
+  lua_pushnil(L);
+  lua_rawseti(L, -2, li->id);
+  lua_pop(L, 1);
   kl_informer_free(li->inf);
   if (li->transform_ref != LUA_NOREF)
     luaL_unref(L, LUA_REGISTRYINDEX, li->transform_ref);
@@ -506,7 +564,11 @@ static int on_type(lua_State *L, unsigned type, const char *fn) {
   if (lua_type(L, 2) != LUA_TFUNCTION)
     return kl_lua_error(L, fn, "expected a function, got %s",
                         luaL_typename(L, 2));
-  const char *name = luaL_optstring(L, 3, fn + 9); /* "informer:on_add" */
+  if (!lua_isnoneornil(L, 3) && lua_type(L, 3) != LUA_TSTRING)
+    return kl_lua_error(L, fn, "name must be a string, got %s",
+                        luaL_typename(L, 3));
+  const char *name = lua_isnoneornil(L, 3) ? fn + 9 /* "informer:on_add" */
+                                           : lua_tostring(L, 3);
   return add_handler(L, li, 1u << type, 2, name, -1);
 }
 
@@ -521,7 +583,13 @@ static int inf_on_delete(lua_State *L) {
 }
 
 /* inf:add_handler{add = fn, update = fn, delete = fn, name = s,
- * resync = seconds} -> handle: one listener for all three. */
+ * resync = seconds, filter = fn} -> handle: one listener for all three.
+ * With a filter (obj -> boolean), as client-go's
+ * FilteringResourceEventHandler (T-34): adds and deletes pass when their
+ * object does (a tombstone's may be nil); an update passes when both old
+ * and new do, becomes an add (of the new object, not initial) when only
+ * the new one does, a delete (of the old one) when only the old one does,
+ * and nothing otherwise. */
 static int inf_add_handler(lua_State *L) {
   static const char *const keys[] = {"", "add", "update", "delete"};
   linf_t *li = check_informer(L, "informer:add_handler");
@@ -550,16 +618,40 @@ static int inf_add_handler(lua_State *L) {
     return kl_lua_error(L, "informer:add_handler",
                         "no add, update or delete function given");
   lua_getfield(L, 2, "name");
+  if (!lua_isnil(L, -1) && lua_type(L, -1) != LUA_TSTRING)
+    return kl_lua_error(L, "informer:add_handler",
+                        "handlers.name must be a string, got %s",
+                        luaL_typename(L, -1));
   char name[64];
   snprintf(name, sizeof name, "%s",
-           lua_isstring(L, -1) ? lua_tostring(L, -1) : "handler");
+           lua_isnil(L, -1) ? "handler" : lua_tostring(L, -1));
   lua_pop(L, 1);
   lua_getfield(L, 2, "resync");
-  double resync = lua_isnumber(L, -1) ? lua_tonumber(L, -1) : -1;
+  double resync = -1;
+  if (!lua_isnil(L, -1)) {
+    if (lua_type(L, -1) != LUA_TNUMBER || !(lua_tonumber(L, -1) >= 0) ||
+        lua_tonumber(L, -1) == HUGE_VAL)
+      return kl_lua_error(L, "informer:add_handler",
+                          "handlers.resync must be a number >= 0, got %s",
+                          lua_type(L, -1) == LUA_TNUMBER
+                              ? lua_tostring(L, -1)
+                              : luaL_typename(L, -1));
+    resync = lua_tonumber(L, -1);
+  }
   lua_pop(L, 1);
+  lua_getfield(L, 2, "filter");
+  int filter = lua_gettop(L);
+  if (!lua_isnil(L, filter) && lua_type(L, filter) != LUA_TFUNCTION)
+    return kl_lua_error(L, "informer:add_handler",
+                        "handlers.filter must be a function, got %s",
+                        luaL_typename(L, filter));
+  /* A filtered update may turn into an add or a delete. */
+  if (!lua_isnil(L, filter))
+    types = 1u << KL_PROC_ADD | 1u << KL_PROC_UPDATE | 1u << KL_PROC_DELETE;
   lua_getfield(L, LUA_REGISTRYINDEX, "kubelua.informer.dispatch");
   lua_pushvalue(L, funcs);
-  lua_call(L, 1, 1); /* dispatch(funcs) -> function(ev) */
+  lua_pushvalue(L, filter);
+  lua_call(L, 2, 1); /* dispatch(funcs, filter) -> function(ev) */
   return add_handler(L, li, types, lua_gettop(L), name, resync);
 }
 
@@ -626,6 +718,9 @@ static int inf_get(lua_State *L) {
   if (lua_type(L, 2) != LUA_TSTRING)
     return kl_lua_error(L, "informer:get", "key must be a string, got %s",
                         luaL_typename(L, 2));
+  if (!lua_isnoneornil(L, 3) && lua_type(L, 3) != LUA_TSTRING)
+    return kl_lua_error(L, "informer:get", "name must be a string, got %s",
+                        luaL_typename(L, 3));
   if (lua_type(L, 3) == LUA_TSTRING) {
     luaL_buffinit(L, &b);
     if (lua_objlen(L, 2) > 0) {
@@ -647,7 +742,9 @@ static int inf_get(lua_State *L) {
   return 1;
 }
 
-/* inf:list([namespace]) -> array of objects */
+/* inf:list([namespace]) -> array of objects; "" is every namespace, as
+ * client-go's NamespaceAll (by_index("namespace", "") gives the objects
+ * without a namespace). */
 static int inf_list(lua_State *L) {
   linf_t *li = check_informer(L, "informer:list");
   collect_t c = {L, 0, 0, 0, NULL, 0};
@@ -657,6 +754,7 @@ static int inf_list(lua_State *L) {
                           "namespace must be a string, got %s",
                           luaL_typename(L, 2));
     c.ns = lua_tolstring(L, 2, &c.nslen);
+    if (c.nslen == 0) c.ns = NULL;
   }
   new_array(L);
   c.t = lua_gettop(L);
@@ -683,7 +781,10 @@ static int inf_list_keys(lua_State *L) {
 static int by_index(lua_State *L, const char *fn, int keys_only) {
   linf_t *li = check_informer(L, fn);
   size_t vlen;
-  const char *name = luaL_checkstring(L, 2);
+  if (lua_type(L, 2) != LUA_TSTRING)
+    return kl_lua_error(L, fn, "index name must be a string, got %s",
+                        luaL_typename(L, 2));
+  const char *name = lua_tostring(L, 2);
   if (lua_type(L, 3) != LUA_TSTRING)
     return kl_lua_error(L, fn, "value must be a string, got %s",
                         luaL_typename(L, 3));
@@ -715,7 +816,11 @@ static int push_value(void *ud, const char *val, size_t len) {
 /* inf:index_values(name) -> array of the index's values */
 static int inf_index_values(lua_State *L) {
   linf_t *li = check_informer(L, "informer:index_values");
-  const char *name = luaL_checkstring(L, 2);
+  if (lua_type(L, 2) != LUA_TSTRING)
+    return kl_lua_error(L, "informer:index_values",
+                        "index name must be a string, got %s",
+                        luaL_typename(L, 2));
+  const char *name = lua_tostring(L, 2);
   collect_t c = {L, 0, 0, 1, NULL, 0};
   new_array(L);
   c.t = lua_gettop(L);
@@ -761,15 +866,47 @@ static int inf_pending(lua_State *L) {
 
 /* Feeding (what a reflector does; tests and tools call these directly) */
 
+/* The producers below run the transform, which must not feed the informer
+ * again (a Replace inside a Replace would mix up which keys were listed). */
+static linf_t *check_feeder(lua_State *L, const char *fn) {
+  linf_t *li = check_informer(L, fn);
+  if (li->in_transform)
+    kl_lua_error(L, fn, "the informer cannot be fed from its transform");
+  return li;
+}
+
 static int fail(lua_State *L, const char *fn, const char *err) {
   lua_pushnil(L);
   lua_pushfstring(L, "%s: %s", fn, err);
   return 2;
 }
 
-/* inf:feed(bytes) -> true | nil, err: watch-stream bytes, cut anywhere. */
+/* The stable name of an HTTP status code, as Lua failures carry it. */
+static const char *code_name(int code) {
+  switch (code) {
+  case 400: return "BadRequest";
+  case 401: return "Unauthorized";
+  case 403: return "Forbidden";
+  case 404: return "NotFound";
+  case 405: return "MethodNotAllowed";
+  case 409: return "Conflict";
+  case 410: return "Gone";
+  case 422: return "Invalid";
+  case 429: return "TooManyRequests";
+  case 500: return "InternalError";
+  case 503: return "ServiceUnavailable";
+  case 504: return "Timeout";
+  default: return "Unknown";
+  }
+}
+
+/* inf:feed(bytes) -> true | nil, err [, code_name, http_code]: watch-stream
+ * bytes, cut anywhere. A malformed stream fails with "byte N: reason" (the
+ * offset counts from the start of the stream); an ERROR event fails with
+ * the Status message, its code's name ("Gone" for 410) and the code. Either
+ * way the next call starts a new stream. */
 static int inf_feed(lua_State *L) {
-  linf_t *li = check_informer(L, "informer:feed");
+  linf_t *li = check_feeder(L, "informer:feed");
   char err[512] = "";
   size_t n;
   if (lua_type(L, 2) != LUA_TSTRING)
@@ -777,9 +914,14 @@ static int inf_feed(lua_State *L) {
                         luaL_typename(L, 2));
   const char *p = lua_tolstring(L, 2, &n);
   int code = 0;
-  if (kl_informer_feed(li->inf, p, n, &code, err, sizeof err) != 0) {
+  int rc = kl_informer_feed(li->inf, p, n, &code, err, sizeof err);
+  if (rc != 0) {
     kl_informer_watch_reset(li->inf);
-    return fail(L, "informer:feed", err);
+    fail(L, "informer:feed", err);
+    if (rc != KL_EIO) return 2;
+    lua_pushstring(L, code_name(code));
+    lua_pushinteger(L, code);
+    return 4;
   }
   lua_pushboolean(L, 1);
   return 1;
@@ -787,7 +929,7 @@ static int inf_feed(lua_State *L) {
 
 /* inf:replace(list_json) or inf:replace(objects, resource_version) */
 static int inf_replace(lua_State *L) {
-  linf_t *li = check_informer(L, "informer:replace");
+  linf_t *li = check_feeder(L, "informer:replace");
   char err[512] = "";
   if (lua_type(L, 2) == LUA_TSTRING) {
     size_t n;
@@ -801,7 +943,11 @@ static int inf_replace(lua_State *L) {
     return kl_lua_error(L, "informer:replace",
                         "expected a list body or a table of objects, got %s",
                         luaL_typename(L, 2));
-  const char *rv = luaL_optstring(L, 3, "");
+  if (!lua_isnoneornil(L, 3) && lua_type(L, 3) != LUA_TSTRING)
+    return kl_lua_error(L, "informer:replace",
+                        "resource_version must be a string, got %s",
+                        luaL_typename(L, 3));
+  const char *rv = lua_isnoneornil(L, 3) ? "" : lua_tostring(L, 3);
   size_t n = lua_objlen(L, 2);
   kl_obj_t **objs = kl_xcalloc(n ? n : 1, sizeof *objs);
   /* Nothing below raises, so the references taken are always released. */
@@ -840,12 +986,13 @@ static int inf_replace(lua_State *L) {
 }
 
 static int queue_one(lua_State *L, const char *fn,
-                     int (*op)(kl_informer_t *, kl_obj_t *)) {
-  linf_t *li = check_informer(L, fn);
+                     int (*op)(kl_informer_t *, kl_obj_t *, char *, size_t)) {
+  char err[512] = "";
+  linf_t *li = check_feeder(L, fn);
   kl_obj_t *o = to_obj(L, li, 2, fn);
-  int rc = op(li->inf, o);
+  int rc = op(li->inf, o, err, sizeof err);
   kl_obj_unref(o);
-  if (rc != 0) return fail(L, fn, kl_strerror(rc));
+  if (rc != 0) return fail(L, fn, err[0] ? err : kl_strerror(rc));
   lua_pushboolean(L, 1);
   return 1;
 }
@@ -861,7 +1008,7 @@ static int inf_delete(lua_State *L) {
 }
 
 static int inf_resync(lua_State *L) {
-  linf_t *li = check_informer(L, "informer:resync");
+  linf_t *li = check_feeder(L, "informer:resync");
   kl_informer_resync(li->inf);
   return 0;
 }
@@ -899,8 +1046,32 @@ static const luaL_Reg informer_methods[] = {
 };
 
 static const char dispatch_src[] =
-    "return function(funcs)\n"
-    "  return function(ev) return funcs[ev.type](ev) end\n"
+    "return function(funcs, filter)\n"
+    "  if not filter then\n"
+    "    return function(ev) return funcs[ev.type](ev) end\n"
+    "  end\n"
+    "  local add, update, delete = funcs.add, funcs.update, funcs.delete\n"
+    "  return function(ev)\n"
+    "    local t = ev.type\n"
+    "    if t == 'update' then\n"
+    "      local new_ok, old_ok = filter(ev.object), filter(ev.old)\n"
+    "      if new_ok and old_ok then\n"
+    "        if update then return update(ev) end\n"
+    "      elseif new_ok then\n"
+    "        if add then\n"
+    "          return add({ type = 'add', key = ev.key, object = ev.object })\n"
+    "        end\n"
+    "      elseif old_ok then\n"
+    "        if delete then\n"
+    "          return delete({ type = 'delete', key = ev.key, object = ev.old "
+    "})\n"
+    "        end\n"
+    "      end\n"
+    "    elseif filter(ev.object) then\n"
+    "      local f = funcs[t]\n"
+    "      if f then return f(ev) end\n"
+    "    end\n"
+    "  end\n"
     "end\n";
 
 int kl_luaopen_informer(lua_State *L) {
@@ -930,7 +1101,13 @@ int kl_luaopen_informer(lua_State *L) {
   lua_pushcfunction(L, event_index);
   lua_setfield(L, -2, "__index");
   lua_setfield(L, LUA_REGISTRYINDEX, EVENT_MT_KEY);
-  /* dispatch(funcs) builds add_handler's one function for three types. */
+  lua_newtable(L); /* live informers, by id; weak, so it keeps none alive */
+  lua_createtable(L, 0, 1);
+  lua_pushliteral(L, "v");
+  lua_setfield(L, -2, "__mode");
+  lua_setmetatable(L, -2);
+  lua_setfield(L, LUA_REGISTRYINDEX, LIVE_KEY);
+  /* dispatch(funcs, filter) builds add_handler's one function. */
   luaL_loadbuffer(L, dispatch_src, sizeof dispatch_src - 1, "=dispatch");
   lua_call(L, 0, 1);
   lua_setfield(L, LUA_REGISTRYINDEX, "kubelua.informer.dispatch");

@@ -397,8 +397,10 @@ void kl_store_index_fail(void *ctx, const char *msg) {
   snprintf(x->msg, sizeof x->msg, "%s", msg ? msg : "");
 }
 
+/* The bytes of value i. A scratch that only ever saw empty values has no
+ * buffer: "" then, so that no NULL reaches memcpy or memcmp. */
 static inline const char *val_p(const st_scratch *sc, size_t i) {
-  return sc->buf + sc->v[i].off;
+  return sc->buf ? sc->buf + sc->v[i].off : "";
 }
 
 static bool val_eq(const st_scratch *a, size_t i, const st_scratch *b,
@@ -410,7 +412,7 @@ static bool val_eq(const st_scratch *a, size_t i, const st_scratch *b,
 
 typedef struct st_pval {
   const char *p;
-  size_t len;
+  size_t len, off;
 } st_pval;
 
 static int pval_cmp(const void *a, const void *b) {
@@ -439,11 +441,12 @@ static void dedup(st_scratch *sc, size_t first) {
   for (size_t i = 0; i < k; i++) {
     pv[i].p = val_p(sc, first + i);
     pv[i].len = sc->v[first + i].len;
+    pv[i].off = sc->v[first + i].off;
   }
   qsort(pv, k, sizeof *pv, pval_cmp);
   for (size_t i = 0; i < k; i++) {
     if (i && pval_cmp(&pv[i], &pv[i - 1]) == 0) continue;
-    sc->v[out].off = (size_t)(pv[i].p - sc->buf);
+    sc->v[out].off = pv[i].off;
     sc->v[out].len = pv[i].len;
     out++;
   }

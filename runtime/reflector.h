@@ -1,0 +1,123 @@
+/* reflector.h — client-go's Reflector (classic profile) on the loop: list,
+ * then watch, into an informer, for as long as it runs.
+ *
+ * It lists the collection in pages (limit 500 and continue tokens; the first
+ * list at resourceVersion 0), replaces the informer's content with the
+ * result, then watches from the list's resourceVersion with bookmarks and a
+ * random timeoutSeconds, resuming from the last resourceVersion seen when a
+ * watch ends, and relisting when the server says that version is gone. Each
+ * failure is classified as client-go's reflector does (CLIENTGO.md 6.8) and
+ * retried after client-go's exponential backoff. A watch that receives
+ * nothing for a set time is treated as dead and restarted.
+ *
+ * Time comes from the heap's clock and randomness from an injected source,
+ * so tests drive both. No Lua here. */
+#ifndef KL_REFLECTOR_H
+#define KL_REFLECTOR_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "http.h"
+#include "informer.h"
+#include "loop.h"
+#include "timer.h"
+
+typedef struct kl_reflector kl_reflector_t;
+
+/* Defaults: client-go's figures (CLIENTGO.md 6.3, 13). */
+#define KL_REFLECTOR_PAGE_SIZE 500
+#define KL_REFLECTOR_BACKOFF_INITIAL 0.8
+#define KL_REFLECTOR_BACKOFF_FACTOR 2.0
+#define KL_REFLECTOR_BACKOFF_JITTER 1.0
+#define KL_REFLECTOR_BACKOFF_MAX 30.0
+#define KL_REFLECTOR_BACKOFF_RESET 120.0
+#define KL_REFLECTOR_MIN_WATCH_TIMEOUT 300.0
+#define KL_REFLECTOR_LIVENESS 90.0
+
+/* Called with the error that ended a list-and-watch round (client-go's
+ * WatchErrorHandler), before the backoff wait: a failed list or a failed
+ * watch request. Not called for errors in a watch stream, which client-go
+ * only logs. It may call kl_reflector_stop, not kl_reflector_free. */
+typedef void kl_reflector_error_fn(kl_reflector_t *r, const char *msg,
+                                   void *ud);
+
+typedef struct kl_reflector_opts {
+  const char *name; /* for logs; copied; NULL: the informer's name */
+  /* The collection's URL without a query, e.g.
+   * "https://host:6443/api/v1/namespaces/ns/configmaps"; copied. */
+  const char *url;
+  const char *label_selector, *field_selector; /* copied; NULL: none */
+  /* The expected apiVersion and kind of watch events (client-go's
+   * expectedGVK): an event carrying another is logged and skipped. NULL:
+   * not checked. Copied. */
+  const char *api_version, *kind;
+  /* "Name: value" lines, NULL-terminated (Authorization, …); copied. An
+   * "Accept: application/json" is added unless one is given. */
+  const char *const *headers;
+  const kl_http_tls_t *tls; /* borrowed; must outlive the reflector */
+  /* The heap for every deadline and the clock read through it; NULL: the
+   * loop's heap. Backoff waits, the liveness timeout and watch durations
+   * are all measured on this clock. */
+  kl_timers_t *timers;
+  /* A uniform number in [0, 1) (jitter, timeoutSeconds); NULL: a generator
+   * seeded from the clock. */
+  double (*rand)(void *ud);
+  void *rand_ud;
+  /* Each 0 takes the KL_REFLECTOR_* default above. */
+  double backoff_initial, backoff_factor, backoff_jitter, backoff_max;
+  double backoff_reset;     /* no backoff for this long resets the backoff */
+  double min_watch_timeout; /* timeoutSeconds in [min, 2 min) */
+  /* Seconds a watch may receive nothing (no byte at all) before it is
+   * deemed dead and restarted from the last resourceVersion; < 0: never. */
+  double liveness_timeout;
+  /* client-go's WatchListPageSize: > 0 uses this page size for every list;
+   * 0 chooses as client-go does (500, or one unpaginated list when listing
+   * at a known resourceVersion from the watch cache). */
+  int page_size;
+  kl_reflector_error_fn *on_error;
+  void *ud;
+} kl_reflector_opts_t;
+
+/* Counters since kl_reflector_new, for metrics. */
+typedef struct kl_reflector_stats {
+  uint64_t list_requests;  /* list requests sent (each page counts) */
+  uint64_t lists;          /* lists completed (Replace calls) */
+  uint64_t relists;        /* lists completed after the first */
+  uint64_t watches;        /* watch requests sent */
+  uint64_t watch_restarts; /* watches deemed dead by the liveness timeout */
+  uint64_t events;         /* watch events received (bookmarks included) */
+  uint64_t errors;         /* failed rounds and watch-stream errors */
+  uint64_t backoffs;       /* backoff waits */
+} kl_reflector_stats_t;
+
+/* A stopped reflector feeding inf (borrowed: it must outlive the
+ * reflector) with requests on http (borrowed, likewise). Returns NULL with
+ * a message in err (errlen bytes) when opts are unusable (no URL, a URL
+ * with a query, a header line with CR or LF or without a colon). */
+kl_reflector_t *kl_reflector_new(kl_loop_t *loop, kl_http_t *http,
+                                 kl_informer_t *inf,
+                                 const kl_reflector_opts_t *opts, char *err,
+                                 size_t errlen);
+/* Stops and frees; NULL is a no-op. Not from inside on_error. */
+void kl_reflector_free(kl_reflector_t *r);
+
+/* Starts listing and watching (from the loop, never inside this call).
+ * Returns 0, or KL_EINVAL when it is running already. A stopped reflector
+ * may start again: it keeps its last resourceVersion and relists. */
+int kl_reflector_start(kl_reflector_t *r);
+/* Cancels the request in flight and every timer: nothing reaches the
+ * informer and no callback runs after this returns. A no-op when stopped. */
+void kl_reflector_stop(kl_reflector_t *r);
+bool kl_reflector_running(const kl_reflector_t *r);
+/* True while a watch stream is open (its request was answered 200). */
+bool kl_reflector_watching(const kl_reflector_t *r);
+
+/* lastSyncResourceVersion: the list's, then the last event's or bookmark's
+ * (as client-go moves it); "" before the first list. */
+const char *kl_reflector_last_rv(const kl_reflector_t *r);
+/* True once a list has completed since the last start. */
+bool kl_reflector_listed(const kl_reflector_t *r);
+void kl_reflector_get_stats(const kl_reflector_t *r, kl_reflector_stats_t *st);
+
+#endif
