@@ -29,6 +29,7 @@
 #include "loop.h"
 #include "reflector.h"
 #include "test.h"
+#include "kt_loop.h"
 #include "timer.h"
 
 #define PATH "/api/v1/namespaces/ns/configmaps"
@@ -60,35 +61,10 @@
 /* ---- the loop and waiting ---- */
 
 static kl_loop_t *loop;
-static struct ev_loop *EV;
-static ev_timer guard;
 static kl_httpd_t *srv;
 static kl_http_t *http;
 static int port;
 static kl_timers_t *fts; /* the fake-clock heap of the reflector */
-
-static void guard_cb(struct ev_loop *l, ev_timer *w, int revents) {
-  (void)l;
-  (void)w;
-  (void)revents; /* only bounds how long one iteration may block */
-}
-
-static double wall(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static void run_once(void) { ev_run(EV, EVRUN_ONCE); }
-
-/* Runs the loop until cond holds: at most 50000 iterations or 10 s. */
-#define UNTIL(cond)                                                            \
-  do {                                                                         \
-    double kt_t0 = wall();                                                     \
-    for (int kt_k = 0; kt_k < 50000 && !(cond) && wall() - kt_t0 < 10; kt_k++) \
-      run_once();                                                              \
-    if (!(cond)) KT_FAIL_("gave up waiting for %s", #cond);                    \
-  } while (0)
 
 /* Runs the loop for a while without expecting anything. */
 static void settle_for(double secs) {
