@@ -19,9 +19,11 @@ local cluster = {
 
 local q = kube.workqueue("apps")
 
+-- Every app has been seen in sync by a reconcile (not merely scaled: its
+-- confirming pass may still be waiting in the queue).
 local function converged()
   for _, app in pairs(cluster) do
-    if app.actual ~= app.desired then return false end
+    if not app.confirmed then return false end
   end
   return true
 end
@@ -34,6 +36,7 @@ local function reconcile(key)
     return nil, "backend unavailable (" .. app.failures_left .. " more failures to come)"
   end
   if app.actual == app.desired then
+    app.confirmed = true
     kube.log.info("in sync", { key = key, replicas = app.actual })
     if converged() then
       kube.log.info("all apps converged, stopping")
@@ -42,6 +45,7 @@ local function reconcile(key)
     return
   end
   kube.sleep(0.05) -- an API call would yield here
+  app.confirmed = false
   app.actual = app.actual + (app.desired > app.actual and 1 or -1)
   kube.log.info("scaled", { key = key, actual = app.actual, desired = app.desired })
   return kube.requeue_after(0.1)
