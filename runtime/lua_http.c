@@ -1,8 +1,8 @@
 /* lua_http.c — kube.http.request: HTTP from a task, yielding until the
  * answer arrives.
  *
- * One kl_http_t per runtime, created on first use and closed with the Lua
- * state. A request's state lives in a userdata kept on the calling task's
+ * Requests share the runtime's kl_http_t (kl_rt_http), which outlives the
+ * Lua state. A request's state lives in a userdata kept on the calling task's
  * stack while it waits: the completion fills it and wakes the task; if the
  * task ends first (a stop), the userdata is collected and its __gc cancels
  * the request, so a late completion finds nothing to resume (STYLE rule 13).
@@ -18,17 +18,11 @@
 #include "lua_kube.h"
 #include "mem.h"
 
-#define CLIENT_KEY "kubelua.http.client"
 #define OP_MT "kubelua.http.op"
 #define MAX_BODY (256u << 20)
 #define MAX_HEADERS 64
 
-typedef struct client {
-  kl_http_t *h;
-} client_t;
-
 typedef struct op {
-  client_t *client; /* its h is NULL once the client is closed */
   kl_http_req_t *req;
   lua_State *L; /* the main state, for the registry */
   int ref;      /* keeps the op alive while the request is in flight */
@@ -43,32 +37,9 @@ typedef struct op {
   size_t hlen;
 } op_t;
 
-static int client_gc(lua_State *L) {
-  client_t *c = lua_touserdata(L, 1);
-  kl_http_free(c->h);
-  c->h = NULL;
-  return 0;
-}
-
-static client_t *get_client(lua_State *L) {
-  lua_getfield(L, LUA_REGISTRYINDEX, CLIENT_KEY);
-  client_t *c = lua_touserdata(L, -1);
-  lua_pop(L, 1);
-  if (c) return c;
-  c = lua_newuserdata(L, sizeof *c);
-  c->h = kl_http_new(kl_rt_loop(kl_rt_from(L)), "kubelua/" KL_VERSION);
-  lua_newtable(L);
-  lua_pushcfunction(L, client_gc);
-  lua_setfield(L, -2, "__gc");
-  lua_setmetatable(L, -2);
-  lua_setfield(L, LUA_REGISTRYINDEX, CLIENT_KEY);
-  return c;
-}
-
 static int op_gc(lua_State *L) {
   op_t *op = lua_touserdata(L, 1);
-  /* When the state closes the client may be gone first, with its requests. */
-  if (op->req && !op->done && op->client->h) kl_http_cancel(op->req);
+  if (op->req && !op->done) kl_http_cancel(op->req);
   op->req = NULL;
   free(op->body);
   free(op->heads);
@@ -268,14 +239,14 @@ static int l_request(lua_State *L) {
   lua_setmetatable(L, -2);
   op->L = kl_rt_lua(rt);
   op->ref = LUA_NOREF;
-  op->client = get_client(L);
   o.on_head = on_head;
   o.on_data = on_data;
   o.on_done = on_done;
   o.ud = op;
-  if (!op->client->h)
+  kl_http_t *h = kl_rt_http(rt);
+  if (!h)
     return kl_lua_error(L, "kube.http.request", "cannot initialise libcurl");
-  op->req = kl_http_start(op->client->h, &o, err, sizeof err);
+  op->req = kl_http_start(h, &o, err, sizeof err);
   if (!op->req) {
     lua_pushnil(L);
     lua_pushfstring(L, "http: %s", err);

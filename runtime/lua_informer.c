@@ -25,11 +25,13 @@
 
 #include "clock.h"
 #include "error.h"
+#include "http.h"
 #include "informer.h"
 #include "log.h"
 #include "lua_json.h"
 #include "lua_kube.h"
 #include "mem.h"
+#include "reflector.h"
 
 #define INFORMER_MT "kubelua.informer"
 #define HANDLE_MT "kubelua.informer.handler"
@@ -47,8 +49,9 @@ typedef struct linf {
   lua_State *L;
   kl_defer_t defer;
   int transform_ref;
-  int id;            /* its slot in the registry's table of live informers */
-  bool in_transform; /* the transform runs: feeding is refused */
+  int id;               /* its slot in the registry's table of live informers */
+  bool in_transform;    /* the transform runs: feeding is refused */
+  kl_reflector_t *refl; /* list+watch feeding it, or NULL (fed by hand) */
   char name[64];
 } linf_t;
 
@@ -443,6 +446,55 @@ static const char *opt_string(lua_State *L, int idx, const char *k, char *buf,
   return v;
 }
 
+/* opts.watch = {url =, label_selector =, field_selector =, headers =
+ * {name = value}}: a reflector lists and watches url and feeds the cache. */
+static void start_watch(lua_State *L, linf_t *li, int idx,
+                        const kl_informer_opts_t *io) {
+  static const char *fn = "kube.informer";
+  const char *lines[33];
+  size_t nl = 0;
+  char err[256];
+  if (lua_type(L, idx) != LUA_TTABLE)
+    kl_lua_error(L, fn, "opts.watch must be a table, got %s",
+                 luaL_typename(L, idx));
+  int top = lua_gettop(L);
+  kl_reflector_opts_t ro = {0};
+  lua_getfield(L, idx, "url");
+  ro.url = lua_tostring(L, -1);
+  lua_getfield(L, idx, "label_selector");
+  ro.label_selector = lua_tostring(L, -1);
+  lua_getfield(L, idx, "field_selector");
+  ro.field_selector = lua_tostring(L, -1);
+  if (!ro.url) kl_lua_error(L, fn, "opts.watch.url is required");
+  lua_getfield(L, idx, "headers");
+  if (lua_type(L, -1) == LUA_TTABLE) {
+    int ht = lua_gettop(L);
+    lua_pushnil(L);
+    while (lua_next(L, ht)) {
+      if (lua_type(L, -2) != LUA_TSTRING || lua_type(L, -1) != LUA_TSTRING ||
+          nl == 32)
+        kl_lua_error(L, fn, "opts.watch.headers must map names to strings");
+      lua_pushfstring(L, "%s: %s", lua_tostring(L, -2), lua_tostring(L, -1));
+      lua_insert(L, ht); /* keeps the line alive below the iteration */
+      ht++;
+      lines[nl++] = lua_tostring(L, ht - 1);
+      lua_pop(L, 1);
+    }
+  }
+  lines[nl] = NULL;
+  ro.headers = lines;
+  ro.name = li->name;
+  ro.api_version = io->api_version;
+  ro.kind = io->kind;
+  kl_http_t *http = kl_rt_http(li->rt);
+  if (!http) kl_lua_error(L, fn, "cannot initialise libcurl");
+  li->refl =
+      kl_reflector_new(kl_rt_loop(li->rt), http, li->inf, &ro, err, sizeof err);
+  if (!li->refl) kl_lua_error(L, fn, "%s", err);
+  lua_settop(L, top); /* the reflector copied what it needs */
+  kl_reflector_start(li->refl);
+}
+
 static int informer_new(lua_State *L) {
   kl_rt_t *rt = kl_rt_from(L);
   char name[64], apiv[128], kind[128];
@@ -508,6 +560,10 @@ static int informer_new(lua_State *L) {
   lua_getfield(L, 1, "indexers");
   if (!lua_isnil(L, -1)) add_indexers(L, li, -1, "kube.local_informer");
   lua_pop(L, 1);
+
+  lua_getfield(L, 1, "watch");
+  if (!lua_isnil(L, -1)) start_watch(L, li, lua_gettop(L), &o);
+  lua_pop(L, 1);
   return 1;
 }
 
@@ -516,6 +572,7 @@ static int informer_gc(lua_State *L) {
   linf_t *li = *box;
   if (!li) return 0;
   *box = NULL;
+  kl_reflector_free(li->refl); /* first: it feeds the informer */
   kl_loop_undefer(kl_rt_loop(li->rt), &li->defer);
   lua_getfield(L, LUA_REGISTRYINDEX, LIVE_KEY);
   lua_pushnil(L);

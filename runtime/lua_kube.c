@@ -23,6 +23,7 @@
 #include <lualib.h>
 
 #include "clock.h"
+#include "http.h"
 #include "log.h"
 #include "mem.h"
 
@@ -77,6 +78,7 @@ struct kl_rt {
   kl_timer_t stop_timer;
   stop_hook_t *hooks;
   size_t nhooks;
+  kl_http_t *http; /* made on first use; outlives the Lua state */
 };
 
 static void task_resume(kl_defer_t *d);
@@ -710,10 +712,16 @@ kl_rt_t *kl_rt_new(kl_loop_t *loop) {
   return rt;
 }
 
+kl_http_t *kl_rt_http(kl_rt_t *rt) {
+  if (!rt->http) rt->http = kl_http_new(rt->loop, "kubelua/" KL_VERSION);
+  return rt->http;
+}
+
 void kl_rt_free(kl_rt_t *rt) {
   if (!rt) return;
   kl_timers_stop(kl_loop_timers(rt->loop), &rt->stop_timer);
-  lua_close(rt->L);
+  lua_close(rt->L); /* requests and reflectors end here, http is still up */
+  kl_http_free(rt->http);
   free(rt->hooks);
   free(rt);
 }

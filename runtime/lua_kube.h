@@ -49,6 +49,9 @@ kl_rt_t *kl_rt_new(kl_loop_t *loop);
 /* Closes the Lua state (collecting every task and handle), then frees. */
 void kl_rt_free(kl_rt_t *rt);
 lua_State *kl_rt_lua(kl_rt_t *rt);
+/* The runtime's HTTP client, shared by every request and watch; NULL when
+ * libcurl cannot start. Freed after the Lua state closes. */
+struct kl_http *kl_rt_http(kl_rt_t *rt);
 kl_loop_t *kl_rt_loop(kl_rt_t *rt);
 /* The runtime of a state (or of any of its coroutines). */
 kl_rt_t *kl_rt_from(lua_State *L);

@@ -19,18 +19,20 @@
 #include "lua_kube.h"
 
 static void usage(FILE *out) {
-  fputs("usage: kubelua run [options] SCRIPT.lua [args...]\n"
-        "       kubelua test [busted options] [spec paths...]\n"
-        "       kubelua sim --listen HOST:PORT [--token T] [--user NAME=T]\n"
-        "                   [--tls-cert F --tls-key F] [--load DIR]\n"
-        "                   [--history N] [--bookmark-interval SECS]\n"
-        "       kubelua version\n"
-        "\n"
-        "run options:\n"
-        "  --log-level LEVEL        debug, info, warn or error (default info)\n"
-        "  --shutdown-timeout SECS  how long a graceful stop may take "
-        "(default 30)\n",
-        out);
+  fputs(
+      "usage: kubelua run [options] SCRIPT.lua [args...]\n"
+      "       kubelua test [busted options] [spec paths...]\n"
+      "       kubelua sim --listen HOST:PORT [--token T] [--user NAME=T]\n"
+      "                   [--tls-cert F --tls-key F] [--load DIR]\n"
+      "                   [--history N] [--bookmark-interval SECS]\n"
+      "       kubelua version\n"
+      "\n"
+      "run options:\n"
+      "  --sim                    serve the API from an in-process simulator\n"
+      "  --log-level LEVEL        debug, info, warn or error (default info)\n"
+      "  --shutdown-timeout SECS  how long a graceful stop may take "
+      "(default 30)\n",
+      out);
 }
 
 static int bad_usage(const char *fmt, ...)
@@ -46,14 +48,33 @@ static int bad_usage(const char *fmt, ...) {
   return 2;
 }
 
+/* --sim: an API simulator in this process, the script's connection
+ * pointed at it. */
+static int start_sim(kl_rt_t *rt) {
+  lua_State *L = kl_rt_lua(rt);
+  static const char code[] = "require('kubelua').start_sim()";
+  if (luaL_loadbuffer(L, code, sizeof code - 1, "=--sim") != 0 ||
+      lua_pcall(L, 0, 0, 0) != 0) {
+    fprintf(stderr, "kubelua: --sim: %s\n", lua_tostring(L, -1));
+    lua_settop(L, 0);
+    return 1;
+  }
+  return 0;
+}
+
 static int run_script(int argc, char **argv) {
   double shutdown_timeout = 30;
+  int sim = 0;
   int i = 0;
   for (; i < argc && strncmp(argv[i], "--", 2) == 0; i++) {
     const char *opt = argv[i];
     if (strcmp(opt, "--") == 0) {
       i++;
       break;
+    }
+    if (strcmp(opt, "--sim") == 0) {
+      sim = 1;
+      continue;
     }
     if (i + 1 >= argc) return bad_usage("option %s needs a value", opt);
     const char *val = argv[++i];
@@ -84,7 +105,9 @@ static int run_script(int argc, char **argv) {
     return 1;
   }
   kl_rt_set_shutdown_timeout(rt, shutdown_timeout);
-  int status = kl_rt_run_file(rt, argv[i], argc - i - 1, argv + i + 1);
+  int status = sim ? start_sim(rt) : 0;
+  if (status == 0)
+    status = kl_rt_run_file(rt, argv[i], argc - i - 1, argv + i + 1);
   if (status == 0) status = kl_rt_loop_until_stopped(rt);
   kl_rt_free(rt);
   kl_loop_free(loop);

@@ -103,6 +103,97 @@ _M.log = log
 -- transform, keep_managed_fields, api_version and kind (for list items).
 _M.local_informer = informer.new
 
+-- The API server this process talks to: kube.connect{server = URL,
+-- token = T} sets it; `kubelua run --sim` points it at an in-process
+-- simulator.
+local conn = {}
+
+function _M.connect(cfg)
+  if type(cfg) ~= "table" or type(cfg.server) ~= "string" then
+    error("kube.connect: expected {server = URL, token = …}", 2)
+  end
+  conn = { server = cfg.server:gsub("/+$", ""), token = cfg.token }
+  local ok, client = pcall(require, "kubelua.client")
+  if ok and type(client) == "table" and client.new and client.set_default then
+    client.set_default(client.new(conn))
+  end
+end
+
+function _M.server() return conn.server end
+
+-- kube.start_sim([opts]) -> sim: an API simulator in this process on a
+-- loopback port, and the connection pointed at it (kubelua run --sim).
+function _M.start_sim(opts)
+  local sim = require("kubelua.sim").new(opts)
+  local srv = assert(sim:listen{ host = "127.0.0.1", port = 0 })
+  _M.connect{ server = "http://127.0.0.1:" .. srv:port() }
+  _M.sim = sim
+  return sim
+end
+
+-- The collection URL of a resource: /api/v1/… for the core group,
+-- /apis/GROUP/VERSION/… otherwise; namespaced when ns is given.
+local function collection_url(api_version, resource, ns)
+  local prefix = api_version:find("/", 1, true) and "/apis/" or "/api/"
+  return conn.server .. prefix .. api_version
+    .. (ns and ns ~= "" and "/namespaces/" .. ns or "") .. "/" .. resource
+end
+
+local informers = {}
+
+-- kube.informer(api_version, resource, opts) -> a shared informer: the same
+-- arguments give the same informer (one watch, one cache). resource is the
+-- plural name ("configmaps"); opts: namespace, label_selector,
+-- field_selector, resync, indexers, transform, keep_managed_fields.
+function _M.informer(api_version, resource, opts)
+  if type(api_version) ~= "string" or type(resource) ~= "string" then
+    error("kube.informer: expected an apiVersion and a resource name", 2)
+  end
+  if not conn.server then
+    error("kube.informer: not connected (kube.connect, or kubelua run --sim)", 2)
+  end
+  opts = opts or {}
+  local id = table.concat({ api_version, resource, opts.namespace or "",
+    opts.label_selector or "", opts.field_selector or "" }, "\0")
+  local inf = informers[id]
+  if inf then return inf end
+  local headers = { Accept = "application/json" }
+  if conn.token then headers.Authorization = "Bearer " .. conn.token end
+  local group_kind = resource -- list items carry no kind; the watch names it
+  inf = informer.new{
+    name = api_version .. "/" .. group_kind .. (opts.namespace and "@" .. opts.namespace or ""),
+    resync = opts.resync, indexers = opts.indexers, transform = opts.transform,
+    keep_managed_fields = opts.keep_managed_fields,
+    watch = { url = collection_url(api_version, resource, opts.namespace),
+              label_selector = opts.label_selector, field_selector = opts.field_selector,
+              headers = headers },
+  }
+  informers[id] = inf
+  return inf
+end
+
+-- kube.wait_for_sync(inf, … [, timeout]) -> true once every informer has
+-- synced, false when timeout seconds (default 60) pass first. In a task.
+function _M.wait_for_sync(...)
+  local n = select("#", ...)
+  local timeout = 60
+  if n > 0 and type(select(n, ...)) == "number" then
+    timeout = select(n, ...)
+    n = n - 1
+  end
+  local infs = { ... }
+  local deadline = core.monotonic() + timeout
+  while true do
+    local all = true
+    for i = 1, n do
+      if not infs[i]:has_synced() then all = false break end
+    end
+    if all then return true end
+    if core.monotonic() >= deadline then return false end
+    core.sleep(0.01)
+  end
+end
+
 -- Workqueues and workers ---------------------------------------------------
 
 -- kube.workqueue(name [, opts]) -> the queue of that name (created on first

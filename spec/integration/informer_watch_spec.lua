@@ -1,0 +1,140 @@
+-- kube.informer against the in-process simulator: list, watch, resume and
+-- relist through the reflector, and the cache converging after faults.
+local kube = require "kubelua"
+local http = require "kubelua.http"
+local support = require "spec.support"
+
+local sim
+
+local function call(method, path, obj)
+  local r = http.request{
+    method = method, url = kube.server() .. path,
+    headers = obj and { ["Content-Type"] = "application/json" } or nil,
+    body = obj and kube.json.encode(obj) or nil,
+  }
+  assert(r, "request failed")
+  return r.status, r.body ~= "" and kube.json.decode(r.body) or nil
+end
+
+local function cm(ns, name, data, labels)
+  return { apiVersion = "v1", kind = "ConfigMap",
+           metadata = { name = name, namespace = ns, labels = labels }, data = data }
+end
+
+-- Waits until fn() is true (the loop runs meanwhile), at most 5 s.
+local function eventually(fn)
+  for _ = 1, 500 do
+    if fn() then return true end
+    kube.sleep(0.01)
+  end
+  return fn()
+end
+
+-- The server's names in a namespace, sorted.
+local function server_names(ns)
+  local _, list = call("GET", "/api/v1/namespaces/" .. ns .. "/configmaps")
+  local names = {}
+  for _, item in ipairs(list.items) do names[#names + 1] = item.metadata.name end
+  table.sort(names)
+  return names
+end
+
+local function cache_names(inf, ns)
+  local names = {}
+  for _, obj in ipairs(inf:list(ns)) do names[#names + 1] = obj.metadata.name end
+  table.sort(names)
+  return names
+end
+
+describe("kube.informer", function()
+  setup(function()
+    sim = kube.start_sim()
+    for _, ns in ipairs({ "w1", "w2", "w3" }) do
+      call("POST", "/api/v1/namespaces", { apiVersion = "v1", kind = "Namespace",
+                                           metadata = { name = ns } })
+    end
+  end)
+
+  it("lists, syncs, then follows the watch in order", function()
+    for i = 1, 3 do call("POST", "/api/v1/namespaces/w1/configmaps", cm("w1", "c" .. i, { i = "" .. i })) end
+    local inf = kube.informer("v1", "configmaps", { namespace = "w1" })
+    local events = {}
+    inf:add_handler{
+      add = function(ev) events[#events + 1] = { "add", ev.key, ev.initial or false } end,
+      update = function(ev)
+        events[#events + 1] = { "update", ev.key, ev.old.data.i .. "->" .. ev.object.data.i }
+      end,
+      delete = function(ev) events[#events + 1] = { "delete", ev.key, ev.tombstone or false } end,
+    }
+    assert.is_true(kube.wait_for_sync(inf, 5))
+    assert.equal(3, inf:len())
+    assert.is_true(eventually(function() return #events == 3 end))
+    table.sort(events, function(a, b) return a[2] < b[2] end)
+    assert.same({ { "add", "w1/c1", true }, { "add", "w1/c2", true }, { "add", "w1/c3", true } }, events)
+
+    events = {}
+    call("PUT", "/api/v1/namespaces/w1/configmaps/c2", cm("w1", "c2", { i = "22" }))
+    call("DELETE", "/api/v1/namespaces/w1/configmaps/c3")
+    call("POST", "/api/v1/namespaces/w1/configmaps", cm("w1", "c4", { i = "4" }))
+    assert.is_true(eventually(function() return #events == 3 end))
+    assert.same({ { "update", "w1/c2", "2->22" }, { "delete", "w1/c3", false },
+                  { "add", "w1/c4", false } }, events)
+    assert.same(server_names("w1"), cache_names(inf, "w1"))
+    assert.equal(inf:last_sync_resource_version(), sim:inject{}.resourceVersion)
+  end)
+
+  it("returns the same informer for the same spec", function()
+    local a = kube.informer("v1", "configmaps", { namespace = "w1" })
+    assert.equal(a, kube.informer("v1", "configmaps", { namespace = "w1" }))
+    assert.are_not.equal(a, kube.informer("v1", "configmaps", { namespace = "w2" }))
+  end)
+
+  it("watches only what the label selector selects", function()
+    call("POST", "/api/v1/namespaces/w2/configmaps", cm("w2", "yes", {}, { mirror = "true" }))
+    call("POST", "/api/v1/namespaces/w2/configmaps", cm("w2", "no", {}, { mirror = "false" }))
+    local inf = kube.informer("v1", "configmaps", { namespace = "w2", label_selector = "mirror=true" })
+    assert.is_true(kube.wait_for_sync(inf, 5))
+    call("POST", "/api/v1/namespaces/w2/configmaps", cm("w2", "yes2", {}, { mirror = "true" }))
+    call("POST", "/api/v1/namespaces/w2/configmaps", cm("w2", "no2", {}))
+    assert.is_true(eventually(function() return inf:len() == 2 end))
+    assert.same({ "yes", "yes2" }, cache_names(inf, "w2"))
+  end)
+
+  it("resumes a dropped watch and relists after a compaction, converging", function()
+    local inf = kube.informer("v1", "configmaps", { namespace = "w3" })
+    local deleted = {}
+    inf:on_delete(function(ev) deleted[ev.key] = ev.tombstone and "tombstone" or "delete" end)
+    for i = 1, 5 do call("POST", "/api/v1/namespaces/w3/configmaps", cm("w3", "k" .. i, {})) end
+    assert.is_true(kube.wait_for_sync(inf, 5))
+    assert.is_true(eventually(function() return inf:len() == 5 end))
+
+    sim:inject{ drop_watches = true } -- the reflector resumes from its resourceVersion
+    call("DELETE", "/api/v1/namespaces/w3/configmaps/k1")
+    assert.is_true(eventually(function() return inf:get("w3/k1") == nil end))
+    assert.equal("delete", deleted["w3/k1"])
+
+    -- While the watch is down, changes happen and the history is compacted:
+    -- the resume gets 410, the reflector relists, a vanished key becomes a
+    -- tombstone.
+    sim:inject{ drop_watches = true }
+    call("DELETE", "/api/v1/namespaces/w3/configmaps/k2")
+    call("POST", "/api/v1/namespaces/w3/configmaps", cm("w3", "k6", {}))
+    sim:inject{ compact = true }
+    assert.is_true(eventually(function()
+      return table.concat(cache_names(inf, "w3"), ",") == table.concat(server_names("w3"), ",")
+    end))
+    assert.same({ "k3", "k4", "k5", "k6" }, cache_names(inf, "w3"))
+    assert.truthy(deleted["w3/k2"])
+  end)
+
+  it("reports no sync for a resource the server does not have", function()
+    local inf = kube.informer("v1", "nosuchthings", { namespace = "w1" })
+    assert.is_false(kube.wait_for_sync(inf, 0.2))
+    assert.is_false(inf:has_synced())
+  end)
+
+  it("rejects bad arguments", function()
+    support.raises("kube.informer: expected an apiVersion and a resource name",
+      function() kube.informer("v1") end)
+  end)
+end)
