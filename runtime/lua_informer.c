@@ -52,6 +52,7 @@ typedef struct linf {
   int id;               /* its slot in the registry's table of live informers */
   bool in_transform;    /* the transform runs: feeding is refused */
   kl_reflector_t *refl; /* list+watch feeding it, or NULL (fed by hand) */
+  kl_http_tls_t *tls;   /* the reflector's TLS settings (owned copies) */
   char name[64];
 } linf_t;
 
@@ -446,6 +447,46 @@ static const char *opt_string(lua_State *L, int idx, const char *k, char *buf,
   return v;
 }
 
+static char *dup_field(lua_State *L, int t, const char *k, size_t *len) {
+  size_t n = 0;
+  lua_getfield(L, t, k);
+  const char *v =
+      lua_type(L, -1) == LUA_TSTRING ? lua_tolstring(L, -1, &n) : NULL;
+  char *copy = v ? kl_xstrndup(v, n) : NULL;
+  lua_pop(L, 1);
+  if (len) *len = n;
+  return copy;
+}
+
+/* Copies a tls = {ca_file, ca, cert_file, cert, key_file, key, insecure}
+ * table into C memory the reflector can borrow for its lifetime. */
+static kl_http_tls_t *read_tls(lua_State *L, int t) {
+  kl_http_tls_t *tls = kl_xcalloc(1, sizeof *tls);
+  tls->ca_file = dup_field(L, t, "ca_file", NULL);
+  tls->ca_pem = dup_field(L, t, "ca", &tls->ca_pem_len);
+  tls->cert_file = dup_field(L, t, "cert_file", NULL);
+  tls->cert_pem = dup_field(L, t, "cert", &tls->cert_pem_len);
+  tls->key_file = dup_field(L, t, "key_file", NULL);
+  tls->key_pem = dup_field(L, t, "key", &tls->key_pem_len);
+  lua_getfield(L, t, "insecure");
+  tls->insecure = lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  return tls;
+}
+
+static void free_tls(kl_http_tls_t *tls) {
+  if (!tls) return;
+  free((char *)tls->ca_file);
+  free((char *)tls->ca_pem);
+  free((char *)tls->cert_file);
+  free((char *)tls->cert_pem);
+  free((char *)tls->key_file);
+  if (tls->key_pem) /* a secret: cleared before it is freed */
+    memset((char *)tls->key_pem, 0, tls->key_pem_len);
+  free((char *)tls->key_pem);
+  free(tls);
+}
+
 /* opts.watch = {url =, label_selector =, field_selector =, headers =
  * {name = value}}: a reflector lists and watches url and feeds the cache. */
 static void start_watch(lua_State *L, linf_t *li, int idx,
@@ -483,6 +524,9 @@ static void start_watch(lua_State *L, linf_t *li, int idx,
   }
   lines[nl] = NULL;
   ro.headers = lines;
+  lua_getfield(L, idx, "tls");
+  if (lua_type(L, -1) == LUA_TTABLE) li->tls = read_tls(L, lua_gettop(L));
+  ro.tls = li->tls;
   ro.name = li->name;
   ro.api_version = io->api_version;
   ro.kind = io->kind;
@@ -573,6 +617,7 @@ static int informer_gc(lua_State *L) {
   if (!li) return 0;
   *box = NULL;
   kl_reflector_free(li->refl); /* first: it feeds the informer */
+  free_tls(li->tls);
   kl_loop_undefer(kl_rt_loop(li->rt), &li->defer);
   lua_getfield(L, LUA_REGISTRYINDEX, LIVE_KEY);
   lua_pushnil(L);

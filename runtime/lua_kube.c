@@ -703,6 +703,8 @@ kl_rt_t *kl_rt_new(kl_loop_t *loop) {
   lua_setfield(L, -2, "kubelua.informer");
   lua_pushcfunction(L, kl_luaopen_http);
   lua_setfield(L, -2, "kubelua.http");
+  lua_pushcfunction(L, kl_luaopen_kubeconfig);
+  lua_setfield(L, -2, "kubelua.kubeconfig");
   for (const kl_lua_module_t *m = kl_lua_modules; m->name; m++) {
     lua_pushlightuserdata(L, (void *)m); /* static data, not heap */
     lua_pushcclosure(L, load_embedded, 1);

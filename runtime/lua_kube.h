@@ -100,5 +100,6 @@ int kl_luaopen_json(lua_State *L);
 int kl_luaopen_httpd(lua_State *L);
 int kl_luaopen_informer(lua_State *L);
 int kl_luaopen_http(lua_State *L);
+int kl_luaopen_kubeconfig(lua_State *L);
 
 #endif

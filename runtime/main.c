@@ -62,9 +62,36 @@ static int start_sim(kl_rt_t *rt) {
   return 0;
 }
 
+/* --kubeconfig and --context, for the connection made on first use. */
+static int run_options(kl_rt_t *rt, const char *kubeconfig,
+                       const char *context) {
+  lua_State *L = kl_rt_lua(rt);
+  lua_getglobal(L, "require");
+  lua_pushliteral(L, "kubelua");
+  if (lua_pcall(L, 1, 1, 0) != 0) {
+    fprintf(stderr, "kubelua: %s\n", lua_tostring(L, -1));
+    lua_settop(L, 0);
+    return 1;
+  }
+  lua_getfield(L, -1, "_run_options");
+  lua_createtable(L, 0, 2);
+  if (kubeconfig) {
+    lua_pushstring(L, kubeconfig);
+    lua_setfield(L, -2, "kubeconfig");
+  }
+  if (context) {
+    lua_pushstring(L, context);
+    lua_setfield(L, -2, "context");
+  }
+  lua_call(L, 1, 0);
+  lua_settop(L, 0);
+  return 0;
+}
+
 static int run_script(int argc, char **argv) {
   double shutdown_timeout = 30;
   int sim = 0;
+  const char *kubeconfig = NULL, *context = NULL;
   int i = 0;
   for (; i < argc && strncmp(argv[i], "--", 2) == 0; i++) {
     const char *opt = argv[i];
@@ -82,6 +109,10 @@ static int run_script(int argc, char **argv) {
       int level = kl_log_parse_level(val);
       if (level < 0) return bad_usage("unknown log level \"%s\"", val);
       kl_log_set_level((kl_log_level_t)level);
+    } else if (strcmp(opt, "--kubeconfig") == 0) {
+      kubeconfig = val;
+    } else if (strcmp(opt, "--context") == 0) {
+      context = val;
     } else if (strcmp(opt, "--shutdown-timeout") == 0) {
       char *end;
       shutdown_timeout = strtod(val, &end);
@@ -105,7 +136,7 @@ static int run_script(int argc, char **argv) {
     return 1;
   }
   kl_rt_set_shutdown_timeout(rt, shutdown_timeout);
-  int status = sim ? start_sim(rt) : 0;
+  int status = sim ? start_sim(rt) : run_options(rt, kubeconfig, context);
   if (status == 0)
     status = kl_rt_run_file(rt, argv[i], argc - i - 1, argv + i + 1);
   if (status == 0) status = kl_rt_loop_until_stopped(rt);

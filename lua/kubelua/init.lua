@@ -103,23 +103,67 @@ _M.log = log
 -- transform, keep_managed_fields, api_version and kind (for list items).
 _M.local_informer = informer.new
 
--- The API server this process talks to: kube.connect{server = URL,
--- token = T} sets it; `kubelua run --sim` points it at an in-process
--- simulator.
+-- The API server this process talks to. kube.connect{server = URL,
+-- token = T, tls = {…}} names it; kube.connect() or kube.connect{kubeconfig
+-- = PATH, context = NAME} finds it as controller-runtime does (--kubeconfig,
+-- KUBECONFIG, in-cluster service account, ~/.kube/config); `kubelua run
+-- --sim` points it at an in-process simulator. Informers and requests
+-- connect on first use when nothing was said.
 local conn = {}
+local run_opts = {}
+
+-- Set by `kubelua run` from --kubeconfig and --context.
+function _M._run_options(o) run_opts = o or {} end
 
 function _M.connect(cfg)
-  if type(cfg) ~= "table" or type(cfg.server) ~= "string" then
-    error("kube.connect: expected {server = URL, token = …}", 2)
+  cfg = cfg or run_opts
+  if type(cfg) ~= "table" then
+    error("kube.connect: expected a table, got " .. type(cfg), 2)
   end
-  conn = { server = cfg.server:gsub("/+$", ""), token = cfg.token }
+  local new
+  if cfg.server then
+    if type(cfg.server) ~= "string" then
+      error("kube.connect: server must be a URL string", 2)
+    end
+    new = { server = cfg.server, token = cfg.token, tls = cfg.tls, namespace = cfg.namespace }
+  else
+    local kc, creds = require("kubelua.kubeconfig").load(cfg)
+    if not kc then return nil, "kube.connect: " .. creds end
+    new = { server = kc.server, creds = creds, namespace = kc.namespace, origin = kc.origin,
+            tls = { ca_file = kc.ca_file, ca = kc.ca, cert_file = kc.cert_file, cert = kc.cert,
+                    key_file = kc.key_file, key = kc.key, insecure = kc.insecure } }
+  end
+  new.server = new.server:gsub("/+$", "")
+  conn = new
   local ok, client = pcall(require, "kubelua.client")
   if ok and type(client) == "table" and client.new and client.set_default then
     client.set_default(client.new(conn))
   end
+  return true
+end
+
+local function connected(fname)
+  if conn.server then return true end
+  local ok, err = _M.connect()
+  if not ok then error(fname .. ": not connected: " .. tostring(err), 3) end
+  return true
+end
+
+-- The Authorization header value for the next request, or nil.
+local function authorization()
+  local token = conn.token
+  if not token and conn.creds then token = conn.creds:token() end
+  return token and "Bearer " .. token or nil
 end
 
 function _M.server() return conn.server end
+
+-- The connection in use: server, namespace (the context's or the pod's),
+-- origin ("kubeconfig PATH", "in-cluster"), and tls.
+function _M.connection()
+  return { server = conn.server, namespace = conn.namespace, origin = conn.origin,
+           tls = conn.tls, authorization = authorization }
+end
 
 -- kube.start_sim([opts]) -> sim: an API simulator in this process on a
 -- loopback port, and the connection pointed at it (kubelua run --sim).
@@ -149,16 +193,13 @@ function _M.informer(api_version, resource, opts)
   if type(api_version) ~= "string" or type(resource) ~= "string" then
     error("kube.informer: expected an apiVersion and a resource name", 2)
   end
-  if not conn.server then
-    error("kube.informer: not connected (kube.connect, or kubelua run --sim)", 2)
-  end
+  connected("kube.informer")
   opts = opts or {}
   local id = table.concat({ api_version, resource, opts.namespace or "",
     opts.label_selector or "", opts.field_selector or "" }, "\0")
   local inf = informers[id]
   if inf then return inf end
-  local headers = { Accept = "application/json" }
-  if conn.token then headers.Authorization = "Bearer " .. conn.token end
+  local headers = { Accept = "application/json", Authorization = authorization() }
   local group_kind = resource -- list items carry no kind; the watch names it
   inf = informer.new{
     name = api_version .. "/" .. group_kind .. (opts.namespace and "@" .. opts.namespace or ""),
@@ -166,7 +207,7 @@ function _M.informer(api_version, resource, opts)
     keep_managed_fields = opts.keep_managed_fields,
     watch = { url = collection_url(api_version, resource, opts.namespace),
               label_selector = opts.label_selector, field_selector = opts.field_selector,
-              headers = headers },
+              headers = headers, tls = conn.tls },
   }
   informers[id] = inf
   return inf
@@ -260,6 +301,17 @@ function _M.workers(q, n, fn)
   for i = 1, n do
     core.spawn_named(qname .. "#" .. i, worker_loop, q, fn, qname)
   end
+end
+
+-- The REST client (kubelua.client): verbs on the default client, and the
+-- error predicates. kube.client.new / kube.client.set_default make clients.
+local client = require "kubelua.client"
+_M.client = client
+for _, k in pairs({ "get", "list", "list_all", "create", "update", "update_status", "patch",
+                    "delete", "apply", "is_not_found", "is_conflict", "is_already_exists",
+                    "is_gone", "is_expired", "is_forbidden", "is_invalid", "is_unauthorized",
+                    "is_too_many_requests" }) do
+  _M[k] = client[k]
 end
 
 return _M
