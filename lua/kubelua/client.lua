@@ -1,0 +1,676 @@
+-- kubelua.client: the Kubernetes REST client in Lua, over kube.http.request.
+--
+--   local client = require "kubelua.client"
+--   local c = client.new{ server = "https://10.0.0.1:6443", token = "…" }
+--   local cm, err = c:get("v1", "configmaps", "default", "app")
+--   if client.is_not_found(err) then … end
+--
+-- Resources are named either by (api_version, plural) — ("v1",
+-- "configmaps"), ("apps/v1", "deployments") — or by an object with
+-- apiVersion and kind, resolved through discovery (GET /api/v1 or
+-- /apis/G/V, cached per group-version, fetched again once on a miss).
+-- Every call yields the calling task until the answer arrives; outside a
+-- task it raises. Objects in and out are kubelua.json tables (exact round
+-- trip). Failures return nil, err where err is a table built from the
+-- server's Status ({code, reason, message, details}, tostring gives
+-- "Reason: message"); transport failures have code 0, reason "Transport".
+--
+-- Rate limit: a token bucket per client (qps, burst; qps = 0 turns it off)
+-- taken before every request, including retries and list pages; a task
+-- that finds no token sleeps until one is due. Retries (as client-go's
+-- rest client, CLIENTGO.md 2.10): a 429 or 5xx answer that carries an
+-- integer Retry-After is retried, whatever the method, up to 10 times,
+-- sleeping Retry-After seconds capped at 10 s each time.
+--
+-- The module functions (get, list, …) use the default client, set with
+-- client.set_default(c); kubelua wires it from kubeconfig or --sim.
+-- "Inside a task" is checked as "inside a coroutine"; a plain coroutine
+-- created inside a task gets kube.http.request's own "not inside a task".
+
+local core = require "kubelua.core"
+local http = require "kubelua.http"
+local json = require "kubelua.json"
+
+local type, tostring, tonumber, pairs, setmetatable, getmetatable, error =
+  type, tostring, tonumber, pairs, setmetatable, getmetatable, error
+local format, sub, find, byte = string.format, string.sub, string.find, string.byte
+local concat, sort = table.concat, table.sort
+local min, floor = math.min, math.floor
+local running = coroutine.running
+local encode, decode, array, is_array = json.encode, json.decode, json.array, json.is_array
+local request, sleep, monotonic = http.request, core.sleep, core.monotonic
+
+local _M = {}
+
+local MAX_RETRIES = 10       -- as client-go's maxRetries
+local MAX_RETRY_WAIT = 10    -- seconds, per retry
+local DEFAULT_PAGE = 500     -- list_all's page size when opts.limit is unset
+local MESSAGE_BYTES = 200    -- of a non-Status error body
+
+-- Errors -------------------------------------------------------------------
+
+local error_mt = {}
+error_mt.__index = error_mt
+error_mt.__tostring = function(e) return tostring(e.reason) .. ": " .. tostring(e.message) end
+
+local reasons = {
+  [400] = "BadRequest", [401] = "Unauthorized", [403] = "Forbidden", [404] = "NotFound",
+  [405] = "MethodNotAllowed", [406] = "NotAcceptable", [409] = "Conflict", [410] = "Gone",
+  [413] = "RequestEntityTooLarge", [415] = "UnsupportedMediaType", [422] = "Invalid",
+  [429] = "TooManyRequests", [500] = "InternalError", [503] = "ServiceUnavailable",
+  [504] = "Timeout",
+}
+
+-- The reasons apimachinery knows; a predicate falls back to the HTTP code
+-- only when the reason is none of these (as client-go's errors package).
+local known = {
+  Unauthorized = true, Forbidden = true, NotFound = true, AlreadyExists = true,
+  Conflict = true, Gone = true, Invalid = true, ServerTimeout = true, Timeout = true,
+  TooManyRequests = true, BadRequest = true, MethodNotAllowed = true, NotAcceptable = true,
+  RequestEntityTooLarge = true, UnsupportedMediaType = true, InternalError = true,
+  Expired = true, ServiceUnavailable = true,
+}
+
+local function new_error(code, reason, message, details)
+  return setmetatable({ code = code, reason = reason, message = message, details = details },
+    error_mt)
+end
+
+-- new_error(code, reason, message [, details]) -> an error table like the
+-- client's own (for tests and for code that wraps the client).
+_M.new_error = new_error
+
+-- The error for a non-2xx response.
+local function response_error(r)
+  local st = decode(r.body)
+  if type(st) == "table" and st.kind == "Status" then
+    local code = tonumber(st.code) or r.status
+    local reason = st.reason
+    if type(reason) ~= "string" or reason == "" then reason = reasons[code] or "Unknown" end
+    local details = st.details
+    if details == json.null then details = nil end
+    return new_error(code, reason, type(st.message) == "string" and st.message or "", details)
+  end
+  return new_error(r.status, reasons[r.status] or "Unknown", sub(r.body, 1, MESSAGE_BYTES))
+end
+
+local function reason_of(err)
+  if type(err) ~= "table" then return nil end
+  return err.reason, err.code
+end
+
+local function predicate(reason, code)
+  return function(err)
+    local r, c = reason_of(err)
+    if r == reason then return true end
+    return code ~= nil and c == code and not known[r]
+  end
+end
+
+_M.is_not_found = predicate("NotFound", 404)
+_M.is_conflict = predicate("Conflict", 409)
+_M.is_already_exists = predicate("AlreadyExists")
+_M.is_gone = predicate("Gone", 410)
+_M.is_expired = predicate("Expired")
+_M.is_forbidden = predicate("Forbidden", 403)
+_M.is_invalid = predicate("Invalid", 422)
+_M.is_unauthorized = predicate("Unauthorized", 401)
+_M.is_too_many_requests = predicate("TooManyRequests", 429)
+_M.is_error = function(err) return getmetatable(err) == error_mt end
+
+-- Argument checks (misuse raises at the caller's line) ------------------------
+
+-- Raises "name: msg" at the line that called the public function. depth 1:
+-- misuse is called by the public function itself; 2: by a helper that the
+-- public function calls; and so on. (A function reached by a tail call
+-- takes its caller's frame, so it counts as the public function.)
+local function misuse(name, msg, depth)
+  error(name .. ": " .. msg, (depth or 1) + 2)
+end
+
+local function check_task(name)
+  if not running() then
+    misuse(name, "not inside a task (use kube.spawn or a worker)", 2)
+  end
+end
+
+local function check_string(name, what, v, optional, depth)
+  if v == nil and optional then return end
+  if type(v) ~= "string" or v == "" then
+    misuse(name, format("%s must be a non-empty string, got %s", what,
+      type(v) == "string" and '""' or type(v)), (depth or 1) + 1)
+  end
+end
+
+local function check_opts(name, opts, depth)
+  if opts ~= nil and type(opts) ~= "table" then
+    misuse(name, "opts must be a table, got " .. type(opts), (depth or 1) + 1)
+  end
+  return opts or {}
+end
+
+-- URLs -----------------------------------------------------------------------
+
+local function escape(s)
+  return (tostring(s):gsub("[^%w%-%._~]", function(c) return format("%%%02X", byte(c)) end))
+end
+
+local function query_string(params)
+  local keys = {}
+  for k in pairs(params) do keys[#keys + 1] = k end
+  if #keys == 0 then return "" end
+  sort(keys)
+  local out = {}
+  for i = 1, #keys do out[i] = keys[i] .. "=" .. escape(params[keys[i]]) end
+  return "?" .. concat(out, "&")
+end
+
+-- /api/v1/… for the core group, /apis/G/V/… for the others.
+local function resource_path(api_version, resource, ns, name, subresource)
+  local parts = { find(api_version, "/", 1, true) and "/apis/" or "/api/", api_version }
+  if ns then parts[#parts + 1] = "/namespaces/" .. escape(ns) end
+  parts[#parts + 1] = "/" .. resource
+  if name then parts[#parts + 1] = "/" .. escape(name) end
+  if subresource then parts[#parts + 1] = "/" .. subresource end
+  return concat(parts)
+end
+_M.resource_path = resource_path
+
+-- Clients --------------------------------------------------------------------
+
+local Client = {}
+Client.__index = Client
+
+-- client.new{ server = URL, token = T?, tls = {…}?, qps = 20, burst = 30,
+-- user_agent = "kubelua/VERSION", timeout = 30, namespace = "default",
+-- field_manager = nil } -> a client. tls as kube.http.request's. namespace
+-- is used for namespaced objects without metadata.namespace; field_manager
+-- for apply when the call gives none.
+function _M.new(opts)
+  if type(opts) ~= "table" then misuse("client.new", "opts must be a table, got " .. type(opts)) end
+  local server = opts.server
+  if type(server) ~= "string" or not server:match("^https?://") then
+    misuse("client.new", "opts.server must be an http(s) URL, got "
+      .. (type(server) == "string" and format("%q", server) or type(server)))
+  end
+  for _, k in pairs({ "token", "user_agent", "namespace", "field_manager" }) do
+    if opts[k] ~= nil and type(opts[k]) ~= "string" then
+      misuse("client.new", "opts." .. k .. " must be a string, got " .. type(opts[k]))
+    end
+  end
+  for _, k in pairs({ "qps", "burst", "timeout" }) do
+    local v = opts[k]
+    if v ~= nil and (type(v) ~= "number" or v ~= v or v < 0) then
+      misuse("client.new", "opts." .. k .. " must be a number >= 0, got "
+        .. (type(v) == "number" and tostring(v) or type(v)))
+    end
+  end
+  if opts.tls ~= nil and type(opts.tls) ~= "table" then
+    misuse("client.new", "opts.tls must be a table, got " .. type(opts.tls))
+  end
+  local qps = opts.qps or 20
+  local burst = opts.burst or 30
+  if burst < 1 then burst = 1 end
+  local headers = {
+    Accept = "application/json",
+    ["User-Agent"] = opts.user_agent or ("kubelua/" .. core.version),
+  }
+  if opts.token then headers.Authorization = "Bearer " .. opts.token end
+  return setmetatable({
+    server = (server:gsub("/+$", "")),
+    headers = headers,
+    tls = opts.tls,
+    timeout = opts.timeout or 30,
+    namespace = opts.namespace or "default",
+    field_manager = opts.field_manager,
+    qps = qps, burst = burst, tokens = burst, last = nil,
+    discovery = {}, discovering = {},
+  }, Client)
+end
+
+-- Waits for a token of the bucket (reserving it first, so tasks that wait
+-- together are served in turn, each at its own due time).
+function Client:take_token()
+  local qps = self.qps
+  if qps <= 0 then return end
+  local now = monotonic()
+  local tokens = self.tokens
+  if self.last then tokens = min(self.burst, tokens + (now - self.last) * qps) end
+  self.last = now
+  tokens = tokens - 1
+  self.tokens = tokens
+  if tokens < 0 then sleep(-tokens / qps) end
+end
+
+-- c:request(method, path, query, body, content_type) -> decoded body | nil, err.
+-- The raw verb under all the others; path is relative to the server.
+function Client:request(method, path, query, body, content_type)
+  local headers = self.headers
+  if content_type then
+    headers = { ["Content-Type"] = content_type }
+    for k, v in pairs(self.headers) do headers[k] = v end
+  end
+  local opts = { method = method, url = self.server .. path .. query_string(query or {}),
+    headers = headers, body = body, timeout = self.timeout, tls = self.tls }
+  local r, msg
+  for attempt = 0, MAX_RETRIES do
+    self:take_token()
+    r, msg = request(opts)
+    if not r then return nil, new_error(0, "Transport", msg) end
+    local st = r.status
+    if st >= 200 and st < 300 then
+      if r.body == "" then return {} end
+      local obj, derr = decode(r.body)
+      if obj == nil then
+        return nil, new_error(st, "InternalError", "decoding the response: " .. tostring(derr))
+      end
+      return obj
+    end
+    local wait = tonumber(r.headers["retry-after"] or "")
+    if not (wait and (st == 429 or st >= 500) and attempt < MAX_RETRIES) then break end
+    sleep(min(MAX_RETRY_WAIT, wait < 0 and 0 or floor(wait)))
+  end
+  return nil, response_error(r)
+end
+
+-- Discovery ------------------------------------------------------------------
+
+-- Fetches the APIResourceList of a group-version into the cache.
+function Client:discover(gv)
+  -- another task fetches it: wait for it (bounded, in case that task dies)
+  local start = monotonic()
+  if (self.discovering[gv] or 0) > start then
+    while (self.discovering[gv] or 0) > monotonic() do sleep(0.005) end
+    local entry = self.discovery[gv]
+    if entry and entry.at >= start then return entry end
+  end
+  self.discovering[gv] = monotonic() + self.timeout + 1
+  local list, err = self:request("GET", resource_path(gv, ""):sub(1, -2))
+  self.discovering[gv] = nil
+  if not list then return nil, err end
+  local entry = { kinds = {}, resources = {} }
+  local items = type(list.resources) == "table" and list.resources or {}
+  for _, r in pairs(items) do
+    if type(r) == "table" and type(r.name) == "string" and not find(r.name, "/", 1, true) then
+      local info = { name = r.name, kind = r.kind, namespaced = r.namespaced == true,
+        verbs = r.verbs, subresources = {} }
+      entry.resources[r.name] = info
+      if type(r.kind) == "string" then entry.kinds[r.kind] = info end
+    end
+  end
+  for _, r in pairs(items) do
+    local base, subres
+    if type(r) == "table" and type(r.name) == "string" then
+      base, subres = r.name:match("^([^/]+)/(.+)$")
+    end
+    if base and entry.resources[base] then entry.resources[base].subresources[subres] = true end
+  end
+  entry.at = monotonic()
+  self.discovery[gv] = entry
+  return entry
+end
+
+-- c:resolve(api_version, kind) -> { name, kind, namespaced, verbs,
+-- subresources } | nil, err. A miss fetches the group-version again once
+-- (for CRDs created after the first look).
+function Client:resolve(api_version, kind)
+  local entry = self.discovery[api_version]
+  local info = entry and entry.kinds[kind]
+  if not info then
+    -- not cached, or a miss in the cache: ask again (once)
+    local err
+    entry, err = self:discover(api_version)
+    -- an unknown group-version is no "object not found"
+    if not entry and err.code ~= 404 then return nil, err end
+    info = entry and entry.kinds[kind]
+  end
+  if not info then
+    return nil, new_error(0, "NoKindMatch", format('no matches for kind "%s" in version "%s"',
+      kind, api_version))
+  end
+  return info
+end
+
+-- Targets --------------------------------------------------------------------
+
+-- From an object: api_version, resource, namespace, name (or nil, err).
+-- A namespaced object without metadata.namespace goes to the client's
+-- namespace, except for a list (all namespaces).
+local function object_target(self, name, obj, depth, for_list)
+  local av, kind = obj.apiVersion, obj.kind
+  if type(av) ~= "string" or type(kind) ~= "string" then
+    misuse(name, "the object needs apiVersion and kind strings", depth + 1)
+  end
+  local md = obj.metadata
+  if md ~= nil and type(md) ~= "table" then
+    misuse(name, "metadata must be a table, got " .. type(md), depth + 1)
+  end
+  md = md or {}
+  local info, err = self:resolve(av, kind)
+  if not info then return nil, err end
+  local ns
+  if info.namespaced then
+    ns = md.namespace
+    if type(ns) ~= "string" or ns == "" then ns = not for_list and self.namespace or nil end
+  end
+  return av, info.name, ns, md.name
+end
+
+-- (api_version, resource, namespace, name, x) or (obj, x) ->
+-- api_version, resource, namespace, name, x; or nil, err.
+local function target(self, name, a, b, c, d, e)
+  if type(a) == "table" then
+    local av, res, ns, oname = object_target(self, name, a, 2)
+    if not av then return nil, res end
+    if type(oname) ~= "string" or oname == "" then
+      misuse(name, "the object has no metadata.name", 2)
+    end
+    return av, res, ns, oname, b
+  end
+  check_string(name, "api_version", a, false, 2)
+  check_string(name, "resource", b, false, 2)
+  check_string(name, "namespace", c, true, 2)
+  check_string(name, "name", d, false, 2)
+  return a, b, c, d, e
+end
+
+local function check_self(name, self)
+  if getmetatable(self) ~= Client then
+    misuse(name, "expected a client as self (use c:" .. name:match("[%w_]+$") .. "(…))", 2)
+  end
+end
+
+local subresources = { status = true, scale = true }
+
+local function check_subresource(name, sr)
+  if sr ~= nil and not subresources[sr] then
+    misuse(name, 'opts.subresource must be "status" or "scale", got ' .. tostring(sr), 2)
+  end
+end
+
+-- Query parameters of writes: fieldManager, dryRun, fieldValidation.
+local function write_query(opts, field_manager)
+  local q = {}
+  q.fieldManager = opts.field_manager or field_manager
+  if opts.dry_run then q.dryRun = "All" end
+  q.fieldValidation = opts.field_validation
+  return q
+end
+
+-- Verbs ----------------------------------------------------------------------
+
+-- c:get(api_version, resource, namespace, name [, opts]) or c:get(obj [, opts])
+-- -> the object | nil, err. opts: subresource ("status", "scale"),
+-- resource_version.
+function Client:get(...)
+  local name = "kube.get"
+  check_self(name, self)
+  check_task(name)
+  local av, res, ns, oname, opts = target(self, name, ...)
+  if not av then return nil, res end
+  opts = check_opts(name, opts)
+  check_subresource(name, opts.subresource)
+  return self:request("GET", resource_path(av, res, ns, oname, opts.subresource),
+    { resourceVersion = opts.resource_version })
+end
+
+local list_params = {
+  label_selector = "labelSelector", field_selector = "fieldSelector", limit = "limit",
+  continue = "continue", resource_version = "resourceVersion",
+  resource_version_match = "resourceVersionMatch", timeout_seconds = "timeoutSeconds",
+}
+
+local function list_args(self, name, a, b, c, d)
+  local av, res, ns, opts
+  if type(a) == "table" then
+    av, res, ns = object_target(self, name, a, 2, true)
+    if not av then return nil, res end
+    opts = b
+  else
+    check_string(name, "api_version", a, false, 2)
+    check_string(name, "resource", b, false, 2)
+    if type(c) == "table" and d == nil then c, d = nil, c end
+    check_string(name, "namespace", c, true, 2)
+    av, res, ns, opts = a, b, c, d
+  end
+  opts = check_opts(name, opts, 2)
+  local q = {}
+  for k, p in pairs(list_params) do
+    if opts[k] ~= nil then q[p] = tostring(opts[k]) end
+  end
+  return av, res, ns, q
+end
+
+-- c:list(api_version, resource [, namespace] [, opts]) or c:list(obj [, opts])
+-- -> the list (kind "…List", metadata.continue when more remain) | nil, err.
+-- opts: label_selector, field_selector, limit, continue, resource_version,
+-- resource_version_match, timeout_seconds. No namespace: all namespaces.
+function Client:list(...)
+  local name = "kube.list"
+  check_self(name, self)
+  check_task(name)
+  local av, res, ns, q = list_args(self, name, ...)
+  if not av then return nil, res end
+  return self:request("GET", resource_path(av, res, ns), q)
+end
+
+-- c:list_all(same as list) -> one list with the items of every page,
+-- fetched opts.limit (default 500) at a time; metadata.resourceVersion is
+-- the first page's. As client-go's pager, an expired continue token (410)
+-- falls back to one full list.
+function Client:list_all(...)
+  local name = "kube.list_all"
+  check_self(name, self)
+  check_task(name)
+  local av, res, ns, q = list_args(self, name, ...)
+  if not av then return nil, res end
+  local path = resource_path(av, res, ns)
+  q.limit = q.limit or tostring(DEFAULT_PAGE)
+  local first, items = nil, array {}
+  while true do
+    local page, err = self:request("GET", path, q)
+    if not page then
+      if first and (_M.is_expired(err) or _M.is_gone(err)) then
+        q.limit, q.continue = nil, nil
+        q.resourceVersion, q.resourceVersionMatch = nil, nil
+        return self:request("GET", path, q)
+      end
+      return nil, err
+    end
+    first = first or page
+    if type(page.items) == "table" then
+      for i = 1, #page.items do items[#items + 1] = page.items[i] end
+    end
+    local md = type(page.metadata) == "table" and page.metadata or {}
+    local cont = md.continue
+    if type(cont) ~= "string" or cont == "" then break end
+    q.continue = cont
+    q.resourceVersion, q.resourceVersionMatch = nil, nil -- 400 with a continue token
+  end
+  first.items = items
+  if type(first.metadata) == "table" then
+    first.metadata.continue = nil
+    first.metadata.remainingItemCount = nil
+  end
+  return first
+end
+
+local function check_object(name, obj)
+  if type(obj) ~= "table" or is_array(obj) then
+    misuse(name, "expected an object table, got " .. (type(obj) == "table" and "an array"
+      or type(obj)), 2)
+  end
+end
+
+-- c:create(obj [, opts]) -> the created object | nil, err.
+-- opts: field_manager, dry_run, field_validation.
+function Client:create(obj, opts)
+  local name = "kube.create"
+  check_self(name, self)
+  check_task(name)
+  check_object(name, obj)
+  opts = check_opts(name, opts)
+  local av, res, ns = object_target(self, name, obj, 1)
+  if not av then return nil, res end
+  return self:request("POST", resource_path(av, res, ns), write_query(opts), encode(obj),
+    "application/json")
+end
+
+-- update and patch are tail-called by the methods, so their frame stands
+-- for the public function's: their checks raise at depth 1.
+local function update(self, name, obj, opts, subresource)
+  check_self(name, self)
+  check_task(name)
+  check_object(name, obj)
+  opts = check_opts(name, opts)
+  subresource = subresource or opts.subresource
+  check_subresource(name, subresource)
+  local av, res, ns, oname = object_target(self, name, obj, 1)
+  if not av then return nil, res end
+  if type(oname) ~= "string" or oname == "" then
+    misuse(name, "the object has no metadata.name")
+  end
+  return self:request("PUT", resource_path(av, res, ns, oname, subresource),
+    write_query(opts), encode(obj), "application/json")
+end
+
+-- c:update(obj [, opts]) -> the updated object | nil, err (409 Conflict
+-- when metadata.resourceVersion is stale). opts: subresource,
+-- field_manager, dry_run, field_validation.
+function Client:update(obj, opts)
+  return update(self, "kube.update", obj, opts)
+end
+
+-- c:update_status(obj [, opts]): update of the status subresource.
+function Client:update_status(obj, opts)
+  return update(self, "kube.update_status", obj, opts, "status")
+end
+
+local patch_types = {
+  merge = "application/merge-patch+json",
+  json = "application/json-patch+json",
+  strategic = "application/strategic-merge-patch+json",
+  apply = "application/apply-patch+yaml", -- JSON is YAML
+}
+
+local function patch(self, name, av, res, ns, oname, body, ptype, opts)
+  opts = check_opts(name, opts)
+  if ptype == nil then ptype = "merge" end
+  local ct = patch_types[ptype]
+  if not ct then
+    misuse(name, 'type must be "merge", "json", "strategic" or "apply", got '
+      .. tostring(ptype))
+  end
+  if type(body) == "table" then
+    body = encode(body)
+  elseif type(body) ~= "string" then
+    misuse(name, "the patch must be a table or a string, got " .. type(body))
+  end
+  check_subresource(name, opts.subresource)
+  local q = write_query(opts, ptype == "apply" and self.field_manager or nil)
+  if ptype == "apply" then
+    if type(q.fieldManager) ~= "string" or q.fieldManager == "" then
+      misuse(name, "opts.field_manager is required for an apply")
+    end
+    if opts.force then q.force = "true" end
+  elseif opts.force then
+    misuse(name, "opts.force is only for an apply")
+  end
+  return self:request("PATCH", resource_path(av, res, ns, oname, opts.subresource), q, body, ct)
+end
+
+-- c:patch(api_version, resource, namespace, name, patch, type [, opts]) or
+-- c:patch(obj, patch, type [, opts]) -> the patched object | nil, err.
+-- patch: a table (encoded) or a string; type: "merge" (the default),
+-- "json", "strategic", "apply". opts: field_manager (required for apply,
+-- unless the client has one), force (apply only), subresource, dry_run.
+function Client:patch(a, ...)
+  local name = "kube.patch"
+  check_self(name, self)
+  check_task(name)
+  local av, res, ns, oname, body, ptype, opts
+  if type(a) == "table" then
+    body, ptype, opts = ...
+    av, res, ns, oname = target(self, name, a)
+  else
+    local b, c, d
+    b, c, d, body, ptype, opts = ...
+    av, res, ns, oname = target(self, name, a, b, c, d)
+  end
+  if not av then return nil, res end
+  return patch(self, name, av, res, ns, oname, body, ptype, opts)
+end
+
+-- c:apply(obj [, opts]) -> the object after a server-side apply | nil, err.
+-- opts: field_manager (required unless the client has one), force,
+-- subresource, dry_run. A conflict with another manager is a 409.
+function Client:apply(obj, opts)
+  local name = "kube.apply"
+  check_self(name, self)
+  check_task(name)
+  check_object(name, obj)
+  local av, res, ns, oname = target(self, name, obj)
+  if not av then return nil, res end
+  return patch(self, name, av, res, ns, oname, obj, "apply", opts)
+end
+
+-- c:delete(api_version, resource, namespace, name [, opts]) or
+-- c:delete(obj [, opts]) -> the server's answer (the object, marked for
+-- deletion, or a Status) | nil, err. opts: propagation_policy
+-- ("Foreground", "Background", "Orphan"), preconditions {uid,
+-- resourceVersion}, grace_period_seconds, dry_run.
+function Client:delete(...)
+  local name = "kube.delete"
+  check_self(name, self)
+  check_task(name)
+  local av, res, ns, oname, opts = target(self, name, ...)
+  if not av then return nil, res end
+  opts = check_opts(name, opts)
+  local body = { kind = "DeleteOptions", apiVersion = "v1" }
+  body.propagationPolicy = opts.propagation_policy
+  body.gracePeriodSeconds = opts.grace_period_seconds
+  if opts.preconditions ~= nil then
+    if type(opts.preconditions) ~= "table" then
+      misuse(name, "opts.preconditions must be a table, got " .. type(opts.preconditions))
+    end
+    body.preconditions = opts.preconditions
+  end
+  if opts.dry_run then body.dryRun = array { "All" } end
+  return self:request("DELETE", resource_path(av, res, ns, oname), nil, encode(body),
+    "application/json")
+end
+
+-- The default client and the module functions ---------------------------------
+
+local default
+
+-- client.set_default(c): the client the module functions (kube.get, …) use.
+function _M.set_default(c)
+  if c ~= nil and getmetatable(c) ~= Client then
+    misuse("client.set_default", "expected a client or nil, got " .. type(c))
+  end
+  default = c
+end
+
+-- client.default() -> the default client, or nil.
+function _M.default() return default end
+
+local function default_client(name)
+  if not default then
+    misuse(name, "no default client (kubelua sets one from kubeconfig or --sim; "
+      .. "or call client.set_default)", 2)
+  end
+  return default
+end
+
+for _, verb in pairs({ "get", "list", "list_all", "create", "update", "update_status",
+                       "patch", "delete", "apply" }) do
+  local method, name = Client[verb], "kube." .. verb
+  _M[verb] = function(...)
+    return method(default_client(name), ...)
+  end
+end
+
+_M.Client = Client
+
+return _M

@@ -1,0 +1,455 @@
+-- kubelua.client: the REST client against a `kubelua sim` process.
+local kube = require "kubelua"
+local client = require "kubelua.client"
+local json = require "kubelua.json"
+local sim_helper = require "spec.integration.sim_helper"
+local support = require "spec.support"
+
+local NS = "client-spec"
+
+local function cm(name, data, labels)
+  return { apiVersion = "v1", kind = "ConfigMap",
+    metadata = { name = name, namespace = NS, labels = labels }, data = data }
+end
+
+local function fault(sim, body)
+  local code = sim_helper.request(sim, "POST", "/_sim/faults",
+    { headers = { Authorization = "Bearer secret" }, body = body })
+  assert.equal(200, code)
+end
+
+describe("kubelua.client", function()
+  local sim, c
+
+  setup(function()
+    sim = sim_helper.start("--token secret --user bob=bobtoken")
+    c = client.new{ server = sim.base, token = "secret", qps = 0 }
+    client.set_default(c)
+    assert(kube.create{ apiVersion = "v1", kind = "Namespace", metadata = { name = NS } })
+  end)
+  teardown(function()
+    client.set_default(nil)
+    sim_helper.stop(sim)
+  end)
+
+  describe("get, create, update, delete", function()
+    it("round-trips an object exactly", function()
+      local obj = cm("rt", { a = "1", empty = "" })
+      obj.binaryData = { b = "AAE=" }
+      local created, err = kube.create(obj)
+      assert.is_nil(err)
+      assert.equal("rt", created.metadata.name)
+      assert.is_string(created.metadata.resourceVersion)
+      local got = assert(kube.get("v1", "configmaps", NS, "rt"))
+      assert.same(created, got)
+      assert.equal(json.encode(created), json.encode(got))
+      -- the object form resolves the kind by discovery
+      assert.same(got, assert(kube.get(obj)))
+      -- managedFields name the client by its User-Agent, "kubelua/VERSION"
+      assert.equal("kubelua", got.metadata.managedFields[1].manager)
+    end)
+
+    it("updates, and gets a 409 for a stale resourceVersion until it reads again", function()
+      local obj = assert(kube.create(cm("upd", { v = "1" })))
+      local stale = json.decode(json.encode(obj))
+      obj.data.v = "2"
+      local upd = assert(kube.update(obj))
+      assert.equal("2", upd.data.v)
+      stale.data.v = "3"
+      local res, err = kube.update(stale)
+      assert.is_nil(res)
+      assert.is_true(kube.is_conflict(err))
+      assert.equal(409, err.code)
+      assert.equal("Conflict", err.reason)
+      assert.equal('Operation cannot be fulfilled on configmaps "upd": the object has been '
+        .. "modified; please apply your changes to the latest version and try again",
+        err.message)
+      assert.equal('Conflict: Operation cannot be fulfilled on configmaps "upd": the object has '
+        .. "been modified; please apply your changes to the latest version and try again",
+        tostring(err))
+      assert.same({ name = "upd", kind = "configmaps" }, err.details)
+      local fresh = assert(kube.get("v1", "configmaps", NS, "upd"))
+      fresh.data.v = "3"
+      assert.equal("3", assert(kube.update(fresh)).data.v)
+    end)
+
+    it("maps 404 and 409 AlreadyExists to the predicates", function()
+      local res, err = kube.get("v1", "configmaps", NS, "nope")
+      assert.is_nil(res)
+      assert.is_true(kube.is_not_found(err))
+      assert.is_false(kube.is_conflict(err))
+      assert.equal('NotFound: configmaps "nope" not found', tostring(err))
+      assert(kube.create(cm("dup")))
+      res, err = kube.create(cm("dup"))
+      assert.is_nil(res)
+      assert.is_true(kube.is_already_exists(err))
+      assert.is_false(kube.is_conflict(err)) -- a known reason: no fallback to the code
+      assert.equal(409, err.code)
+      assert.equal('AlreadyExists: configmaps "dup" already exists', tostring(err))
+    end)
+
+    it("reports 422 Invalid with its causes", function()
+      local res, err = kube.create(cm("Bad_Name"))
+      assert.is_nil(res)
+      assert.is_true(kube.is_invalid(err))
+      assert.equal(422, err.code)
+      assert.matches('^Invalid: ConfigMap "Bad_Name" is invalid: metadata.name: Invalid value: '
+        .. '"Bad_Name": ', tostring(err))
+      assert.equal("metadata.name", err.details.causes[1].field)
+    end)
+
+    it("deletes with options and preconditions", function()
+      local obj = assert(kube.create(cm("del")))
+      local res, err = kube.delete("v1", "configmaps", NS, "del",
+        { preconditions = { uid = "not-the-uid" } })
+      assert.is_nil(res)
+      assert.is_true(kube.is_conflict(err))
+      assert.matches("^Conflict: Operation cannot be fulfilled on configmaps \"del\": "
+        .. "Precondition failed: UID in precondition: not%-the%-uid", tostring(err))
+      res = assert(kube.delete("v1", "configmaps", NS, "del", { propagation_policy = "Background",
+        grace_period_seconds = 0, preconditions = { uid = obj.metadata.uid } }))
+      assert.equal("Success", res.status)
+      res, err = kube.get("v1", "configmaps", NS, "del")
+      assert.is_nil(res)
+      assert.is_true(kube.is_not_found(err))
+      res, err = kube.delete(obj)
+      assert.is_nil(res)
+      assert.is_true(kube.is_not_found(err))
+    end)
+
+    it("works with cluster-scoped resources", function()
+      local ns = assert(kube.get("v1", "namespaces", nil, NS))
+      assert.equal(NS, ns.metadata.name)
+      assert.same(ns, assert(kube.get{ apiVersion = "v1", kind = "Namespace",
+        metadata = { name = NS } }))
+    end)
+  end)
+
+  describe("list", function()
+    it("filters by label selector and pages through all items", function()
+      for i = 1, 25 do
+        assert(kube.create(cm(string.format("page-%02d", i), { i = tostring(i) },
+          { app = "pages", parity = i % 2 == 0 and "even" or "odd" })))
+      end
+      local l = assert(kube.list("v1", "configmaps", NS, { label_selector = "app=pages",
+        limit = 10 }))
+      assert.equal("ConfigMapList", l.kind)
+      assert.equal(10, #l.items)
+      assert.is_true(json.is_array(l.items))
+      assert.is_string(l.metadata.continue)
+      local odd = assert(kube.list("v1", "configmaps", NS,
+        { label_selector = "app=pages,parity=odd" }))
+      assert.equal(13, #odd.items)
+      local named = assert(kube.list("v1", "configmaps", NS,
+        { field_selector = "metadata.name=page-07" }))
+      assert.equal(1, #named.items)
+
+      local pages = 0
+      local request = c.request
+      c.request = function(...)
+        pages = pages + 1
+        return request(...)
+      end
+      local all, err = kube.list_all("v1", "configmaps", NS, { label_selector = "app=pages",
+        limit = 10 })
+      c.request = nil
+      assert.is_nil(err)
+      assert.equal(3, pages)
+      assert.equal(25, #all.items)
+      assert.is_true(json.is_array(all.items))
+      assert.is_nil(all.metadata.continue)
+      for i = 1, 25 do
+        assert.equal(string.format("page-%02d", i), all.items[i].metadata.name)
+      end
+      -- a continue token that expires between pages: one full list instead
+      local answers = {}
+      c.request = function(self, method, path, q, ...)
+        if #answers == 1 then fault(sim, { compact = true }) end
+        local res, rerr = request(self, method, path, q, ...)
+        answers[#answers + 1] = { q.limit, q.continue and true, rerr and rerr.reason }
+        return res, rerr
+      end
+      all, err = kube.list_all("v1", "configmaps", NS, { label_selector = "app=pages",
+        limit = 10 })
+      c.request = nil
+      assert.is_nil(err)
+      assert.same({ { "10" }, { "10", true, "Expired" }, {} }, answers)
+      assert.equal(25, #all.items)
+      -- all namespaces, by kind
+      local every = assert(kube.list_all({ apiVersion = "v1", kind = "ConfigMap" },
+        { label_selector = "app=pages" }))
+      assert.equal(25, #every.items)
+    end)
+  end)
+
+  describe("patch", function()
+    it("applies merge, json and strategic patches", function()
+      assert(kube.create(cm("p", { a = "1" })))
+      local p = assert(kube.patch("v1", "configmaps", NS, "p", { data = { b = "2" } }, "merge"))
+      assert.same({ a = "1", b = "2" }, p.data)
+      p = assert(kube.patch("v1", "configmaps", NS, "p",
+        json.array { { op = "replace", path = "/data/a", value = "9" } }, "json"))
+      assert.same({ a = "9", b = "2" }, p.data)
+      p = assert(kube.patch("v1", "configmaps", NS, "p",
+        '[{"op":"remove","path":"/data/b"}]', "json"))
+      assert.same({ a = "9" }, p.data)
+      p = assert(kube.patch(cm("p"), { metadata = { labels = { x = "y" } } }, "strategic"))
+      assert.same({ x = "y" }, p.metadata.labels)
+      local res, err = kube.patch("v1", "configmaps", NS, "p",
+        '[{"op":"test","path":"/data/a","value":"0"}]', "json")
+      assert.is_nil(res)
+      assert.is_true(kube.is_invalid(err))
+    end)
+
+    it("applies server-side, with a conflict between managers until forced", function()
+      local a = assert(kube.apply(cm("ssa", { k = "a" }), { field_manager = "alice" }))
+      assert.same({ k = "a" }, a.data)
+      local res, err = kube.apply(cm("ssa", { k = "b" }), { field_manager = "bob" })
+      assert.is_nil(res)
+      assert.is_true(kube.is_conflict(err))
+      assert.equal(409, err.code)
+      assert.matches('^Conflict: Apply failed with 1 conflict: conflict with "alice"',
+        tostring(err))
+      local b = assert(kube.apply(cm("ssa", { k = "b" }), { field_manager = "bob", force = true }))
+      assert.same({ k = "b" }, b.data)
+      local m = assert(kube.patch("v1", "configmaps", NS, "ssa", json.encode(cm("ssa",
+        { k = "b", more = "1" })), "apply", { field_manager = "bob" }))
+      assert.same({ k = "b", more = "1" }, m.data)
+    end)
+  end)
+
+  describe("discovery", function()
+    local crd = { apiVersion = "apiextensions.k8s.io/v1", kind = "CustomResourceDefinition",
+      metadata = { name = "widgets.example.com" },
+      spec = { group = "example.com", scope = "Namespaced",
+        names = { plural = "widgets", singular = "widget", kind = "Widget" },
+        versions = json.array { { name = "v1", served = true, storage = true,
+          subresources = { status = {} },
+          schema = { openAPIV3Schema = { type = "object",
+            ["x-kubernetes-preserve-unknown-fields"] = true } } } } } }
+
+    local function widget(name)
+      return { apiVersion = "example.com/v1", kind = "Widget",
+        metadata = { name = name, namespace = NS }, spec = { size = 3 } }
+    end
+
+    it("resolves built-in kinds, namespaced and not", function()
+      local info = assert(c:resolve("apps/v1", "Deployment"))
+      assert.equal("deployments", info.name)
+      assert.is_true(info.namespaced)
+      assert.is_true(info.subresources.status)
+      assert.is_true(info.subresources.scale)
+      info = assert(c:resolve("v1", "Namespace"))
+      assert.equal("namespaces", info.name)
+      assert.is_false(info.namespaced)
+      local res, err = c:resolve("v1", "Nothing")
+      assert.is_nil(res)
+      assert.equal('NoKindMatch: no matches for kind "Nothing" in version "v1"', tostring(err))
+      assert.is_false(kube.is_not_found(err))
+    end)
+
+    it("resolves a CRD created during the run, and refreshes on a miss", function()
+      local res, err = kube.create(widget("w1"))
+      assert.is_nil(res)
+      assert.equal('NoKindMatch: no matches for kind "Widget" in version "example.com/v1"',
+        tostring(err))
+      assert(kube.create(crd))
+      for _ = 1, 100 do
+        if c:resolve("example.com/v1", "Widget") then break end
+        kube.sleep(0.01)
+      end
+      local w = assert(kube.create(widget("w1")))
+      assert.equal(3, w.spec.size)
+      w.status = { ready = true }
+      local st = assert(kube.update_status(w))
+      assert.is_true(st.status.ready)
+      assert.same(st, assert(kube.get("example.com/v1", "widgets", NS, "w1")))
+      assert.same(st, assert(kube.get(widget("w1"), { subresource = "status" })))
+      -- a second kind in the cached group-version: found by one refresh
+      local gadgets = json.decode(json.encode(crd))
+      gadgets.metadata.name = "gadgets.example.com"
+      gadgets.spec.names = { plural = "gadgets", singular = "gadget", kind = "Gadget" }
+      assert(kube.create(gadgets))
+      kube.sleep(0.1)
+      local g = widget("g1")
+      g.kind = "Gadget"
+      assert.equal("g1", assert(kube.apply(g, { field_manager = "spec" })).metadata.name)
+      assert(kube.delete(g))
+    end)
+  end)
+
+  describe("errors", function()
+    it("maps 401 for a wrong token and 403 for a user without rights", function()
+      local bad = client.new{ server = sim.base, token = "wrong" }
+      local res, err = bad:get("v1", "configmaps", NS, "rt")
+      assert.is_nil(res)
+      assert.is_true(kube.is_unauthorized(err))
+      assert.equal(401, err.code)
+      assert.equal("Unauthorized: Unauthorized", tostring(err))
+      local bob = client.new{ server = sim.base, token = "bobtoken" }
+      res, err = bob:get("v1", "configmaps", NS, "rt")
+      assert.is_nil(res)
+      assert.is_true(kube.is_forbidden(err))
+      assert.equal('Forbidden: configmaps "rt" is forbidden: User "bob" cannot get resource '
+        .. '"configmaps" in API group "" in the namespace "client-spec"', tostring(err))
+    end)
+
+    it("builds errors from non-Status bodies and transport failures", function()
+      local res, err = c:request("GET", "/apis/no.such.group")
+      assert.is_nil(res)
+      assert.equal(404, err.code)
+      assert.equal("NotFound", err.reason)
+      assert.equal("404 page not found\n", err.message)
+      assert.is_true(kube.is_not_found(err))
+      local down = client.new{ server = "http://127.0.0.1:1", timeout = 5 }
+      res, err = down:get("v1", "configmaps", "default", "x")
+      assert.is_nil(res)
+      assert.equal(0, err.code)
+      assert.equal("Transport", err.reason)
+      assert.matches("^Transport: http: Failed to connect to 127%.0%.0%.1 port 1", tostring(err))
+    end)
+
+    it("classifies by reason, and by code only for unknown reasons", function()
+      local e = client.new_error
+      assert.is_true(kube.is_gone(e(410, "Gone", "x")))
+      assert.is_true(kube.is_gone(e(410, "Strange", "x")))
+      assert.is_false(kube.is_gone(e(410, "Expired", "x")))
+      assert.is_true(kube.is_expired(e(410, "Expired", "x")))
+      assert.is_true(kube.is_too_many_requests(e(429, "TooManyRequests", "x")))
+      assert.is_true(kube.is_not_found(e(404, "Unknown", "x")))
+      assert.is_false(kube.is_not_found(e(404, "Forbidden", "x")))
+      assert.is_false(kube.is_already_exists(e(409, "Unknown", "x")))
+      assert.is_false(kube.is_not_found(nil))
+      assert.is_false(kube.is_not_found("NotFound"))
+    end)
+
+    it("retries 429 with Retry-After, sleeping as told", function()
+      fault(sim, { fail_next = 2, code = 429, retry_after = 1 })
+      local t0 = kube.monotonic()
+      local got = assert(kube.get("v1", "configmaps", NS, "rt"))
+      assert.equal("rt", got.metadata.name)
+      local took = kube.monotonic() - t0
+      assert.is_true(took >= 1.9 and took < 4, "took " .. took)
+      -- writes too, and 503
+      fault(sim, { fail_next = 1, code = 503, retry_after = 0 })
+      assert(kube.patch("v1", "configmaps", NS, "rt", { data = { retried = "yes" } }))
+    end)
+
+    it("gives up after 10 retries, and does not retry without Retry-After", function()
+      fault(sim, { fail_next = 11, code = 429, retry_after = 0 })
+      local res, err = kube.get("v1", "configmaps", NS, "rt")
+      assert.is_nil(res)
+      assert.is_true(kube.is_too_many_requests(err))
+      assert.equal("TooManyRequests: Too many requests, please try again later.", tostring(err))
+      assert.equal(0, err.details.retryAfterSeconds)
+      assert(kube.get("v1", "configmaps", NS, "rt")) -- all 11 were used
+      fault(sim, { fail_next = 1, code = 500 })
+      res, err = kube.get("v1", "configmaps", NS, "rt")
+      assert.is_nil(res)
+      assert.equal("InternalError: Internal error occurred: injected fault", tostring(err))
+      assert(kube.get("v1", "configmaps", NS, "rt"))
+    end)
+  end)
+
+  describe("tasks and the rate limit", function()
+    it("completes 200 concurrent gets from 200 tasks", function()
+      local done = 0
+      for _ = 1, 200 do
+        kube.spawn(function()
+          local obj = kube.get("v1", "configmaps", NS, "rt")
+          if obj and obj.metadata.name == "rt" then done = done + 1 end
+        end)
+      end
+      for _ = 1, 1000 do
+        if done == 200 then break end
+        kube.sleep(0.01)
+      end
+      assert.equal(200, done)
+    end)
+
+    it("fetches a group-version once for many tasks that resolve at the same time", function()
+      local fresh = client.new{ server = sim.base, token = "secret", qps = 0 }
+      local fetches, done = 0, 0
+      fresh.request = function(...)
+        fetches = fetches + 1
+        return c.request(...)
+      end
+      for _ = 1, 50 do
+        kube.spawn(function()
+          if fresh:resolve("apps/v1", "Deployment") then done = done + 1 end
+        end)
+      end
+      for _ = 1, 500 do
+        if done == 50 then break end
+        kube.sleep(0.01)
+      end
+      assert.equal(50, done)
+      assert.equal(1, fetches)
+    end)
+
+    it("spends the burst at once, then waits for tokens at qps", function()
+      local limited = client.new{ server = sim.base, token = "secret", qps = 50, burst = 5 }
+      local t0 = kube.monotonic()
+      for _ = 1, 5 do assert(limited:get("v1", "namespaces", nil, NS)) end
+      assert.is_true(kube.monotonic() - t0 < 0.5)
+      local done = 0
+      for _ = 1, 10 do
+        kube.spawn(function()
+          if limited:get("v1", "namespaces", nil, NS) then done = done + 1 end
+        end)
+      end
+      for _ = 1, 300 do
+        if done == 10 then break end
+        kube.sleep(0.01)
+      end
+      assert.equal(10, done)
+      local took = kube.monotonic() - t0
+      assert.is_true(took >= 0.18 and took < 1, "took " .. took)
+    end)
+
+    it("refuses to run outside a task", function()
+      local status, out, path = support.run_script(
+        "local kube = require('kubelua'); kube.client.set_default(kube.client.new{ server = "
+        .. "'http://127.0.0.1:1' }); kube.get('v1', 'configmaps', 'default', 'x')")
+      assert.equal(1, status)
+      assert.matches("ERROR script failed: " .. path .. ":1: kube.get: not inside a task (use "
+        .. "kube.spawn or a worker)\\nstack traceback:", out, 1, true)
+    end)
+
+    it("raises on misuse at the caller's line", function()
+      support.raises("kube.get: name must be a non-empty string, got nil",
+        function() kube.get("v1", "configmaps", NS) end)
+      support.raises("kube.get: api_version must be a non-empty string, got number",
+        function() kube.get(1) end)
+      support.raises("kube.list: opts must be a table, got string",
+        function() kube.list("v1", "configmaps", NS, "x") end)
+      support.raises("kube.create: expected an object table, got nil",
+        function() kube.create() end)
+      support.raises("kube.create: the object needs apiVersion and kind strings",
+        function() kube.create{ metadata = {} } end)
+      support.raises('kube.patch: type must be "merge", "json", "strategic" or "apply", got xml',
+        function() kube.patch("v1", "configmaps", NS, "p", {}, "xml") end)
+      support.raises("kube.update: the object has no metadata.name",
+        function() kube.update{ apiVersion = "v1", kind = "ConfigMap", metadata = {} } end)
+      support.raises('kube.update: opts.subresource must be "status" or "scale", got x',
+        function() kube.update(cm("p"), { subresource = "x" }) end)
+      support.raises("kube.patch: opts.force is only for an apply",
+        function() kube.patch(cm("p"), {}, "merge", { force = true }) end)
+      support.raises("kube.delete: opts.preconditions must be a table, got string",
+        function() kube.delete(cm("p"), { preconditions = "x" }) end)
+      support.raises("kube.list: metadata must be a table, got string",
+        function() kube.list{ apiVersion = "v1", kind = "ConfigMap", metadata = "x" } end)
+      support.raises("kube.apply: opts.field_manager is required for an apply",
+        function() kube.apply(cm("ssa")) end)
+      support.raises("kube.get: expected a client as self (use c:get(…))",
+        function() c.get("v1", "configmaps", NS, "x") end)
+      support.raises("client.new: opts.server must be an http(s) URL, got \"x\"",
+        function() client.new{ server = "x" } end)
+      client.set_default(nil)
+      local ok, err = pcall(kube.get, "v1", "configmaps", NS, "x")
+      client.set_default(c)
+      assert.is_false(ok)
+      assert.matches("kube.get: no default client", err, 1, true)
+    end)
+  end)
+end)
