@@ -125,3 +125,16 @@ describe("examples/queue/controller.lua", function()
     assert.matches("all apps converged, stopping", out, 1, true)
   end)
 end)
+
+describe("examples/mirror/controller.lua", function()
+  it("mirrors, updates and deletes copies against the simulator, then stops", function()
+    local status, out = sh(support.kubelua .. " run --sim examples/mirror/controller.lua")
+    assert.equal(0, status)
+    for _, line in ipairs({ "created copy key=demo/settings", "created copy key=demo/flags",
+                            "updated copy key=demo/settings", "deleted copy key=demo/flags",
+                            "the copies match their sources; stopping" }) do
+      assert.matches(line, out, 1, true)
+    end
+    assert.is_nil(out:find("demo/private", 1, true))
+  end)
+end)
