@@ -38,7 +38,7 @@ local concat, sort = table.concat, table.sort
 local min, floor = math.min, math.floor
 local running = coroutine.running
 local encode, decode, array, is_array = json.encode, json.decode, json.array, json.is_array
-local request, sleep, monotonic = http.request, core.sleep, core.monotonic
+local request, sleep, monotonic, now = http.request, core.sleep, core.monotonic, core.now
 
 local _M = {}
 
@@ -181,11 +181,14 @@ _M.resource_path = resource_path
 local Client = {}
 Client.__index = Client
 
--- client.new{ server = URL, token = T?, tls = {…}?, qps = 20, burst = 30,
--- user_agent = "kubelua/VERSION", timeout = 30, namespace = "default",
--- field_manager = nil } -> a client. tls as kube.http.request's. namespace
--- is used for namespaced objects without metadata.namespace; field_manager
--- for apply when the call gives none.
+-- client.new{ server = URL, token = T?, creds = C?, tls = {…}?, qps = 20,
+-- burst = 30, user_agent = "kubelua/VERSION", timeout = 30, namespace =
+-- "default", field_manager = nil } -> a client. tls as kube.http.request's.
+-- creds (kubelua.kubeconfig's): creds:token() gives the bearer token of
+-- each request (it overrides token); after a 401, creds:invalidate(start)
+-- and the request is tried once more. namespace is used for namespaced
+-- objects without metadata.namespace; field_manager for apply when the call
+-- gives none.
 function _M.new(opts)
   if type(opts) ~= "table" then misuse("client.new", "opts must be a table, got " .. type(opts)) end
   local server = opts.server
@@ -205,6 +208,11 @@ function _M.new(opts)
         .. (type(v) == "number" and tostring(v) or type(v)))
     end
   end
+  local creds = opts.creds
+  if creds ~= nil and (type(creds) ~= "table" and type(creds) ~= "userdata"
+      or type(creds.token) ~= "function") then
+    misuse("client.new", "opts.creds must have a token method")
+  end
   if opts.tls ~= nil and type(opts.tls) ~= "table" then
     misuse("client.new", "opts.tls must be a table, got " .. type(opts.tls))
   end
@@ -220,6 +228,7 @@ function _M.new(opts)
     server = (server:gsub("/+$", "")),
     headers = headers,
     tls = opts.tls,
+    creds = opts.creds,
     timeout = opts.timeout or 30,
     namespace = opts.namespace or "default",
     field_manager = opts.field_manager,
@@ -233,10 +242,10 @@ end
 function Client:take_token()
   local qps = self.qps
   if qps <= 0 then return end
-  local now = monotonic()
+  local t = monotonic()
   local tokens = self.tokens
-  if self.last then tokens = min(self.burst, tokens + (now - self.last) * qps) end
-  self.last = now
+  if self.last then tokens = min(self.burst, tokens + (t - self.last) * qps) end
+  self.last = t
   tokens = tokens - 1
   self.tokens = tokens
   if tokens < 0 then sleep(-tokens / qps) end
@@ -245,16 +254,24 @@ end
 -- c:request(method, path, query, body, content_type) -> decoded body | nil, err.
 -- The raw verb under all the others; path is relative to the server.
 function Client:request(method, path, query, body, content_type)
+  local creds = self.creds
   local headers = self.headers
-  if content_type then
+  if content_type or creds then
     headers = { ["Content-Type"] = content_type }
     for k, v in pairs(self.headers) do headers[k] = v end
   end
   local opts = { method = method, url = self.server .. path .. query_string(query or {}),
     headers = headers, body = body, timeout = self.timeout, tls = self.tls }
   local r, msg
+  local reauthorized = false
   for attempt = 0, MAX_RETRIES do
     self:take_token()
+    if creds then
+      local token, terr = creds:token()
+      if terr then return nil, new_error(0, "Unauthorized", "credentials: " .. tostring(terr)) end
+      headers.Authorization = token and "Bearer " .. token or nil
+    end
+    local start = now()
     r, msg = request(opts)
     if not r then return nil, new_error(0, "Transport", msg) end
     local st = r.status
@@ -267,8 +284,15 @@ function Client:request(method, path, query, body, content_type)
       return obj
     end
     local wait = tonumber(r.headers["retry-after"] or "")
-    if not (wait and (st == 429 or st >= 500) and attempt < MAX_RETRIES) then break end
-    sleep(min(MAX_RETRY_WAIT, wait < 0 and 0 or floor(wait)))
+    if st == 401 and creds and creds.invalidate and not reauthorized then
+      -- a rotated or expired token: drop it and try once with a fresh one
+      creds:invalidate(start)
+      reauthorized, wait = true, 0
+    elseif not (wait and (st == 429 or st >= 500)) then
+      break
+    end
+    if attempt == MAX_RETRIES then break end
+    if wait > 0 then sleep(min(MAX_RETRY_WAIT, floor(wait))) end
   end
   return nil, response_error(r)
 end
@@ -656,6 +680,14 @@ end
 function _M.default() return default end
 
 local function default_client(name)
+  if not default then
+    -- kubelua connects on first use (kubeconfig, in-cluster), as informers do
+    local kube = package.loaded.kubelua
+    if type(kube) == "table" and kube.connect then
+      local ok, err = kube.connect()
+      if not ok then misuse(name, "not connected: " .. tostring(err), 2) end
+    end
+  end
   if not default then
     misuse(name, "no default client (kubelua sets one from kubeconfig or --sim; "
       .. "or call client.set_default)", 2)

@@ -294,6 +294,38 @@ describe("kubelua.client", function()
         .. '"configmaps" in API group "" in the namespace "client-spec"', tostring(err))
     end)
 
+    it("takes each request's token from creds, and refreshes it once after a 401", function()
+      local creds = { tokens = { "stale", "secret" }, calls = 0, invalidated = {} }
+      function creds.token(self)
+        self.calls = self.calls + 1
+        return self.tokens[1]
+      end
+      function creds.invalidate(self, start)
+        self.invalidated[#self.invalidated + 1] = start
+        table.remove(self.tokens, 1)
+      end
+      local cc = client.new{ server = sim.base, creds = creds }
+      local t0 = kube.now()
+      assert.equal("rt", assert(cc:get("v1", "configmaps", NS, "rt")).metadata.name)
+      assert.equal(2, creds.calls)
+      assert.equal(1, #creds.invalidated)
+      assert.is_true(math.abs(creds.invalidated[1] - t0) < 1)
+      assert(cc:get("v1", "configmaps", NS, "rt"))
+      assert.equal(3, creds.calls)
+      -- a second 401 in a row is the answer
+      creds.tokens = { "wrong", "also-wrong", "secret" }
+      local res, err = cc:get("v1", "configmaps", NS, "rt")
+      assert.is_nil(res)
+      assert.equal("Unauthorized: Unauthorized", tostring(err))
+      -- a token that cannot be had
+      function creds.token() return nil, "exec plugin failed" end
+      res, err = cc:get("v1", "configmaps", NS, "rt")
+      assert.is_nil(res)
+      assert.is_true(kube.is_unauthorized(err))
+      assert.equal(0, err.code)
+      assert.equal("Unauthorized: credentials: exec plugin failed", tostring(err))
+    end)
+
     it("builds errors from non-Status bodies and transport failures", function()
       local res, err = c:request("GET", "/apis/no.such.group")
       assert.is_nil(res)
@@ -445,11 +477,16 @@ describe("kubelua.client", function()
         function() c.get("v1", "configmaps", NS, "x") end)
       support.raises("client.new: opts.server must be an http(s) URL, got \"x\"",
         function() client.new{ server = "x" } end)
-      client.set_default(nil)
-      local ok, err = pcall(kube.get, "v1", "configmaps", NS, "x")
-      client.set_default(c)
-      assert.is_false(ok)
-      assert.matches("kube.get: no default client", err, 1, true)
+    end)
+
+    it("connects on first use when no default client is set", function()
+      local path = support.tempfile("require('kubelua').get('v1', 'configmaps', 'default', 'x')",
+        ".lua")
+      local status, out = support.sh("KUBECONFIG=/nonexistent/kubeconfig " .. support.kubelua
+        .. " run " .. path)
+      os.remove(path)
+      assert.equal(1, status)
+      assert.matches(path .. ":1: kube.get: not connected: ", out, 1, true)
     end)
   end)
 end)
