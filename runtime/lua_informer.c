@@ -49,8 +49,13 @@ typedef struct linf {
   lua_State *L;
   kl_defer_t defer;
   int transform_ref;
-  int id;               /* its slot in the registry's table of live informers */
-  bool in_transform;    /* the transform runs: feeding is refused */
+  int id;            /* its slot in the registry's table of live informers */
+  bool in_transform; /* the transform runs: feeding is refused */
+  /* The thread that calls transform and index functions: the main state
+   * when the loop drives the informer, the calling task's thread while a
+   * method (feed, add, …) runs. Lua code never runs on a thread other than
+   * the one in control: LuaJIT's traces assume it. */
+  lua_State *cur;
   kl_reflector_t *refl; /* list+watch feeding it, or NULL (fed by hand) */
   kl_http_tls_t *tls;   /* the reflector's TLS settings (owned copies) */
   char name[64];
@@ -318,7 +323,7 @@ done:
 static int lua_index(const kl_obj_t *o, void *ud, kl_store_emit_fn *emit,
                      void *ctx) {
   lindex_t *ix = ud;
-  lua_State *L = ix->owner->L;
+  lua_State *L = ix->owner->cur;
   int base = lua_gettop(L), rc = 0;
   lua_checkstack(L, 8);
   char err[160];
@@ -407,8 +412,12 @@ static void add_indexers(lua_State *L, linf_t *li, int idx, const char *fn) {
                    "\"controller\" or \"namespace\", got %s",
                    ix.name, luaL_typename(L, -1));
     }
-    if (kl_store_add_indexers(kl_informer_store(li->inf), &ix, 1, err,
-                              sizeof err) != 0) {
+    lua_State *saved_cur = li->cur;
+    li->cur = L;
+    int rc = kl_store_add_indexers(kl_informer_store(li->inf), &ix, 1, err,
+                                   sizeof err);
+    li->cur = saved_cur;
+    if (rc != 0) {
       if (ix.ud_free) ix.ud_free(ix.ud);
       kl_lua_error(L, fn, "%s", err);
     }
@@ -569,7 +578,7 @@ static int informer_new(lua_State *L) {
   lua_setmetatable(L, -2);
   linf_t *li = kl_xcalloc(1, sizeof *li);
   li->rt = rt;
-  li->L = kl_rt_lua(rt);
+  li->L = li->cur = kl_rt_lua(rt);
   li->transform_ref = LUA_NOREF;
   snprintf(li->name, sizeof li->name, "%s", o.name ? o.name : "local");
   kl_defer_init(&li->defer, run_deferred);
@@ -616,6 +625,9 @@ static int informer_gc(lua_State *L) {
   linf_t *li = *box;
   if (!li) return 0;
   *box = NULL;
+  /* Handlers and indexers release their references through li->L: use
+   * the thread this finalizer runs on, never another one. */
+  li->L = li->cur = L;
   kl_reflector_free(li->refl); /* first: it feeds the informer */
   free_tls(li->tls);
   kl_loop_undefer(kl_rt_loop(li->rt), &li->defer);
@@ -1016,7 +1028,10 @@ static int inf_feed(lua_State *L) {
                         luaL_typename(L, 2));
   const char *p = lua_tolstring(L, 2, &n);
   int code = 0;
+  lua_State *saved_cur = li->cur;
+  li->cur = L;
   int rc = kl_informer_feed(li->inf, p, n, &code, err, sizeof err);
+  li->cur = saved_cur;
   if (rc != 0) {
     kl_informer_watch_reset(li->inf);
     fail(L, "informer:feed", err);
@@ -1036,8 +1051,11 @@ static int inf_replace(lua_State *L) {
   if (lua_type(L, 2) == LUA_TSTRING) {
     size_t n;
     const char *p = lua_tolstring(L, 2, &n);
-    if (kl_informer_replace_list(li->inf, p, n, err, sizeof err) != 0)
-      return fail(L, "informer:replace", err);
+    lua_State *saved_cur = li->cur;
+    li->cur = L;
+    int rc = kl_informer_replace_list(li->inf, p, n, err, sizeof err);
+    li->cur = saved_cur;
+    if (rc != 0) return fail(L, "informer:replace", err);
     lua_pushboolean(L, 1);
     return 1;
   }
@@ -1074,8 +1092,11 @@ static int inf_replace(lua_State *L) {
     lua_pop(L, 2);
     if (rc != 0) break;
   }
+  lua_State *saved_cur = li->cur;
+  li->cur = L;
   int ok =
       i == n && kl_informer_replace(li->inf, objs, n, rv, err, sizeof err) == 0;
+  li->cur = saved_cur;
   for (size_t j = 0; j < i; j++)
     kl_obj_unref(objs[j]);
   free(objs);
@@ -1092,7 +1113,10 @@ static int queue_one(lua_State *L, const char *fn,
   char err[512] = "";
   linf_t *li = check_feeder(L, fn);
   kl_obj_t *o = to_obj(L, li, 2, fn);
+  lua_State *saved_cur = li->cur;
+  li->cur = L;
   int rc = op(li->inf, o, err, sizeof err);
+  li->cur = saved_cur;
   kl_obj_unref(o);
   if (rc != 0) return fail(L, fn, err[0] ? err : kl_strerror(rc));
   lua_pushboolean(L, 1);
@@ -1111,7 +1135,10 @@ static int inf_delete(lua_State *L) {
 
 static int inf_resync(lua_State *L) {
   linf_t *li = check_feeder(L, "informer:resync");
+  lua_State *saved_cur = li->cur;
+  li->cur = L;
   kl_informer_resync(li->inf);
+  li->cur = saved_cur;
   return 0;
 }
 
