@@ -192,6 +192,7 @@ static int l_request(lua_State *L) {
   lua_getfield(L, 1, "headers");
   if (lua_type(L, -1) == LUA_TTABLE) {
     int ht = lua_gettop(L);
+    luaL_checkstack(L, MAX_HEADERS + 8, "kube.http.request: too many headers");
     lua_pushnil(L);
     while (lua_next(L, ht)) {
       if (lua_type(L, -2) != LUA_TSTRING || lua_type(L, -1) != LUA_TSTRING)

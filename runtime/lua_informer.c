@@ -519,6 +519,7 @@ static void start_watch(lua_State *L, linf_t *li, int idx,
   lua_getfield(L, idx, "headers");
   if (lua_type(L, -1) == LUA_TTABLE) {
     int ht = lua_gettop(L);
+    luaL_checkstack(L, 32 + 8, "kube.informer: too many headers");
     lua_pushnil(L);
     while (lua_next(L, ht)) {
       if (lua_type(L, -2) != LUA_TSTRING || lua_type(L, -1) != LUA_TSTRING ||
