@@ -2,7 +2,7 @@
 FROM debian:12 AS build
 RUN apt-get update && apt-get install -y --no-install-recommends \
       build-essential cmake pkg-config luajit libluajit-5.1-dev libev-dev \
-      libcurl4-openssl-dev libyaml-dev && rm -rf /var/lib/apt/lists/*
+      libcurl4-openssl-dev libyaml-dev libssl-dev && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
 RUN cmake -S . -B /build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKL_WERROR=OFF \
@@ -17,4 +17,6 @@ COPY --from=build /build/kubelua /usr/local/bin/kubelua
 COPY examples /examples
 USER 65532:65532
 ENTRYPOINT ["/usr/local/bin/kubelua"]
-CMD ["run", "/examples/queue/controller.lua"]
+# The demo against the built-in simulator; in a cluster, run your own
+# script: the service account is found without flags.
+CMD ["run", "--sim", "/examples/mirror/controller.lua"]
