@@ -38,4 +38,27 @@ static char *slurp(const char *rel, size_t *n) {
   return b;
 }
 
+/* Removes insignificant whitespace from JSON text in[0, n) into out (n
+ * bytes of room): the reference the decoder's compaction is checked with. */
+static size_t compact_ref(const char *in, size_t n, char *out) {
+  size_t o = 0;
+  int instr = 0, esc = 0;
+  for (size_t i = 0; i < n; i++) {
+    char c = in[i];
+    if (instr) {
+      out[o++] = c;
+      if (esc)
+        esc = 0;
+      else if (c == '\\')
+        esc = 1;
+      else if (c == '"')
+        instr = 0;
+    } else if (c != ' ' && c != '\n' && c != '\t' && c != '\r') {
+      out[o++] = c;
+      if (c == '"') instr = 1;
+    }
+  }
+  return o;
+}
+
 #endif

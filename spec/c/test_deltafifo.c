@@ -17,35 +17,9 @@
 #include "store.h"
 #include "test.h"
 #include "kt_heap.h"
+#include "kt_obj.h"
 
 #define K(s) s, sizeof s - 1
-
-/* ---- heap leak checks (as in test_store.c) ---- */
-
-/* ---- objects: P(name, rv) in namespace "ns" ---- */
-
-static kl_obj_t *P(const char *name, const char *rv) {
-  char json[512], err[256];
-  snprintf(json, sizeof json,
-           "{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{\"name\":"
-           "\"%s\",\"namespace\":\"ns\",\"resourceVersion\":\"%s\"}}",
-           name, rv);
-  kl_json_value_t v;
-  kl_obj_t *o = NULL;
-  if (kl_json_check(json, strlen(json), &v, err, sizeof err) != KL_OK ||
-      kl_obj_parse(&v, NULL, &o, err, sizeof err) != KL_OK) {
-    fprintf(stderr, "P %s: %s\n", json, err);
-    abort();
-  }
-  return o;
-}
-
-/* "name@rv" of an object, "-" for NULL. */
-static int obj_str(char *b, size_t cap, const kl_obj_t *o) {
-  if (!o) return snprintf(b, cap, "-");
-  kl_json_span_t n = kl_obj_name(o), rv = kl_obj_resource_version(o);
-  return snprintf(b, cap, "%.*s@%.*s", (int)n.n, n.p, (int)rv.n, rv.p);
-}
 
 /* "Added a@1,Deleted TS(b@1)" */
 static const char *deltas_str(const kl_delta_t *d, size_t n) {

@@ -24,29 +24,6 @@ static size_t rnd(size_t n) {
   return n ? (size_t)(rng % n) : 0;
 }
 
-/* An independent compactor (no validation): drops whitespace outside
- * strings. */
-static size_t compact_ref(const char *in, size_t n, char *out) {
-  size_t o = 0;
-  int instr = 0, esc = 0;
-  for (size_t i = 0; i < n; i++) {
-    char c = in[i];
-    if (instr) {
-      out[o++] = c;
-      if (esc)
-        esc = 0;
-      else if (c == '\\')
-        esc = 1;
-      else if (c == '"')
-        instr = 0;
-    } else if (c != ' ' && c != '\n' && c != '\t' && c != '\r') {
-      out[o++] = c;
-      if (c == '"') instr = 1;
-    }
-  }
-  return o;
-}
-
 typedef struct strbuf {
   char *p;
   size_t len, cap;

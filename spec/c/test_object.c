@@ -15,28 +15,6 @@
 /* --- helpers ---------------------------------------------------------------
  */
 
-/* An independent compactor: drops whitespace outside strings. */
-static size_t compact_ref(const char *in, size_t n, char *out) {
-  size_t o = 0;
-  int instr = 0, esc = 0;
-  for (size_t i = 0; i < n; i++) {
-    char c = in[i];
-    if (instr) {
-      out[o++] = c;
-      if (esc)
-        esc = 0;
-      else if (c == '\\')
-        esc = 1;
-      else if (c == '"')
-        instr = 0;
-    } else if (c != ' ' && c != '\n' && c != '\t' && c != '\r') {
-      out[o++] = c;
-      if (c == '"') instr = 1;
-    }
-  }
-  return o;
-}
-
 static kl_json_span_t nth_elem(kl_json_span_t arr, size_t n) {
   const char *p = arr.p + 1, *end = arr.p + arr.n;
   kl_json_span_t s = {"", 0};
