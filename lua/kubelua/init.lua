@@ -184,6 +184,26 @@ local function collection_url(api_version, resource, ns)
 end
 
 local informers = {}
+-- The generations that asked for each shared informer: one that no live
+-- generation uses any more stops watching (hot reload).
+local informer_users = {}
+
+local function use_informer(id, inf)
+  local users = informer_users[id]
+  if not users then users = {} informer_users[id] = users end
+  users[core.generation()] = true
+  return inf
+end
+
+require("kubelua.generation").on_retire(function(gen)
+  for id, users in pairs(informer_users) do
+    users[gen] = nil
+    if next(users) == nil then
+      informers[id]:stop()
+      informers[id], informer_users[id] = nil, nil
+    end
+  end
+end)
 
 -- kube.informer(api_version, resource, opts) -> a shared informer: the same
 -- arguments give the same informer (one watch, one cache). resource is the
@@ -195,10 +215,10 @@ function _M.informer(api_version, resource, opts)
   end
   connected("kube.informer")
   opts = opts or {}
-  local id = table.concat({ api_version, resource, opts.namespace or "",
+  local id = table.concat({ conn.server, api_version, resource, opts.namespace or "",
     opts.label_selector or "", opts.field_selector or "" }, "\0")
   local inf = informers[id]
-  if inf then return inf end
+  if inf then return use_informer(id, inf) end
   local headers = { Accept = "application/json", Authorization = authorization() }
   local group_kind = resource -- list items carry no kind; the watch names it
   inf = informer.new{
@@ -210,7 +230,19 @@ function _M.informer(api_version, resource, opts)
               headers = headers, tls = conn.tls },
   }
   informers[id] = inf
-  return inf
+  return use_informer(id, inf)
+end
+
+-- Stops the shared informers of a server (the test harness, when it closes
+-- its simulator).
+function _M._stop_informers(server)
+  local prefix = server .. "\0"
+  for id, inf in pairs(informers) do
+    if id:sub(1, #prefix) == prefix then
+      inf:stop()
+      informers[id], informer_users[id] = nil, nil
+    end
+  end
 end
 
 -- kube.wait_for_sync(inf, … [, timeout]) -> true once every informer has
@@ -262,7 +294,10 @@ end
 local function worker_loop(q, fn, qname)
   local get, done, forget = q.get, q.done, q.forget
   local add_after, add_rate_limited = q.add_after, q.add_rate_limited
-  while true do
+  local alive, gen = core.generation_alive, core.generation()
+  -- A hot reload retires this worker's generation: it finishes the key in
+  -- hand and returns (one parked in get ends with its generation).
+  while alive(gen) do
     local key = get(q)
     if key == nil then return end
     local ok, res, err = xpcall(fn, traceback, key)
