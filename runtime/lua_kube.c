@@ -100,10 +100,11 @@ struct kl_rt {
   size_t nhooks;
   kl_http_t *http; /* made on first use; outlives the Lua state */
   /* Generations of the scripts (hot reload): the active one, and the one
-   * being loaded while `loading`; 0 is the system's (the simulator, the
-   * test runner), which never retires. */
-  unsigned gen, loading_gen;
-  int loading;
+   * code runs for when C calls Lua on a generation's behalf (a load, a
+   * handler, a timer, a server's request) while `scoped`; 0 is the
+   * system's (the simulator, the test runner), which never retires. */
+  unsigned gen;
+  kl_gen_scope_t scope;
   int hup_ref;    /* SIGHUP's function (a reload), or LUA_NOREF */
   kl_defer_t hup; /* runs it from the loop */
 };
@@ -159,12 +160,23 @@ static void wl_remove(kl_task_t *t) {
 /* Generations */
 
 unsigned kl_rt_generation(kl_rt_t *rt) {
-  if (rt->loading) return rt->loading_gen;
+  if (rt->scope.scoped) return rt->scope.gen;
   return rt->current ? rt->current->gen : rt->gen;
 }
 
 int kl_rt_generation_alive(const kl_rt_t *rt, unsigned gen) {
-  return gen == 0 || gen == rt->gen || (rt->loading && gen == rt->loading_gen);
+  return gen == 0 || gen == rt->gen ||
+         (rt->scope.scoped && gen == rt->scope.gen);
+}
+
+void kl_rt_gen_enter(kl_rt_t *rt, unsigned gen, kl_gen_scope_t *saved) {
+  *saved = rt->scope;
+  rt->scope.scoped = 1;
+  rt->scope.gen = gen;
+}
+
+void kl_rt_gen_leave(kl_rt_t *rt, const kl_gen_scope_t *saved) {
+  rt->scope = *saved;
 }
 
 /* Tasks */
@@ -534,13 +546,10 @@ static void after_fire(kl_timer_t *timer, void *ud) {
   luaL_unref(L, LUA_REGISTRYINDEX, a->self_ref);
   a->fn_ref = a->self_ref = LUA_NOREF;
   if (!rt->stopping && kl_rt_generation_alive(rt, a->gen)) {
-    unsigned saved = rt->loading_gen;
-    int was_loading = rt->loading;
-    rt->loading = 1; /* the task belongs to the timer's generation */
-    rt->loading_gen = a->gen;
+    kl_gen_scope_t saved; /* the task belongs to the timer's generation */
+    kl_rt_gen_enter(rt, a->gen, &saved);
     task_spawn(rt, L, 0, "after");
-    rt->loading = was_loading;
-    rt->loading_gen = saved;
+    kl_rt_gen_leave(rt, &saved);
   } else {
     lua_pop(L, 1);
   }
@@ -707,7 +716,6 @@ static int core_load(lua_State *L) {
   kl_rt_t *rt = up_rt(L);
   lua_Integer gen = luaL_checkinteger(L, 1);
   check_function(L, 2, "core.load");
-  if (rt->loading) return luaL_error(L, "a generation is loading already");
   if (gen <= 0 || (unsigned)gen <= rt->gen)
     return luaL_error(L, "generation %d is not newer than %d", (int)gen,
                       (int)rt->gen);
@@ -715,11 +723,11 @@ static int core_load(lua_State *L) {
   lua_pushcfunction(L, kl_lua_traceback);
   lua_replace(L, 1);
   kl_task_t *current = rt->current;
+  kl_gen_scope_t saved;
   rt->current = NULL;
-  rt->loading = 1;
-  rt->loading_gen = (unsigned)gen;
+  kl_rt_gen_enter(rt, (unsigned)gen, &saved);
   int ok = lua_pcall(L, nargs, 0, 1) == 0;
-  rt->loading = 0;
+  kl_rt_gen_leave(rt, &saved);
   rt->current = current;
   if (ok)
     rt->gen = (unsigned)gen;
