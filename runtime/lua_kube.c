@@ -105,8 +105,11 @@ struct kl_rt {
    * system's (the simulator, the test runner), which never retires. */
   unsigned gen;
   kl_gen_scope_t scope;
-  int hup_ref;    /* SIGHUP's function (a reload), or LUA_NOREF */
-  kl_defer_t hup; /* runs it from the loop */
+  int hup_ref;            /* SIGHUP's function (a reload), or LUA_NOREF */
+  kl_defer_t hup;         /* runs it from the loop */
+  int on_stop_ref;        /* core.on_stop functions (a table), or LUA_NOREF */
+  int on_stop_pending;    /* they are yet to start */
+  kl_defer_t on_stop_run; /* starts them, from the loop */
 };
 
 static void task_resume(kl_defer_t *d);
@@ -402,6 +405,23 @@ static void task_resume(kl_defer_t *d) {
 
 /* Stop */
 
+/* Starts the core.on_stop functions, each in a task that a stop waits for
+ * as for a reconcile in progress (a Lease release, a last status write). */
+static void on_stop_start(kl_defer_t *d) {
+  kl_rt_t *rt = (kl_rt_t *)((char *)d - offsetof(kl_rt_t, on_stop_run));
+  lua_State *L = rt->L;
+  rt->on_stop_pending = 0;
+  lua_checkstack(L, LUA_MINSTACK);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, rt->on_stop_ref);
+  int fns = lua_gettop(L);
+  for (int i = 1, n = (int)lua_objlen(L, fns); i <= n; i++) {
+    lua_rawgeti(L, fns, i);
+    task_spawn(rt, L, 0, "on-stop")->holds = 1;
+  }
+  lua_pop(L, 1);
+  check_stopped(rt);
+}
+
 static void stop_timeout(kl_timer_t *timer, void *ud) {
   kl_rt_t *rt = ud;
   (void)timer;
@@ -417,7 +437,7 @@ static void stop_timeout(kl_timer_t *timer, void *ud) {
 }
 
 static void check_stopped(kl_rt_t *rt) {
-  if (rt->stopped || rt->ntasks > 0) return;
+  if (rt->stopped || rt->ntasks > 0 || rt->on_stop_pending) return;
   rt->stopped = 1;
   kl_timers_stop(kl_loop_timers(rt->loop), &rt->stop_timer);
   kl_loop_break(rt->loop);
@@ -440,6 +460,10 @@ void kl_rt_stop(kl_rt_t *rt, int status) {
     else if (t->state != TASK_RUNNING)
       task_end(t);
     t = next;
+  }
+  if (rt->on_stop_ref != LUA_NOREF) {
+    rt->on_stop_pending = 1;
+    kl_loop_defer(rt->loop, &rt->on_stop_run);
   }
   kl_log(KL_LOG_INFO, "stopping: waiting for %zu running reconciles", busy);
   kl_timers_start(kl_loop_timers(rt->loop), &rt->stop_timer,
@@ -890,6 +914,21 @@ static void hup_run(kl_defer_t *d) {
   call_ref(rt, rt->hup_ref, "SIGHUP");
 }
 
+/* core.on_stop(fn): when a graceful stop begins, fn runs in a task of its
+ * own, and the stop waits for it (up to the shutdown timeout). */
+static int core_on_stop(lua_State *L) {
+  kl_rt_t *rt = up_rt(L);
+  check_function(L, 1, "core.on_stop");
+  if (rt->on_stop_ref == LUA_NOREF) {
+    lua_newtable(L);
+    rt->on_stop_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  }
+  lua_rawgeti(L, LUA_REGISTRYINDEX, rt->on_stop_ref);
+  lua_pushvalue(L, 1);
+  lua_rawseti(L, -2, (int)lua_objlen(L, -2) + 1);
+  return 0;
+}
+
 /* core.on_hup(fn): fn runs from the loop on each SIGHUP (nil: none). */
 static int core_on_hup(lua_State *L) {
   kl_rt_t *rt = up_rt(L);
@@ -921,6 +960,7 @@ static const luaL_Reg core_funcs[] = {
     {"retire", core_retire},
     {"watch", core_watch},
     {"on_hup", core_on_hup},
+    {"on_stop", core_on_stop},
     {NULL, NULL},
 };
 
@@ -958,8 +998,9 @@ kl_rt_t *kl_rt_new(kl_loop_t *loop) {
   rt->loop = loop;
   rt->tasks.next = rt->tasks.prev = &rt->tasks;
   rt->shutdown_timeout = 30;
-  rt->hup_ref = LUA_NOREF;
+  rt->hup_ref = rt->on_stop_ref = LUA_NOREF;
   kl_defer_init(&rt->hup, hup_run);
+  kl_defer_init(&rt->on_stop_run, on_stop_start);
   kl_timer_init(&rt->stop_timer, stop_timeout, rt);
 
   lua_State *L = rt->L = luaL_newstate();
@@ -1028,6 +1069,7 @@ void kl_rt_free(kl_rt_t *rt) {
   if (!rt) return;
   kl_timers_stop(kl_loop_timers(rt->loop), &rt->stop_timer);
   kl_loop_undefer(rt->loop, &rt->hup);
+  kl_loop_undefer(rt->loop, &rt->on_stop_run);
   lua_close(rt->L); /* requests and reflectors end here, http is still up */
   kl_http_free(rt->http);
   free(rt->hooks);
