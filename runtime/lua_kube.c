@@ -537,6 +537,18 @@ static int core_spawn_named(lua_State *L) {
   return 0;
 }
 
+/* core.spawn_system(name, fn, ...) -> as spawn_named, but the task belongs
+ * to no script generation: a reload does not end it (the runtime's own
+ * tasks: leader election, posting Events). */
+static int core_spawn_system(lua_State *L) {
+  kl_rt_t *rt = up_rt(L);
+  kl_gen_scope_t saved;
+  kl_rt_gen_enter(rt, 0, &saved);
+  int n = core_spawn_named(L);
+  kl_rt_gen_leave(rt, &saved);
+  return n;
+}
+
 static int deliver_nothing(kl_task_t *t, lua_State *co, void *op) {
   (void)t;
   (void)co;
@@ -961,6 +973,7 @@ static const luaL_Reg core_funcs[] = {
     {"watch", core_watch},
     {"on_hup", core_on_hup},
     {"on_stop", core_on_stop},
+    {"spawn_system", core_spawn_system},
     {NULL, NULL},
 };
 

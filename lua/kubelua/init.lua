@@ -377,6 +377,13 @@ end
 _M.on_leading = leader.on_leading
 _M.on_stopped_leading = leader.on_stopped_leading
 
+-- kube.event(obj, "Normal"|"Warning", reason, message [, action]): posts
+-- a Kubernetes Event about obj, aggregated and rate limited as client-go's
+-- recorder does (kubelua.events); returns at once.
+local events = require "kubelua.events"
+_M.event = events.event
+_M.events = events
+
 -- The REST client (kubelua.client): verbs on the default client, and the
 -- error predicates. kube.client.new / kube.client.set_default make clients.
 local client = require "kubelua.client"

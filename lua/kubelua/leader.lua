@@ -265,13 +265,22 @@ function Elector:release()
   return true
 end
 
--- start(opts) -> elector: the process's elector, running in its own task;
--- released on a graceful stop.
+-- start(opts) -> elector: the process's elector, running in a task of the
+-- runtime's own (a hot reload does not end it: the reloaded script asking
+-- again for the same Lease gets it back); released on a graceful stop.
 function _M.start(opts)
-  if current then error("kube.leader_election: this process elects already", 2) end
+  if current then
+    local same_lease = type(opts) == "table" and opts.name == current.name
+      and opts.namespace == current.namespace
+    if same_lease then
+      return current
+    end
+    error("kube.leader_election: this process campaigns for " .. current.namespace .. "/"
+      .. current.name .. " already", 2)
+  end
   local le = _M.new(opts)
   current = le
-  core.spawn_named("leader-election", function() le:run() end)
+  core.spawn_system("leader-election", function() le:run() end)
   core.on_stop(function() le:release() end)
   return le
 end

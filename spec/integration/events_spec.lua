@@ -1,0 +1,68 @@
+-- kube.event: Events about objects, aggregated and rate limited as
+-- client-go's recorder does, against the in-process simulator.
+local kube = require "kubelua"
+local testing = require "kubelua.testing"
+local support = require "spec.support"
+
+describe("kube.event", function()
+  local t, cm
+
+  before_each(function()
+    kube.events._reset()
+    t = testing.start{ namespaces = { "e" } }
+    cm = t:create{ apiVersion = "v1", kind = "ConfigMap", metadata = { name = "c1", namespace = "e" } }
+  end)
+  after_each(function() t:stop() end)
+
+  local function events()
+    return t:list("events.k8s.io/v1", "events", "e")
+  end
+
+  it("posts an events.k8s.io/v1 Event about the object, without waiting", function()
+    assert.is_true(kube.event(cm, "Warning", "SyncFailed", "cannot sync: boom"))
+    local list = t:eventually(function() local l = events() return #l == 1 and l end)
+    local ev = list[1]
+    assert.matches("^c1%.%x+$", ev.metadata.name)
+    assert.equal("Warning", ev.type)
+    assert.equal("SyncFailed", ev.reason)
+    assert.equal("SyncFailed", ev.action)
+    assert.equal("cannot sync: boom", ev.note)
+    assert.equal("kubelua", ev.reportingController)
+    assert.same({ apiVersion = "v1", kind = "ConfigMap", namespace = "e", name = "c1",
+                  uid = cm.metadata.uid, resourceVersion = cm.metadata.resourceVersion },
+                ev.regarding)
+    assert.matches("^%d%d%d%d%-%d%d%-%d%dT%d%d:%d%d:%d%d%.%d%d%d%d%d%dZ$", ev.eventTime)
+    assert.is_nil(ev.series)
+  end)
+
+  it("counts a repeated Event in its series instead of posting another", function()
+    for _ = 1, 3 do kube.event(cm, "Normal", "Synced", "in sync") end
+    kube.event(cm, "Normal", "Synced", "something else")
+    local list = t:eventually(function()
+      local l = events()
+      table.sort(l, function(a, b) return a.note < b.note end)
+      return #l == 2 and l[1].series and l[1].series.count == 3 and l
+    end)
+    assert.equal("in sync", list[1].note)
+    assert.equal("something else", list[2].note)
+    assert.is_nil(list[2].series)
+  end)
+
+  it("drops Events beyond the per-object burst and counts them in the next", function()
+    local posted = 0
+    for i = 1, 30 do
+      if kube.event(cm, "Normal", "Tick", "tick " .. i) then posted = posted + 1 end
+    end
+    assert.equal(25, posted)
+    t:eventually(function() return #events() == 25 end)
+  end)
+
+  it("checks its arguments", function()
+    support.raises('kube.event: type must be "Normal" or "Warning", got Info',
+      function() kube.event(cm, "Info", "R", "m") end)
+    support.raises("kube.event: reason must be a non-empty string",
+      function() kube.event(cm, "Normal", "", "m") end)
+    support.raises("kube.event: the object needs apiVersion and kind",
+      function() kube.event({ metadata = { name = "x" } }, "Normal", "R", "m") end)
+  end)
+end)
