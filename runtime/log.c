@@ -5,12 +5,22 @@
 #include "log.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "clock.h"
 
 static kl_log_level_t min_level = KL_LOG_INFO;
+static kl_log_format_t format = KL_LOG_TEXT;
+
+void kl_log_set_format(kl_log_format_t f) { format = f; }
+
+int kl_log_parse_format(const char *s) {
+  if (strcmp(s, "text") == 0) return KL_LOG_TEXT;
+  if (strcmp(s, "json") == 0) return KL_LOG_JSON;
+  return -1;
+}
 
 void kl_log_set_level(kl_log_level_t level) { min_level = level; }
 kl_log_level_t kl_log_get_level(void) { return min_level; }
@@ -27,10 +37,113 @@ const char *kl_log_level_name(kl_log_level_t level) {
   return (unsigned)level < 4 ? names[level] : "?";
 }
 
+/* A growing line buffer: records are short, but a traceback is not. */
+typedef struct line {
+  char *p;
+  size_t n, cap;
+  char stack[8192];
+} line_t;
+
+static void put(line_t *l, const char *s, size_t n) {
+  if (l->n + n + 2 > l->cap) {
+    size_t cap = (l->n + n + 2) * 2;
+    char *p = malloc(cap);
+    if (!p) return; /* out of memory: the record is cut short */
+    memcpy(p, l->p, l->n);
+    if (l->p != l->stack) free(l->p);
+    l->p = p;
+    l->cap = cap;
+  }
+  memcpy(l->p + l->n, s, n);
+  l->n += n;
+}
+
+static void puts_(line_t *l, const char *s) { put(l, s, strlen(s)); }
+
+/* A JSON string's contents. */
+static void put_json(line_t *l, const char *s, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    unsigned char c = (unsigned char)s[i];
+    char esc[8];
+    if (c == '"' || c == '\\') {
+      esc[0] = '\\';
+      esc[1] = (char)c;
+      put(l, esc, 2);
+    } else if (c == '\n') {
+      put(l, "\\n", 2);
+    } else if (c == '\t') {
+      put(l, "\\t", 2);
+    } else if (c < 0x20) {
+      snprintf(esc, sizeof esc, "\\u%04x", c);
+      put(l, esc, 6);
+    } else {
+      put(l, (const char *)&c, 1);
+    }
+  }
+}
+
+/* The message as text: a newline becomes "\n". */
+static void put_text(line_t *l, const char *s) {
+  for (const char *p = s; *p; p++) {
+    if (*p == '\n')
+      put(l, "\\n", 2);
+    else
+      put(l, p, 1);
+  }
+}
+
+/* Turns " k=v k2=\"a b\"" into ,"k":"v","k2":"a b". */
+static void put_json_fields(line_t *l, const char *f) {
+  int open = 0; /* a value is being written */
+  while (*f) {
+    while (*f == ' ')
+      f++;
+    if (!*f) break;
+    const char *eq = strchr(f, '=');
+    const char *sp = strchr(f, ' ');
+    if (!eq || (sp && sp < eq)) { /* no key: part of the last value */
+      size_t n = sp ? (size_t)(sp - f) : strlen(f);
+      if (open) {
+        put(l, " ", 1);
+        put_json(l, f, n);
+      }
+      f += n;
+      continue;
+    }
+    if (open) put(l, "\"", 1);
+    put(l, ",\"", 2);
+    put_json(l, f, (size_t)(eq - f));
+    put(l, "\":\"", 3);
+    f = eq + 1;
+    if (*f == '"') { /* quoted: \" and \\ escapes */
+      f++;
+      while (*f && *f != '"') {
+        if (*f == '\\' && f[1]) {
+          f++;
+          if (*f == 'n')
+            put(l, "\\n", 2);
+          else
+            put_json(l, f, 1);
+        } else {
+          put_json(l, f, 1);
+        }
+        f++;
+      }
+      if (*f == '"') f++;
+    } else {
+      size_t n = strcspn(f, " ");
+      put_json(l, f, n);
+      f += n;
+    }
+    open = 1;
+  }
+  if (open) put(l, "\"", 1);
+}
+
 void kl_log_fields(kl_log_level_t level, const char *fields, const char *fmt,
                    ...) {
   static const char *const tags[] = {"DEBUG", "INFO", "WARN", "ERROR"};
-  char msg[4096], line[8192], stamp[32];
+  char msg[4096], stamp[48];
   if (level < min_level) return;
 
   va_list ap;
@@ -42,18 +155,33 @@ void kl_log_fields(kl_log_level_t level, const char *fields, const char *fmt,
   time_t secs = (time_t)now;
   struct tm tm;
   gmtime_r(&secs, &tm);
-  strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%S", &tm);
+  size_t k = strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%S", &tm);
+  snprintf(stamp + k, sizeof stamp - k, ".%03dZ",
+           (int)((now - (double)secs) * 1000));
 
-  size_t n = (size_t)snprintf(line, sizeof line, "%s.%03dZ %-5s ", stamp,
-                              (int)((now - (double)secs) * 1000), tags[level]);
-  for (const char *p = msg; *p && n < sizeof line - 3; p++) {
-    if (*p == '\n') {
-      line[n++] = '\\';
-      line[n++] = 'n';
-    } else {
-      line[n++] = *p;
-    }
+  line_t l = {0};
+  l.p = l.stack;
+  l.cap = sizeof l.stack;
+  if (format == KL_LOG_JSON) {
+    puts_(&l, "{\"ts\":\"");
+    puts_(&l, stamp);
+    puts_(&l, "\",\"level\":\"");
+    puts_(&l, names[level]);
+    puts_(&l, "\",\"msg\":\"");
+    put_json(&l, msg, strlen(msg));
+    put(&l, "\"", 1);
+    if (fields) put_json_fields(&l, fields);
+    put(&l, "}", 1);
+  } else {
+    puts_(&l, stamp);
+    put(&l, " ", 1);
+    char tag[8];
+    snprintf(tag, sizeof tag, "%-5s ", tags[level]);
+    puts_(&l, tag);
+    put_text(&l, msg);
+    if (fields) puts_(&l, fields);
   }
-  line[n] = '\0';
-  fprintf(stderr, "%s%s\n", line, fields ? fields : "");
+  put(&l, "\n", 1);
+  fwrite(l.p, 1, l.n, stderr);
+  if (l.p != l.stack) free(l.p);
 }

@@ -39,6 +39,8 @@ static void usage(FILE *out) {
       "  --no-watch               reload the script on SIGHUP only, not when\n"
       "                           its files change\n"
       "  --log-level LEVEL        debug, info, warn or error (default info)\n"
+      "  --v N                    klog's verbosity: 4 and above is debug\n"
+      "  --log-format FORMAT      text (default) or json: one object a line\n"
       "  --shutdown-timeout SECS  how long a graceful stop may take "
       "(default 30)\n",
       out);
@@ -139,6 +141,17 @@ static int run_script(int argc, char **argv) {
       int level = kl_log_parse_level(val);
       if (level < 0) return bad_usage("unknown log level \"%s\"", val);
       kl_log_set_level((kl_log_level_t)level);
+    } else if (strcmp(opt, "--v") == 0) { /* klog's verbosity */
+      char *end;
+      long v = strtol(val, &end, 10);
+      if (*end || end == val || v < 0)
+        return bad_usage("--v needs a number, got \"%s\"", val);
+      kl_log_set_level(v >= 4 ? KL_LOG_DEBUG : KL_LOG_INFO);
+    } else if (strcmp(opt, "--log-format") == 0) {
+      int f = kl_log_parse_format(val);
+      if (f < 0)
+        return bad_usage("unknown log format \"%s\" (text, json)", val);
+      kl_log_set_format((kl_log_format_t)f);
     } else if (strcmp(opt, "--kubeconfig") == 0) {
       ro.kubeconfig = val;
     } else if (strcmp(opt, "--context") == 0) {

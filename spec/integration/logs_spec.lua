@@ -1,0 +1,86 @@
+-- Logs: the text and JSON formats, verbosity, and no secret in any line.
+local kube = require "kubelua"
+local support = require "spec.support"
+local helper = require "spec.integration.sim_helper"
+
+local run_script = support.run_script
+
+describe("logs", function()
+  it("writes one JSON object a line with --log-format json", function()
+    local status, out = run_script([[
+      local kube = require "kubelua"
+      kube.log.info("hello \"world\"\nnext", { a = "x y", b = 'q"uote', n = 3 })
+      kube.log.debug("not shown")
+      kube.log.warn("plain")
+      kube.stop()
+    ]], "", "--log-format json")
+    assert.equal(0, status)
+    local lines = {}
+    for line in out:gmatch("[^\n]+") do lines[#lines + 1] = kube.json.decode(line) end
+    assert.equal(3, #lines)
+    assert.matches("^%d%d%d%d%-%d%d%-%d%dT%d%d:%d%d:%d%d%.%d%d%dZ$", lines[1].ts)
+    lines[1].ts, lines[2].ts, lines[3].ts = nil, nil, nil
+    assert.same({ level = "info", msg = 'hello "world"\nnext', a = "x y", b = 'q"uote', n = "3" },
+                lines[1])
+    assert.same({ level = "warn", msg = "plain" }, lines[2])
+    assert.same({ level = "info", msg = "stopping: waiting for 0 running reconciles" }, lines[3])
+  end)
+
+  it("shows debug lines from --v 4 up, as klog's verbosity", function()
+    local script = "local kube = require 'kubelua' kube.log.debug('dbg') kube.stop()"
+    local _, out = run_script(script, "", "--v 4")
+    assert.matches("DEBUG dbg\n", out, 1, true)
+    _, out = run_script(script, "", "--v 2")
+    assert.is_nil(out:find("dbg", 1, true))
+  end)
+
+  it("refuses an unknown format", function()
+    local status, out = support.sh(support.kubelua .. " run --log-format xml x.lua")
+    assert.equal(2, status)
+    assert.matches('kubelua: unknown log format "xml" (text, json)\n', out, 1, true)
+  end)
+
+  it("never prints the bearer token, even at debug and on errors", function()
+    local token = "tok-" .. ("%08x"):format(math.random(0, 0x7fffffff)) .. "-secret"
+    local sim = helper.start("--token " .. token)
+    local dir = os.tmpname()
+    os.remove(dir)
+    assert(os.execute("mkdir -p " .. dir) == 0)
+    local f = assert(io.open(dir .. "/config", "w"))
+    f:write(([[
+apiVersion: v1
+kind: Config
+current-context: c
+clusters: [{name: s, cluster: {server: "%s"}}]
+users: [{name: u, user: {token: "%s"}}]
+contexts: [{name: c, context: {cluster: s, user: u, namespace: default}}]
+]]):format(sim.base, token))
+    f:close()
+    local status, out = run_script([[
+      local kube = require "kubelua"
+      local cms = kube.informer("v1", "configmaps", { namespace = "default" })
+      kube.spawn(function()
+        assert(kube.wait_for_sync(cms, 10))
+        assert(kube.create{ apiVersion = "v1", kind = "ConfigMap",
+                            metadata = { name = "c", namespace = "default" } })
+        local _, err = kube.get("v1", "configmaps", "default", "missing")
+        kube.log.info("a failed get", { error = tostring(err) })
+        kube.log.info("the connection", { server = kube.connection().server })
+        local bad = kube.client.new{ server = kube.server(), token = "wrong-token" }
+        local _, berr = bad:get("v1", "configmaps", "default", "c")
+        kube.log.info("with a wrong token", { error = tostring(berr) })
+        kube.event(cms:get("default/c") or { apiVersion = "v1", kind = "ConfigMap",
+                   metadata = { name = "c", namespace = "default" } }, "Normal", "Seen", "seen")
+        kube.sleep(0.2)
+        kube.stop()
+      end)
+    ]], "", "--log-level debug --kubeconfig " .. dir .. "/config")
+    helper.stop(sim)
+    os.execute("rm -rf " .. dir)
+    assert.equal(0, status)
+    assert.matches("a failed get error=\"NotFound: configmaps \\\"missing\\\" not found\"", out, 1, true)
+    assert.matches("with a wrong token error=\"Unauthorized: Unauthorized\"", out, 1, true)
+    assert.is_nil(out:find(token, 1, true))
+    assert.is_nil(out:find("wrong-token", 1, true))
+  end)
+end)
