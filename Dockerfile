@@ -16,7 +16,10 @@ RUN apt-get update && apt-get install -y --no-install-recommends \
 COPY --from=build /build/kubelua /usr/local/bin/kubelua
 COPY examples /examples
 USER 65532:65532
-ENTRYPOINT ["/usr/local/bin/kubelua"]
-# The demo against the built-in simulator; in a cluster, run your own
-# script: the service account is found without flags.
-CMD ["run", "--sim", "/examples/mirror/controller.lua"]
+# The Lua library is inside the binary: nothing else is needed, and nothing
+# is written (a read-only root filesystem is fine).
+ENTRYPOINT ["/usr/local/bin/kubelua", "run"]
+# The demo against the built-in simulator. In a cluster, give your script
+# (deploy/kubelua.yaml mounts it from a ConfigMap); the service account is
+# found without flags.
+CMD ["--sim", "/examples/mirror/controller.lua"]

@@ -117,8 +117,16 @@ static int run_script(int argc, char **argv) {
   int sim = 0, watch = 1;
   run_opts_t ro = {0};
   int i = 0;
+  char opt_buf[64];
   for (; i < argc && strncmp(argv[i], "--", 2) == 0; i++) {
-    const char *opt = argv[i];
+    const char *opt = argv[i], *inline_val = NULL;
+    const char *eq = strchr(opt, '=');
+    if (eq && (size_t)(eq - opt) < sizeof opt_buf) { /* --name=value */
+      memcpy(opt_buf, opt, (size_t)(eq - opt));
+      opt_buf[eq - opt] = '\0';
+      opt = opt_buf;
+      inline_val = eq + 1;
+    }
     if (strcmp(opt, "--") == 0) {
       i++;
       break;
@@ -135,8 +143,9 @@ static int run_script(int argc, char **argv) {
       ro.leader_elect = 1;
       continue;
     }
-    if (i + 1 >= argc) return bad_usage("option %s needs a value", opt);
-    const char *val = argv[++i];
+    if (!inline_val && i + 1 >= argc)
+      return bad_usage("option %s needs a value", opt);
+    const char *val = inline_val ? inline_val : argv[++i];
     if (strcmp(opt, "--log-level") == 0) {
       int level = kl_log_parse_level(val);
       if (level < 0) return bad_usage("unknown log level \"%s\"", val);
