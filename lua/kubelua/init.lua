@@ -15,7 +15,7 @@ local informer = require "kubelua.informer"
 local error, type, tostring, pairs, select = error, type, tostring, pairs, select
 local setmetatable, getmetatable, xpcall = setmetatable, getmetatable, xpcall
 local concat, sort, format = table.concat, table.sort, string.format
-local traceback = debug.traceback
+local traceback, getinfo = debug.traceback, debug.getinfo
 local unpack = unpack
 
 local function pack(...) return { n = select("#", ...), ... } end
@@ -259,33 +259,136 @@ function _M.requeue_after(seconds)
   return setmetatable({ seconds = seconds }, requeue_mt)
 end
 
-local function worker_loop(q, fn, qname)
+local terminal_mt = { __tostring = function(t) return "terminal: " .. t.message end }
+
+-- kube.terminal(msg): a reconcile's result (returned or raised) that gives
+-- up on the key: logged, forgotten, not retried until the key is added
+-- again (controller-runtime's TerminalError).
+function _M.terminal(msg)
+  if type(msg) ~= "string" then
+    error("kube.terminal: msg must be a string, got " .. type(msg), 2)
+  end
+  return setmetatable({ message = msg }, terminal_mt)
+end
+
+-- The fields a reconcile's logs carry: the worker's own (queue or
+-- controller) and the key.
+local function bound_log(base, key)
+  local bound = {}
+  for k, v in pairs(base) do bound[k] = v end
+  bound.key = key
+  local out = {}
+  for _, level in pairs({ "debug", "info", "warn", "error" }) do
+    out[level] = function(msg, fields)
+      local all = bound
+      if fields ~= nil then
+        if type(fields) ~= "table" then
+          error("ctx.log: fields must be a table, got " .. type(fields), 2)
+        end
+        all = {}
+        for k, v in pairs(bound) do all[k] = v end
+        for k, v in pairs(fields) do all[k] = v end
+      end
+      return log[level](msg, all)
+    end
+  end
+  return out
+end
+
+-- ctx, a reconcile's second argument: key, namespace and name (nil for a
+-- cluster-scoped key), attempt (the queue's NumRequeues of the key: 0 on a
+-- first try) and log (kube.log with the worker's fields and the key bound).
+-- Fields other than key are computed when first read.
+local ctx_fields = {
+  namespace = function(ctx)
+    local ns = ctx.key:match("^([^/]*)/")
+    return ns ~= "" and ns or nil
+  end,
+  name = function(ctx) return (ctx.key:match("([^/]*)$")) end,
+  attempt = function(ctx) return ctx._q:num_requeues(ctx.key) end,
+  log = function(ctx) return bound_log(ctx._fields, ctx.key) end,
+}
+local ctx_mt = { __index = function(ctx, k)
+  local f = ctx_fields[k]
+  if not f then return nil end
+  local v = f(ctx)
+  rawset(ctx, k, v)
+  return v
+end }
+
+-- A raised terminal result stays a table; other errors get the traceback.
+local function on_error(e)
+  if getmetatable(e) == terminal_mt then return e end
+  return traceback(e, 2)
+end
+
+local function failed(fields, key, msg, what)
+  local f = { key = key, error = msg }
+  for k, v in pairs(fields) do f[k] = v end
+  log.error(what, f)
+end
+
+-- Each worker: get a key, run fn(key[, ctx]) protected, settle the
+-- outcome, done. ctx is only built for a function that can receive it.
+local function worker_loop(q, fn, fields, with_ctx)
   local get, done, forget = q.get, q.done, q.forget
   local add_after, add_rate_limited = q.add_after, q.add_rate_limited
   while true do
     local key = get(q)
     if key == nil then return end
-    local ok, res, err = xpcall(fn, traceback, key)
-    if not ok then
-      log.error("reconcile failed", { queue = qname, key = key, error = res })
-      add_rate_limited(q, key)
-    elseif res == nil and err ~= nil then
-      log.error("reconcile failed", { queue = qname, key = key,
-                                      error = tostring(err) })
-      add_rate_limited(q, key)
-    elseif getmetatable(res) == requeue_mt then
-      forget(q, key)
-      add_after(q, key, res.seconds)
+    local ok, res, err
+    if with_ctx then
+      ok, res, err = xpcall(fn, on_error, key, setmetatable({ key = key, _q = q, _fields = fields },
+                                                            ctx_mt))
     else
-      forget(q, key)
+      ok, res, err = xpcall(fn, on_error, key)
+    end
+    if ok and res == nil then
+      if err == nil then
+        forget(q, key)
+      else
+        failed(fields, key, tostring(err), "reconcile failed")
+        add_rate_limited(q, key)
+      end
+    else
+      local mt = getmetatable(res)
+      if mt == requeue_mt and ok then
+        forget(q, key)
+        add_after(q, key, res.seconds)
+      elseif mt == terminal_mt then
+        failed(fields, key, res.message, "reconcile failed terminally, not retried")
+        forget(q, key)
+      elseif not ok then
+        failed(fields, key, tostring(res), "reconcile failed")
+        add_rate_limited(q, key)
+      else
+        forget(q, key)
+      end
     end
     done(q, key)
   end
 end
 
--- kube.workers(q, n, fn): n tasks that call fn(key) for each key of q.
--- fn returns normally → forget; raises or returns nil, err → logged and
--- re-added rate limited; returns kube.requeue_after(s) → forget, add after s.
+-- Whether fn can take a second argument.
+local function takes_ctx(fn)
+  local info = getinfo(fn, "u")
+  return info.isvararg or (info.nparams or 0) >= 2 or info.what == "C"
+end
+
+local function start_workers(q, n, fn, fields)
+  local qname = q:name()
+  local with_ctx = takes_ctx(fn)
+  for i = 1, n do
+    core.spawn_named(qname .. "#" .. i, worker_loop, q, fn, fields, with_ctx)
+  end
+end
+
+-- kube.workers(q, n, fn): n tasks that call fn(key, ctx) for each key of q.
+-- fn returns normally → forget; raises or returns nil, err → logged (a
+-- raised error with its traceback) and re-added rate limited; returns
+-- kube.requeue_after(s) → forget, add after s; returns (or raises)
+-- kube.terminal(msg) → logged, forgotten, not retried until added again.
+-- ctx: key, namespace, name, attempt, log (see ctx_fields above).
 function _M.workers(q, n, fn)
   if getmetatable(q) ~= "workqueue" then
     error("kube.workers: bad argument #1 (workqueue expected, got " .. type(q) .. ")", 2)
@@ -297,11 +400,9 @@ function _M.workers(q, n, fn)
   if type(fn) ~= "function" then
     error("kube.workers: bad argument #3 (function expected, got " .. type(fn) .. ")", 2)
   end
-  local qname = q:name()
-  for i = 1, n do
-    core.spawn_named(qname .. "#" .. i, worker_loop, q, fn, qname)
-  end
+  start_workers(q, n, fn, { queue = q:name() })
 end
+_M._start_workers = start_workers -- for kubelua.controller
 
 -- The REST client (kubelua.client): verbs on the default client, and the
 -- error predicates. kube.client.new / kube.client.set_default make clients.
@@ -313,5 +414,10 @@ for _, k in pairs({ "get", "list", "list_all", "create", "update", "update_statu
                     "is_too_many_requests" }) do
   _M[k] = client[k]
 end
+
+-- Object helpers (kubelua.helpers): kube.key, owner references,
+-- finalizers, conditions, merge patches.
+local helpers = require "kubelua.helpers"
+for _, k in pairs(helpers.exports) do _M[k] = helpers[k] end
 
 return _M
