@@ -4,15 +4,18 @@
 --
 -- Time and tasks: kube.now, kube.monotonic, kube.spawn, kube.sleep,
 -- kube.after, kube.stop. Work: kube.workqueue, kube.workers,
--- kube.requeue_after. Logs: kube.log.{debug,info,warn,error}.
+-- kube.requeue_after, kube.terminal, kube.controller (kubelua.controller).
+-- Objects: kube.key, owner references, finalizers, conditions, merge
+-- patches (kubelua.helpers). Logs: kube.log.{debug,info,warn,error}.
 -- The C core is "kubelua.core"; this module adds argument checks and the
 -- worker loop, which is plain Lua over the queue's get/done.
 
 local core = require "kubelua.core"
 local json = require "kubelua.json"
 local informer = require "kubelua.informer"
+local group = require "kubelua.informer_group"
 
-local error, type, tostring, pairs, select = error, type, tostring, pairs, select
+local error, type, tostring, pairs, ipairs, select = error, type, tostring, pairs, ipairs, select
 local setmetatable, getmetatable, xpcall = setmetatable, getmetatable, xpcall
 local concat, sort, format = table.concat, table.sort, string.format
 local traceback, getinfo = debug.traceback, debug.getinfo
@@ -185,16 +188,8 @@ end
 
 local informers = {}
 
--- kube.informer(api_version, resource, opts) -> a shared informer: the same
--- arguments give the same informer (one watch, one cache). resource is the
--- plural name ("configmaps"); opts: namespace, label_selector,
--- field_selector, resync, indexers, transform, keep_managed_fields.
-function _M.informer(api_version, resource, opts)
-  if type(api_version) ~= "string" or type(resource) ~= "string" then
-    error("kube.informer: expected an apiVersion and a resource name", 2)
-  end
-  connected("kube.informer")
-  opts = opts or {}
+-- The informer of one watch: the same arguments give the same one.
+local function shared_informer(api_version, resource, opts)
   local id = table.concat({ api_version, resource, opts.namespace or "",
     opts.label_selector or "", opts.field_selector or "" }, "\0")
   local inf = informers[id]
@@ -211,6 +206,112 @@ function _M.informer(api_version, resource, opts)
   }
   informers[id] = inf
   return inf
+end
+
+-- What kube.informer returned for a Kind or a namespaces list, by spec.
+local by_spec = {}
+
+local function check_namespaces(namespaces, single)
+  if type(namespaces) ~= "table" or namespaces[1] == nil then
+    error("kube.informer: opts.namespaces must be a non-empty list of namespace names", 3)
+  end
+  for _, ns in ipairs(namespaces) do
+    if type(ns) ~= "string" or ns == "" then
+      error("kube.informer: opts.namespaces must be a non-empty list of namespace names", 3)
+    end
+  end
+  if single ~= nil then
+    error("kube.informer: opts.namespace and opts.namespaces exclude each other", 3)
+  end
+end
+
+-- kube.informer(api_version, kind_or_resource, opts) -> a shared informer:
+-- the same arguments give the same informer (one watch, one cache).
+-- kind_or_resource is the plural resource ("configmaps") or a Kind
+-- ("ConfigMap", a CRD's kind), found by discovery. opts: namespace or
+-- namespaces, label_selector, field_selector, resync, indexers, transform,
+-- keep_managed_fields.
+--
+-- opts.namespaces = {"a", "b"} watches each namespace and returns one
+-- object spanning them (kubelua.informer_group). A Kind is resolved at once
+-- when discovery has it cached or when called in a task (which then
+-- yields; an unknown kind returns nil, err). Outside a task (a script's
+-- top level) it cannot wait: it returns a group at once, empty and not
+-- synced, and a task resolves the kind and starts the watch when discovery
+-- answers, retrying with backoff (1 s up to 30 s) while it fails, so a CRD
+-- installed later is picked up.
+function _M.informer(api_version, resource, opts)
+  if type(api_version) ~= "string" or type(resource) ~= "string" then
+    error("kube.informer: expected an apiVersion and a resource name", 2)
+  end
+  if opts ~= nil and type(opts) ~= "table" then
+    error("kube.informer: opts must be a table, got " .. type(opts), 2)
+  end
+  opts = opts or {}
+  local namespaces = opts.namespaces
+  if namespaces ~= nil then check_namespaces(namespaces, opts.namespace) end
+  connected("kube.informer")
+  local is_kind = resource:find("^%u") ~= nil
+  if not is_kind and not namespaces then return shared_informer(api_version, resource, opts) end
+
+  local id = table.concat({ api_version, resource, opts.namespace or "",
+    opts.label_selector or "", opts.field_selector or "",
+    namespaces and table.concat(namespaces, ",") or "" }, "\0")
+  local found = by_spec[id]
+  if found then return found end
+
+  local function members(plural)
+    if not namespaces then return { shared_informer(api_version, plural, opts) } end
+    local infs = {}
+    for i, ns in ipairs(namespaces) do
+      local o = {}
+      for k, v in pairs(opts) do o[k] = v end
+      o.namespaces, o.namespace = nil, ns
+      infs[i] = shared_informer(api_version, plural, o)
+    end
+    return infs
+  end
+
+  local plural = not is_kind and resource or nil
+  local c = require("kubelua.client").default()
+  if is_kind then
+    local info = c:cached_resource_info(api_version, resource)
+    if not info and coroutine.running() then
+      local err
+      info, err = c:resource_info(api_version, resource)
+      if not info then return nil, "kube.informer: " .. tostring(err), err.reason end
+    end
+    plural = info and info.name
+  end
+  if plural and not namespaces then
+    found = members(plural)[1]
+    by_spec[id] = found
+    return found
+  end
+
+  found = group.new(api_version .. "/" .. resource
+                    .. (namespaces and "@" .. table.concat(namespaces, ",")
+                        or opts.namespace and "@" .. opts.namespace or ""))
+  by_spec[id] = found
+  if plural then
+    found:attach(members(plural), namespaces)
+    return found
+  end
+  core.spawn_named("resolve " .. found:name(), function()
+    local delay = 1
+    while true do
+      local info, err = c:resource_info(api_version, resource)
+      if info then
+        found:attach(members(info.name), namespaces)
+        return
+      end
+      log.warn("kube.informer: cannot resolve the kind, retrying",
+               { informer = found:name(), error = tostring(err), retry_in = delay })
+      core.sleep(delay)
+      delay = math.min(delay * 2, 30)
+    end
+  end)
+  return found
 end
 
 -- kube.wait_for_sync(inf, … [, timeout]) -> true once every informer has
@@ -419,5 +520,8 @@ end
 -- finalizers, conditions, merge patches.
 local helpers = require "kubelua.helpers"
 for _, k in pairs(helpers.exports) do _M[k] = helpers[k] end
+
+-- kube.controller{…}: the builder (kubelua.controller).
+_M.controller = require("kubelua.controller").new
 
 return _M
