@@ -56,8 +56,9 @@ typedef struct linf {
    * method (feed, add, …) runs. Lua code never runs on a thread other than
    * the one in control: LuaJIT's traces assume it. */
   lua_State *cur;
-  kl_reflector_t *refl; /* list+watch feeding it, or NULL (fed by hand) */
-  kl_http_tls_t *tls;   /* the reflector's TLS settings (owned copies) */
+  kl_reflector_t *refl;     /* list+watch feeding it, or NULL (fed by hand) */
+  kl_http_tls_t *tls;       /* the reflector's TLS settings (owned copies) */
+  struct handler *handlers; /* registered, for retiring by generation */
   char name[64];
 } linf_t;
 
@@ -67,6 +68,8 @@ typedef struct handler {
   uint64_t id;
   int fn_ref;
   unsigned types; /* bit per kl_proc_note_type_t */
+  unsigned gen;   /* the script generation that registered it */
+  struct handler *prev, *next;
   char name[64];
 } handler_t;
 
@@ -244,6 +247,11 @@ static void call_handler(kl_proc_t *p, uint64_t id, const kl_proc_note_t *n,
 
 static void handler_free(void *ud) {
   handler_t *h = ud;
+  if (h->prev)
+    h->prev->next = h->next;
+  else if (h->owner->handlers == h)
+    h->owner->handlers = h->next;
+  if (h->next) h->next->prev = h->prev;
   if (h->owner->L) luaL_unref(h->owner->L, LUA_REGISTRYINDEX, h->fn_ref);
   free(h);
 }
@@ -650,6 +658,7 @@ static int add_handler(lua_State *L, linf_t *li, unsigned types, int fn_idx,
   handler_t *h = kl_xcalloc(1, sizeof *h);
   h->owner = li;
   h->types = types;
+  h->gen = kl_rt_generation(li->rt);
   snprintf(h->name, sizeof h->name, "%s", name);
   lua_pushvalue(L, fn_idx);
   h->fn_ref = luaL_ref(L, LUA_REGISTRYINDEX);
@@ -660,6 +669,9 @@ static int add_handler(lua_State *L, linf_t *li, unsigned types, int fn_idx,
     handler_free(h);
     return kl_lua_error(L, "informer:add_handler", "the informer is stopped");
   }
+  h->next = li->handlers;
+  if (li->handlers) li->handlers->prev = h;
+  li->handlers = h;
   handle_t *hd = lua_newuserdata(L, sizeof *hd);
   hd->owner = li;
   hd->id = h->id;
@@ -1143,6 +1155,43 @@ static int inf_resync(lua_State *L) {
   return 0;
 }
 
+/* inf:stop(): the watch ends for good (a hot reload stops informers that
+ * no generation uses any more); the cache and handlers stay readable. */
+static int inf_stop(lua_State *L) {
+  linf_t *li = check_informer(L, "informer:stop");
+  if (li->refl) kl_reflector_stop(li->refl);
+  return 0;
+}
+
+/* informer.retire(gen, drain): every handler generation gen registered
+ * goes: with drain, after what was already queued to it (a reload that
+ * succeeded: those notifications still reach code that can queue their
+ * keys); without, at once (a load that failed: nothing reached them yet). */
+static int informer_retire(lua_State *L) {
+  unsigned gen = (unsigned)luaL_checkinteger(L, 1);
+  int drain = lua_toboolean(L, 2);
+  lua_getfield(L, LUA_REGISTRYINDEX, LIVE_KEY);
+  lua_pushnil(L);
+  while (lua_next(L, -2)) {
+    linf_t **box = lua_touserdata(L, -1);
+    lua_pop(L, 1);
+    if (lua_type(L, -1) != LUA_TNUMBER || !box || !*box) continue;
+    linf_t *li = *box;
+    kl_proc_t *p = kl_informer_proc(li->inf);
+    handler_t *h = li->handlers, *next;
+    for (; h; h = next) {
+      next = h->next;
+      if (h->gen != gen) continue;
+      if (drain)
+        kl_proc_retire_listener(p, h->id);
+      else
+        kl_proc_remove_listener(p, h->id);
+    }
+  }
+  lua_pop(L, 1);
+  return 0;
+}
+
 static int inf_name(lua_State *L) {
   linf_t *li = check_informer(L, "informer:name");
   lua_pushstring(L, li->name);
@@ -1172,6 +1221,7 @@ static const luaL_Reg informer_methods[] = {
     {"delete", inf_delete},
     {"resync", inf_resync},
     {"name", inf_name},
+    {"stop", inf_stop},
     {NULL, NULL},
 };
 
@@ -1245,5 +1295,7 @@ int kl_luaopen_informer(lua_State *L) {
   lua_newtable(L);
   lua_pushcfunction(L, informer_new);
   lua_setfield(L, -2, "new");
+  lua_pushcfunction(L, informer_retire);
+  lua_setfield(L, -2, "retire");
   return 1;
 }

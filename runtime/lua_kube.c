@@ -11,6 +11,7 @@
  * kube.after handles embed a kl_timer_t; they are userdata too, kept alive by
  * a registry reference while armed, and disarmed by __gc, so closing the Lua
  * state leaves nothing in the loop's heap. */
+#define _DEFAULT_SOURCE /* realpath */
 #include "lua_kube.h"
 
 #include <math.h>
@@ -22,6 +23,13 @@
 
 #include <lualib.h>
 
+#include <errno.h>
+#include <limits.h>
+#include <sys/inotify.h>
+#include <unistd.h>
+
+#include <ev.h>
+
 #include "clock.h"
 #include "http.h"
 #include "log.h"
@@ -30,6 +38,7 @@
 #define TASK_MT "kubelua.task"
 #define AFTER_MT "kubelua.timer"
 #define RT_KEY "kubelua.runtime"
+#define WATCH_MT "kubelua.filewatch"
 
 enum { TASK_READY, TASK_RUNNING, TASK_WAITING, TASK_DEAD };
 enum { JOIN_PENDING, JOIN_OK, JOIN_FAILED, JOIN_TIMEOUT };
@@ -39,7 +48,8 @@ struct kl_task {
   lua_State *co;
   int thread_ref, self_ref;
   int state;
-  int holds; /* workqueue keys held (a reconcile in progress) */
+  int holds;    /* workqueue keys held (a reconcile in progress) */
+  unsigned gen; /* the script generation it belongs to (0: the system's) */
   char name[48];
   kl_defer_t defer;    /* run-queue node */
   kl_timer_t timer;    /* kube.sleep */
@@ -60,7 +70,17 @@ typedef struct after {
   kl_rt_t *rt;
   kl_timer_t timer;
   int fn_ref, self_ref;
+  unsigned gen;
 } after_t;
+
+/* core.watch: files whose changes call fn, once they have settled. */
+typedef struct fwatch {
+  kl_rt_t *rt;
+  int fd; /* inotify, or -1 */
+  ev_io io;
+  kl_timer_t settle, poll;
+  int fn_ref;
+} fwatch_t;
 
 typedef struct stop_hook {
   kl_rt_stop_hook *fn;
@@ -79,6 +99,13 @@ struct kl_rt {
   stop_hook_t *hooks;
   size_t nhooks;
   kl_http_t *http; /* made on first use; outlives the Lua state */
+  /* Generations of the scripts (hot reload): the active one, and the one
+   * being loaded while `loading`; 0 is the system's (the simulator, the
+   * test runner), which never retires. */
+  unsigned gen, loading_gen;
+  int loading;
+  int hup_ref;    /* SIGHUP's function (a reload), or LUA_NOREF */
+  kl_defer_t hup; /* runs it from the loop */
 };
 
 static void task_resume(kl_defer_t *d);
@@ -127,6 +154,17 @@ static void wl_remove(kl_task_t *t) {
   wl->n--;
   t->wl = NULL;
   t->wprev = t->wnext = NULL;
+}
+
+/* Generations */
+
+unsigned kl_rt_generation(kl_rt_t *rt) {
+  if (rt->loading) return rt->loading_gen;
+  return rt->current ? rt->current->gen : rt->gen;
+}
+
+int kl_rt_generation_alive(const kl_rt_t *rt, unsigned gen) {
+  return gen == 0 || gen == rt->gen || (rt->loading && gen == rt->loading_gen);
 }
 
 /* Tasks */
@@ -243,6 +281,7 @@ static kl_task_t *task_spawn(kl_rt_t *rt, lua_State *L, int nargs,
   t->co = co;
   t->thread_ref = thread_ref;
   t->join_ref = LUA_NOREF;
+  t->gen = kl_rt_generation(rt);
   t->state = TASK_READY;
   snprintf(t->name, sizeof t->name, "%s", name ? name : "task");
   kl_defer_init(&t->defer, task_resume);
@@ -494,10 +533,17 @@ static void after_fire(kl_timer_t *timer, void *ud) {
   luaL_unref(L, LUA_REGISTRYINDEX, a->fn_ref);
   luaL_unref(L, LUA_REGISTRYINDEX, a->self_ref);
   a->fn_ref = a->self_ref = LUA_NOREF;
-  if (!rt->stopping)
+  if (!rt->stopping && kl_rt_generation_alive(rt, a->gen)) {
+    unsigned saved = rt->loading_gen;
+    int was_loading = rt->loading;
+    rt->loading = 1; /* the task belongs to the timer's generation */
+    rt->loading_gen = a->gen;
     task_spawn(rt, L, 0, "after");
-  else
+    rt->loading = was_loading;
+    rt->loading_gen = saved;
+  } else {
     lua_pop(L, 1);
+  }
 }
 
 /* kube.after(seconds, fn) -> handle: runs fn in a new task once the time has
@@ -509,6 +555,7 @@ static int core_after(lua_State *L) {
   after_t *a = lua_newuserdata(L, sizeof *a);
   a->rt = rt;
   a->fn_ref = a->self_ref = LUA_NOREF;
+  a->gen = kl_rt_generation(rt);
   kl_timer_init(&a->timer, after_fire, a);
   luaL_getmetatable(L, AFTER_MT);
   lua_setmetatable(L, -2);
@@ -622,13 +669,251 @@ static int core_tasks(lua_State *L) {
   return 1;
 }
 
+/* Generations (hot reload; lua/kubelua/generation.lua drives them) */
+
+/* core.generation() -> the generation of the code running now. */
+static int core_generation(lua_State *L) {
+  lua_pushinteger(L, kl_rt_generation(up_rt(L)));
+  return 1;
+}
+
+/* core.generation_alive(gen) -> false once gen has been retired (or its
+ * load failed): its workers take no new key. */
+static int core_generation_alive(lua_State *L) {
+  lua_pushboolean(
+      L, kl_rt_generation_alive(up_rt(L), (unsigned)luaL_checkinteger(L, 1)));
+  return 1;
+}
+
+/* Ends gen's tasks that wait without holding a key; those in a reconcile
+ * finish it (their workers then see the generation retired and return).
+ * The running task, if it is one of them, ends when it next yields. */
+static void end_generation(kl_rt_t *rt, unsigned gen) {
+  kl_task_t *t = rt->tasks.next;
+  while (t != &rt->tasks) {
+    kl_task_t *next = t->next;
+    if (t->gen == gen && !t->holds && t->state != TASK_RUNNING) task_end(t);
+    t = next;
+  }
+}
+
+/* core.load(gen, fn, ...) -> true | false, message with traceback: runs a
+ * generation's main chunk. Tasks, timers and handlers it makes belong to
+ * gen; when it returns, gen becomes the active generation, and when it
+ * raises, what it started ends. The chunk runs as a script's top level
+ * does, outside any task (even when a spec calls this from one): it cannot
+ * yield, and API calls there say so. */
+static int core_load(lua_State *L) {
+  kl_rt_t *rt = up_rt(L);
+  lua_Integer gen = luaL_checkinteger(L, 1);
+  check_function(L, 2, "core.load");
+  if (rt->loading) return luaL_error(L, "a generation is loading already");
+  if (gen <= 0 || (unsigned)gen <= rt->gen)
+    return luaL_error(L, "generation %d is not newer than %d", (int)gen,
+                      (int)rt->gen);
+  int nargs = lua_gettop(L) - 2;
+  lua_pushcfunction(L, kl_lua_traceback);
+  lua_replace(L, 1);
+  kl_task_t *current = rt->current;
+  rt->current = NULL;
+  rt->loading = 1;
+  rt->loading_gen = (unsigned)gen;
+  int ok = lua_pcall(L, nargs, 0, 1) == 0;
+  rt->loading = 0;
+  rt->current = current;
+  if (ok)
+    rt->gen = (unsigned)gen;
+  else
+    end_generation(rt, (unsigned)gen);
+  lua_pushboolean(L, ok);
+  if (ok) return 1;
+  lua_insert(L, -2);
+  return 2;
+}
+
+/* core.retire(gen): gen stops being the active generation (when it was);
+ * its idle tasks end and its timers will not fire. */
+static int core_retire(lua_State *L) {
+  kl_rt_t *rt = up_rt(L);
+  unsigned gen = (unsigned)luaL_checkinteger(L, 1);
+  if (gen == 0) return luaL_error(L, "generation 0 never retires");
+  if (rt->gen == gen) rt->gen = 0;
+  end_generation(rt, gen);
+  return 0;
+}
+
+/* File watching: inotify on the files and their directories (a directory
+ * reports changes to the files in it by name, so an editor's rename over
+ * the file and a ConfigMap volume's `..data` symlink swap are seen too),
+ * where a symlink points, and a slow poll as a safety net for filesystems
+ * inotify does not cover. fn compares contents itself; a settle delay turns
+ * an editor's write-rename-chmod into one call. */
+
+#define SETTLE 0.2 /* seconds without a change before fn is called */
+#define POLL 5.0   /* fn runs this often regardless */
+#define WATCH_MASK                                                             \
+  (IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_MOVED_FROM | IN_MOVED_TO |      \
+   IN_CREATE | IN_DELETE | IN_DELETE_SELF | IN_MOVE_SELF)
+
+static void fwatch_arm(fwatch_t *fw) {
+  kl_timers_t *ts = kl_loop_timers(fw->rt->loop);
+  kl_timers_stop(ts, &fw->settle);
+  kl_timers_start(ts, &fw->settle, kl_loop_now(fw->rt->loop) + SETTLE);
+}
+
+static void fwatch_readable(struct ev_loop *ev, ev_io *w, int revents) {
+  fwatch_t *fw = w->data;
+  char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+  (void)ev;
+  (void)revents;
+  while (read(fw->fd, buf, sizeof buf) > 0)
+    ; /* which file does not matter: fn looks at all of them */
+  fwatch_arm(fw);
+}
+
+/* Calls the function a registry reference holds, from the loop's top
+ * level; an error is logged with its traceback, prefixed with `what`. */
+static void call_ref(kl_rt_t *rt, int ref, const char *what) {
+  lua_State *L = rt->L;
+  if (rt->stopping || ref == LUA_NOREF) return;
+  lua_checkstack(L, LUA_MINSTACK);
+  int base = lua_gettop(L);
+  lua_pushcfunction(L, kl_lua_traceback);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, ref);
+  if (lua_pcall(L, 0, 0, base + 1) != 0)
+    kl_log(KL_LOG_ERROR, "%s: %s", what, lua_tostring(L, -1));
+  lua_settop(L, base);
+}
+
+static void fwatch_settled(kl_timer_t *timer, void *ud) {
+  fwatch_t *fw = ud;
+  kl_rt_t *rt = fw->rt;
+  if (timer == &fw->poll)
+    kl_timers_start(kl_loop_timers(rt->loop), &fw->poll,
+                    kl_loop_now(rt->loop) + POLL);
+  call_ref(rt, fw->fn_ref, "file watch");
+}
+
+static void fwatch_close(fwatch_t *fw) {
+  if (fw->fd >= 0) {
+    ev_io_stop(kl_loop_ev(fw->rt->loop), &fw->io);
+    close(fw->fd);
+    fw->fd = -1;
+  }
+  kl_timers_stop(kl_loop_timers(fw->rt->loop), &fw->settle);
+  kl_timers_stop(kl_loop_timers(fw->rt->loop), &fw->poll);
+  if (fw->fn_ref != LUA_NOREF)
+    luaL_unref(fw->rt->L, LUA_REGISTRYINDEX, fw->fn_ref);
+  fw->fn_ref = LUA_NOREF;
+}
+
+/* Watches path, its directory, and the same for where it resolves to. */
+static void fwatch_add(fwatch_t *fw, const char *path) {
+  char real[PATH_MAX], dir[PATH_MAX];
+  const char *paths[2] = {path, realpath(path, real)};
+  for (int i = 0; i < 2; i++) {
+    if (!paths[i]) continue;
+    inotify_add_watch(fw->fd, paths[i], WATCH_MASK);
+    snprintf(dir, sizeof dir, "%s", paths[i]);
+    char *slash = strrchr(dir, '/');
+    if (slash == dir)
+      dir[1] = '\0';
+    else if (slash)
+      *slash = '\0';
+    else
+      snprintf(dir, sizeof dir, ".");
+    inotify_add_watch(fw->fd, dir, WATCH_MASK);
+  }
+}
+
+/* core.watch(paths, fn) -> handle: calls fn (from the loop, not in a task)
+ * after any of the paths changed, and every POLL seconds; handle:close()
+ * stops watching. */
+static int core_watch(lua_State *L) {
+  kl_rt_t *rt = up_rt(L);
+  luaL_checktype(L, 1, LUA_TTABLE);
+  check_function(L, 2, "core.watch");
+  fwatch_t *fw = lua_newuserdata(L, sizeof *fw);
+  memset(fw, 0, sizeof *fw);
+  fw->rt = rt;
+  fw->fn_ref = LUA_NOREF;
+  fw->fd = -1;
+  kl_timer_init(&fw->settle, fwatch_settled, fw);
+  kl_timer_init(&fw->poll, fwatch_settled, fw);
+  luaL_getmetatable(L, WATCH_MT);
+  lua_setmetatable(L, -2);
+  fw->fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+  if (fw->fd < 0)
+    kl_log(KL_LOG_WARN, "file watch: inotify: %s; polling every %gs",
+           strerror(errno), POLL);
+  for (size_t i = 1, n = lua_objlen(L, 1); fw->fd >= 0 && i <= n; i++) {
+    lua_rawgeti(L, 1, (int)i);
+    const char *path = lua_tostring(L, -1);
+    if (!path) return luaL_error(L, "core.watch: paths must be strings");
+    fwatch_add(fw, path);
+    lua_pop(L, 1);
+  }
+  if (fw->fd >= 0) {
+    ev_io_init(&fw->io, fwatch_readable, fw->fd, EV_READ);
+    fw->io.data = fw;
+    ev_io_start(kl_loop_ev(rt->loop), &fw->io);
+  }
+  kl_timers_start(kl_loop_timers(rt->loop), &fw->poll,
+                  kl_loop_now(rt->loop) + POLL);
+  lua_pushvalue(L, 2);
+  fw->fn_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  return 1;
+}
+
+static int watch_close(lua_State *L) {
+  fwatch_close(luaL_checkudata(L, 1, WATCH_MT));
+  return 0;
+}
+
+/* handle:poke(): as if a file changed (fn runs once things settle). */
+static int watch_poke(lua_State *L) {
+  fwatch_t *fw = luaL_checkudata(L, 1, WATCH_MT);
+  if (fw->fn_ref != LUA_NOREF) fwatch_arm(fw);
+  return 0;
+}
+
+static void hup_run(kl_defer_t *d) {
+  kl_rt_t *rt = (kl_rt_t *)((char *)d - offsetof(kl_rt_t, hup));
+  call_ref(rt, rt->hup_ref, "SIGHUP");
+}
+
+/* core.on_hup(fn): fn runs from the loop on each SIGHUP (nil: none). */
+static int core_on_hup(lua_State *L) {
+  kl_rt_t *rt = up_rt(L);
+  if (!lua_isnil(L, 1)) check_function(L, 1, "core.on_hup");
+  if (rt->hup_ref != LUA_NOREF) luaL_unref(L, LUA_REGISTRYINDEX, rt->hup_ref);
+  rt->hup_ref = LUA_NOREF;
+  if (!lua_isnil(L, 1)) {
+    lua_pushvalue(L, 1);
+    rt->hup_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  }
+  return 0;
+}
+
 static const luaL_Reg core_funcs[] = {
-    {"now", core_now},     {"monotonic", core_monotonic},
-    {"spawn", core_spawn}, {"spawn_named", core_spawn_named},
-    {"sleep", core_sleep}, {"after", core_after},
-    {"stop", core_stop},   {"stopping", core_stopping},
-    {"run", core_run},     {"log", core_log},
-    {"tasks", core_tasks}, {NULL, NULL},
+    {"now", core_now},
+    {"monotonic", core_monotonic},
+    {"spawn", core_spawn},
+    {"spawn_named", core_spawn_named},
+    {"sleep", core_sleep},
+    {"after", core_after},
+    {"stop", core_stop},
+    {"stopping", core_stopping},
+    {"run", core_run},
+    {"log", core_log},
+    {"tasks", core_tasks},
+    {"generation", core_generation},
+    {"generation_alive", core_generation_alive},
+    {"load", core_load},
+    {"retire", core_retire},
+    {"watch", core_watch},
+    {"on_hup", core_on_hup},
+    {NULL, NULL},
 };
 
 static int open_core(lua_State *L) {
@@ -665,6 +950,8 @@ kl_rt_t *kl_rt_new(kl_loop_t *loop) {
   rt->loop = loop;
   rt->tasks.next = rt->tasks.prev = &rt->tasks;
   rt->shutdown_timeout = 30;
+  rt->hup_ref = LUA_NOREF;
+  kl_defer_init(&rt->hup, hup_run);
   kl_timer_init(&rt->stop_timer, stop_timeout, rt);
 
   lua_State *L = rt->L = luaL_newstate();
@@ -680,6 +967,16 @@ kl_rt_t *kl_rt_new(kl_loop_t *loop) {
   luaL_newmetatable(L, TASK_MT);
   lua_pushcfunction(L, task_gc);
   lua_setfield(L, -2, "__gc");
+  lua_pop(L, 1);
+  luaL_newmetatable(L, WATCH_MT);
+  lua_pushcfunction(L, watch_close);
+  lua_setfield(L, -2, "__gc");
+  lua_newtable(L);
+  lua_pushcfunction(L, watch_close);
+  lua_setfield(L, -2, "close");
+  lua_pushcfunction(L, watch_poke);
+  lua_setfield(L, -2, "poke");
+  lua_setfield(L, -2, "__index");
   lua_pop(L, 1);
   luaL_newmetatable(L, AFTER_MT);
   lua_pushcfunction(L, after_gc);
@@ -722,6 +1019,7 @@ kl_http_t *kl_rt_http(kl_rt_t *rt) {
 void kl_rt_free(kl_rt_t *rt) {
   if (!rt) return;
   kl_timers_stop(kl_loop_timers(rt->loop), &rt->stop_timer);
+  kl_loop_undefer(rt->loop, &rt->hup);
   lua_close(rt->L); /* requests and reflectors end here, http is still up */
   kl_http_free(rt->http);
   free(rt->hooks);
@@ -731,7 +1029,7 @@ void kl_rt_free(kl_rt_t *rt) {
 lua_State *kl_rt_lua(kl_rt_t *rt) { return rt->L; }
 kl_loop_t *kl_rt_loop(kl_rt_t *rt) { return rt->loop; }
 
-static int traceback(lua_State *L) {
+int kl_lua_traceback(lua_State *L) {
   const char *msg = lua_tostring(L, 1);
   if (!msg) {
     if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING)
@@ -743,31 +1041,35 @@ static int traceback(lua_State *L) {
   return 1;
 }
 
-int kl_rt_run_file(kl_rt_t *rt, const char *path, int argc, char **argv) {
+int kl_rt_start_script(kl_rt_t *rt, const char *path, int argc, char **argv,
+                       int watch) {
   lua_State *L = rt->L;
-  lua_createtable(L, argc, 1);
+  int base = lua_gettop(L);
+  lua_pushcfunction(L, kl_lua_traceback);
+  lua_getglobal(L, "require");
+  lua_pushliteral(L, "kubelua.generation");
+  if (lua_pcall(L, 1, 1, base + 1) != 0) {
+    kl_log(KL_LOG_ERROR, "%s", lua_tostring(L, -1));
+    lua_settop(L, base);
+    return 1;
+  }
+  lua_getfield(L, -1, "start");
   lua_pushstring(L, path);
-  lua_rawseti(L, -2, 0);
+  lua_createtable(L, argc, 0);
   for (int i = 0; i < argc; i++) {
     lua_pushstring(L, argv[i]);
     lua_rawseti(L, -2, i + 1);
   }
-  lua_setglobal(L, "arg");
-
-  lua_pushcfunction(L, traceback);
-  if (luaL_loadfile(L, path) != 0) {
-    kl_log(KL_LOG_ERROR, "cannot load script: %s", lua_tostring(L, -1));
-    lua_settop(L, 0);
+  lua_createtable(L, 0, 1);
+  lua_pushboolean(L, watch);
+  lua_setfield(L, -2, "watch");
+  int rc = lua_pcall(L, 3, 2, base + 1);
+  if (rc != 0 || !lua_toboolean(L, -2)) {
+    kl_log(KL_LOG_ERROR, "%s", lua_tostring(L, -1));
+    lua_settop(L, base);
     return 1;
   }
-  for (int i = 0; i < argc; i++)
-    lua_pushstring(L, argv[i]);
-  if (lua_pcall(L, argc, 0, -(argc + 2)) != 0) {
-    kl_log(KL_LOG_ERROR, "script failed: %s", lua_tostring(L, -1));
-    lua_settop(L, 0);
-    return 1;
-  }
-  lua_settop(L, 0);
+  lua_settop(L, base);
   return 0;
 }
 
@@ -775,7 +1077,10 @@ static void on_signal(kl_loop_t *loop, int signum, void *ud) {
   kl_rt_t *rt = ud;
   (void)loop;
   if (signum == SIGHUP) {
-    kl_log(KL_LOG_INFO, "SIGHUP: reload is not available yet; ignored");
+    if (rt->hup_ref == LUA_NOREF)
+      kl_log(KL_LOG_INFO, "SIGHUP: no scripts to reload; ignored");
+    else
+      kl_loop_defer(rt->loop, &rt->hup);
     return;
   }
   if (rt->stopping) {

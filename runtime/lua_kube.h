@@ -56,9 +56,12 @@ kl_loop_t *kl_rt_loop(kl_rt_t *rt);
 /* The runtime of a state (or of any of its coroutines). */
 kl_rt_t *kl_rt_from(lua_State *L);
 
-/* Loads and runs a script file with `args` as the global `arg` (arg[0] is
- * the script). Returns 0, or 1 with the message (file:line: …) logged. */
-int kl_rt_run_file(kl_rt_t *rt, const char *path, int argc, char **argv);
+/* Runs a controller script as the first generation (lua/kubelua/
+ * generation.lua: `args` as the global `arg`, arg[0] the script) and, with
+ * `watch`, reloads it when its files change; SIGHUP reloads it too.
+ * Returns 0, or 1 with the message (file:line: …) logged. */
+int kl_rt_start_script(kl_rt_t *rt, const char *path, int argc, char **argv,
+                       int watch);
 /* Runs the loop until the runtime has stopped; returns the exit status. */
 int kl_rt_loop_until_stopped(kl_rt_t *rt);
 
@@ -70,6 +73,20 @@ int kl_rt_stopping(const kl_rt_t *rt);
 void kl_rt_on_stop(kl_rt_t *rt, kl_rt_stop_hook *hook, void *ud);
 /* Seconds a graceful stop may take before the process gives up (default 30). */
 void kl_rt_set_shutdown_timeout(kl_rt_t *rt, double seconds);
+
+/* Generations of the scripts (hot reload). Tasks, kube.after timers and
+ * informer handlers belong to the generation whose code made them; 0 is the
+ * system's (the simulator, the test runner) and never retires. */
+
+/* The generation of the code running now: the one loading, else the
+ * running task's, else the active one. */
+unsigned kl_rt_generation(kl_rt_t *rt);
+/* False once gen was retired or failed to load. */
+int kl_rt_generation_alive(const kl_rt_t *rt, unsigned gen);
+
+/* A message handler for lua_pcall: the message (or a description of a
+ * non-string error) with a traceback. */
+int kl_lua_traceback(lua_State *L);
 
 /* Tasks */
 

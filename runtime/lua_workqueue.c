@@ -449,6 +449,14 @@ static int wq_open(lua_State *L) {
   return 1;
 }
 
+/* Two values of one queue (asked for twice, or by two generations of a
+ * script) are equal. */
+static int q_eq(lua_State *L) {
+  lwq_t **a = lua_touserdata(L, 1), **b = lua_touserdata(L, 2);
+  lua_pushboolean(L, a && b && *a == *b);
+  return 1;
+}
+
 int kl_luaopen_workqueue(lua_State *L) {
   kl_rt_t *rt = kl_rt_from(L);
   lua_getfield(L, LUA_REGISTRYINDEX, QUEUES_KEY);
@@ -473,6 +481,8 @@ int kl_luaopen_workqueue(lua_State *L) {
   lua_pushvalue(L, mt);
   lua_pushcclosure(L, q_tostring, 1);
   lua_setfield(L, mt, "__tostring");
+  lua_pushcfunction(L, q_eq);
+  lua_setfield(L, mt, "__eq");
   lua_pushliteral(L, "workqueue");
   lua_setfield(L, mt, "__metatable");
   lua_pushcclosure(L, wq_open, 1);

@@ -29,6 +29,8 @@ static void usage(FILE *out) {
       "\n"
       "run options:\n"
       "  --sim                    serve the API from an in-process simulator\n"
+      "  --no-watch               reload the script on SIGHUP only, not when\n"
+      "                           its files change\n"
       "  --log-level LEVEL        debug, info, warn or error (default info)\n"
       "  --shutdown-timeout SECS  how long a graceful stop may take "
       "(default 30)\n",
@@ -90,7 +92,7 @@ static int run_options(kl_rt_t *rt, const char *kubeconfig,
 
 static int run_script(int argc, char **argv) {
   double shutdown_timeout = 30;
-  int sim = 0;
+  int sim = 0, watch = 1;
   const char *kubeconfig = NULL, *context = NULL;
   int i = 0;
   for (; i < argc && strncmp(argv[i], "--", 2) == 0; i++) {
@@ -101,6 +103,10 @@ static int run_script(int argc, char **argv) {
     }
     if (strcmp(opt, "--sim") == 0) {
       sim = 1;
+      continue;
+    }
+    if (strcmp(opt, "--no-watch") == 0) {
+      watch = 0;
       continue;
     }
     if (i + 1 >= argc) return bad_usage("option %s needs a value", opt);
@@ -138,7 +144,7 @@ static int run_script(int argc, char **argv) {
   kl_rt_set_shutdown_timeout(rt, shutdown_timeout);
   int status = sim ? start_sim(rt) : run_options(rt, kubeconfig, context);
   if (status == 0)
-    status = kl_rt_run_file(rt, argv[i], argc - i - 1, argv + i + 1);
+    status = kl_rt_start_script(rt, argv[i], argc - i - 1, argv + i + 1, watch);
   if (status == 0) status = kl_rt_loop_until_stopped(rt);
   kl_rt_free(rt);
   kl_loop_free(loop);

@@ -52,6 +52,7 @@ typedef struct pr_listener {
   void (*ud_free)(void *ud);
   double requested, period, next_resync;
   bool syncing, removed, busy;
+  bool retiring; /* takes no new notifications; removed once drained */
   pr_note *ring; /* ring[(head + i) & (cap - 1)], i < count */
   size_t head, count, cap;
   size_t high_water;
@@ -136,7 +137,7 @@ static void distribute(kl_proc_t *p, const pr_note *n, const char *key,
   bool sync = (n->flags & PN_SYNC) != 0;
   for (size_t i = 0; i < p->nls; i++) {
     pr_listener *l = p->ls[i];
-    if (l->removed || (sync && !l->syncing)) continue;
+    if (l->removed || l->retiring || (sync && !l->syncing)) continue;
     push(p, l, n, key, len);
   }
 }
@@ -268,6 +269,16 @@ int kl_proc_remove_listener(kl_proc_t *p, uint64_t id) {
   mark_removed(p, l);
   if (!p->running) sweep(p);
   return KL_OK;
+}
+
+int kl_proc_retire_listener(kl_proc_t *p, uint64_t id) {
+  pr_listener *l = find(p, id);
+  if (!l) return KL_ENOENT;
+  if (l->count > 0 || l->busy) {
+    l->retiring = true;
+    return KL_OK;
+  }
+  return kl_proc_remove_listener(p, id);
 }
 
 bool kl_proc_listener_synced(const kl_proc_t *p, uint64_t id) {
@@ -467,6 +478,10 @@ static void deliver_one(kl_proc_t *p, pr_listener *l) {
     l->pending_initial--;
   if (kp != buf && kp != n.key) free(kp);
   note_release(&n);
+  if (l->retiring && l->count == 0 && !l->removed) {
+    mark_removed(p, l);
+    return;
+  }
   if (l->count == 0 && l->cap > RING_KEEP)
     ring_resize(l, 0);
   else if (l->cap > RING_KEEP && l->count < l->cap / 8)

@@ -144,13 +144,20 @@ uint64_t kl_proc_add_listener(kl_proc_t *p, const kl_proc_listener_opts_t *lo);
  * or KL_ENOENT for an unknown or already removed id (not an error in
  * client-go: callers may ignore it). May call ud_free. */
 int kl_proc_remove_listener(kl_proc_t *p, uint64_t id);
+/* Retires a listener: nothing more is queued to it, what is buffered is
+ * still delivered, and it is removed (ud_free called) after the last one —
+ * at once when nothing is buffered. A hot reload retires the old
+ * generation's handlers this way, so that a notification distributed before
+ * the swap still reaches code that can act on it. Returns 0, or KL_ENOENT
+ * for an unknown or removed id. */
+int kl_proc_retire_listener(kl_proc_t *p, uint64_t id);
 /* Registration HasSynced: the upstream has synced and every initial add
  * queued to the listener has been delivered. False for an unknown id. */
 bool kl_proc_listener_synced(const kl_proc_t *p, uint64_t id);
 /* Fills *info; returns 0 or KL_ENOENT. */
 int kl_proc_listener_info(const kl_proc_t *p, uint64_t id,
                           kl_proc_listener_info_t *info);
-/* The number of listeners (removed ones excluded). */
+/* The number of listeners (removed ones excluded, retiring ones counted). */
 size_t kl_proc_listeners(const kl_proc_t *p);
 
 /* The informer's queue has synced (its first list is in the store). Sticky.

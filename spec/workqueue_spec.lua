@@ -29,6 +29,8 @@ describe("kube.workqueue", function()
     assert.equal(1, b:len())
     assert.equal(name, b:name())
     assert.equal("workqueue(" .. name .. ")", tostring(a))
+    assert.is_true(a == b)
+    assert.is_false(a == kube.workqueue(fresh()))
   end)
 
   it("hands keys out in FIFO order and deduplicates waiting keys", function()

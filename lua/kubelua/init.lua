@@ -187,13 +187,33 @@ local function collection_url(api_version, resource, ns)
 end
 
 local informers = {}
+-- The generations that asked for each shared informer: one that no live
+-- generation uses any more stops watching (hot reload).
+local informer_users = {}
+
+local function use_informer(id, inf)
+  local users = informer_users[id]
+  if not users then users = {} informer_users[id] = users end
+  users[core.generation()] = true
+  return inf
+end
+
+require("kubelua.generation").on_retire(function(gen)
+  for id, users in pairs(informer_users) do
+    users[gen] = nil
+    if next(users) == nil then
+      informers[id]:stop()
+      informers[id], informer_users[id] = nil, nil
+    end
+  end
+end)
 
 -- The informer of one watch: the same arguments give the same one.
 local function shared_informer(api_version, resource, opts)
-  local id = table.concat({ api_version, resource, opts.namespace or "",
+  local id = table.concat({ conn.server, api_version, resource, opts.namespace or "",
     opts.label_selector or "", opts.field_selector or "" }, "\0")
   local inf = informers[id]
-  if inf then return inf end
+  if inf then return use_informer(id, inf) end
   local headers = { Accept = "application/json", Authorization = authorization() }
   local group_kind = resource -- list items carry no kind; the watch names it
   inf = informer.new{
@@ -205,11 +225,34 @@ local function shared_informer(api_version, resource, opts)
               headers = headers, tls = conn.tls },
   }
   informers[id] = inf
-  return inf
+  return use_informer(id, inf)
 end
 
--- What kube.informer returned for a Kind or a namespaces list, by spec.
+-- The groups kube.informer returned for a Kind named outside a task or a
+-- namespaces list, by server, generation and spec: thin Lua objects over
+-- shared informers, so each generation has its own.
 local by_spec = {}
+
+-- Stops the shared informers of a server (the test harness, when it closes
+-- its simulator).
+function _M._stop_informers(server)
+  local prefix = server .. "\0"
+  for id, inf in pairs(informers) do
+    if id:sub(1, #prefix) == prefix then
+      inf:stop()
+      informers[id], informer_users[id] = nil, nil
+    end
+  end
+  for id in pairs(by_spec) do
+    if id:sub(1, #prefix) == prefix then by_spec[id] = nil end
+  end
+end
+
+require("kubelua.generation").on_retire(function(gen)
+  for id, g in pairs(by_spec) do
+    if g.generation == gen then by_spec[id] = nil end
+  end
+end)
 
 local function check_namespaces(namespaces, single)
   if type(namespaces) ~= "table" or namespaces[1] == nil then
@@ -254,8 +297,8 @@ function _M.informer(api_version, resource, opts)
   local is_kind = resource:find("^%u") ~= nil
   if not is_kind and not namespaces then return shared_informer(api_version, resource, opts) end
 
-  local id = table.concat({ api_version, resource, opts.namespace or "",
-    opts.label_selector or "", opts.field_selector or "",
+  local id = table.concat({ conn.server, core.generation(), api_version, resource,
+    opts.namespace or "", opts.label_selector or "", opts.field_selector or "",
     namespaces and table.concat(namespaces, ",") or "" }, "\0")
   local found = by_spec[id]
   if found then return found end
@@ -283,15 +326,12 @@ function _M.informer(api_version, resource, opts)
     end
     plural = info and info.name
   end
-  if plural and not namespaces then
-    found = members(plural)[1]
-    by_spec[id] = found
-    return found
-  end
+  if plural and not namespaces then return members(plural)[1] end
 
   found = group.new(api_version .. "/" .. resource
                     .. (namespaces and "@" .. table.concat(namespaces, ",")
                         or opts.namespace and "@" .. opts.namespace or ""))
+  found.generation = core.generation()
   by_spec[id] = found
   if plural then
     found:attach(members(plural), namespaces)
@@ -434,7 +474,10 @@ end
 local function worker_loop(q, fn, fields, with_ctx)
   local get, done, forget = q.get, q.done, q.forget
   local add_after, add_rate_limited = q.add_after, q.add_rate_limited
-  while true do
+  local alive, gen = core.generation_alive, core.generation()
+  -- A hot reload retires this worker's generation: it finishes the key in
+  -- hand and returns (one parked in get ends with its generation).
+  while alive(gen) do
     local key = get(q)
     if key == nil then return end
     local ok, res, err

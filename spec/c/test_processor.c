@@ -689,6 +689,68 @@ static void test_t32_remove_event_handler(void) {
   KT_EQ_INT(heap_used(), heap0);
 }
 
+/* A hot reload retires the old generation's listeners: what was queued to
+ * them before is still delivered, nothing later is, and they go away once
+ * drained; a new listener joins late and sees the whole cache. */
+static void retire_self_at_1(rec *r, kl_proc_t *p, const kl_proc_note_t *n) {
+  (void)n;
+  if (r->calls == 1) {
+    KT_EQ_INT(kl_proc_retire_listener(p, r->id), 0);
+    KT_EQ_INT(r->freed, 0); /* the other initial add is still buffered */
+  }
+}
+
+static void test_retire_drains_then_removes(void) {
+  size_t heap0 = heap_used();
+  inf x;
+  rec old = {0}, idle = {0}, fresh = {0};
+  inf_init(&x, 0);
+  listen(&x, &old, 0);
+  listen(&x, &idle, 0);
+  kl_proc_start(x.p);
+  kl_obj_t *a = P("a", "1"), *b = P("b", "1"), *a2 = P("a", "2");
+  kl_fifo_add(x.f, a);
+  pump(&x);
+  KT_EQ_STR(take(&old), "+a@1");
+  KT_EQ_STR(take(&idle), "+a@1");
+  /* An empty listener goes at once; one with two buffered keeps them. */
+  KT_EQ_INT(kl_proc_retire_listener(x.p, idle.id), 0);
+  KT_EQ_INT(idle.freed, 1);
+  KT_EQ_INT(kl_proc_retire_listener(x.p, idle.id), KL_ENOENT);
+  kl_fifo_add(x.f, b);
+  kl_fifo_delete(x.f, a);
+  pop_all(&x);
+  KT_EQ_INT(kl_proc_retire_listener(x.p, old.id), 0);
+  KT_EQ_INT(old.freed, 0);
+  KT_EQ_INT(kl_proc_listeners(x.p), 1);
+  listen(&x, &fresh, 0);
+  kl_fifo_add(x.f, a2); /* after the swap: only the new listener */
+  pump(&x);
+  KT_EQ_STR(take(&old), "+b@1 -a@1");
+  KT_EQ_INT(old.freed, 1);
+  kl_proc_listener_info_t in;
+  KT_EQ_INT(kl_proc_listener_info(x.p, old.id, &in), KL_ENOENT);
+  KT_EQ_STR(take(&fresh), "+b@1(i) +a@2");
+  KT_EQ_INT(kl_proc_listeners(x.p), 1);
+
+  /* Retiring itself from inside its handler: the rest still comes. */
+  rec self = {0};
+  self.also = retire_self_at_1;
+  listen(&x, &self, 0);
+  pump(&x);
+  KT_EQ_STR(take(&self), "+b@1(i) +a@2(i)");
+  KT_EQ_INT(self.freed, 1);
+  kl_fifo_update(x.f, a2);
+  pump(&x);
+  KT_EQ_INT(self.calls, 2);
+  kl_obj_unref(a);
+  kl_obj_unref(b);
+  kl_obj_unref(a2);
+  inf_free(&x);
+  KT_EQ_INT(fresh.freed, 1);
+  KT_EQ_INT(heap_used(), heap0);
+}
+
 static void test_stop(void) {
   size_t heap0 = heap_used();
   inf x;
@@ -793,6 +855,7 @@ int main(int argc, char **argv) {
   KT_RUN(test_t30_registration_synced_waits_for_handler);
   KT_RUN(test_t31_order_and_isolation);
   KT_RUN(test_pump_is_fair_and_bounded);
+  KT_RUN(test_retire_drains_then_removes);
   KT_RUN(test_t32_remove_event_handler);
   KT_RUN(test_stop);
   KT_RUN(test_t33_relist_deletes_vanished);

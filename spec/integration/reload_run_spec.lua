@@ -1,0 +1,154 @@
+-- Hot reload of `kubelua run`: the triggers (an edited file, an editor's
+-- rename over the file, a ConfigMap volume's `..data` symlink swap, a
+-- module the script requires, SIGHUP) and the log lines.
+local support = require "spec.support"
+local helper = require "spec.integration.sim_helper"
+
+local ffi = require "ffi" -- kill(), declared by sim_helper
+local sleep, read_file, quote = helper.sleep, helper.read_file, helper.quote
+
+local function sh(cmd) assert(os.execute(cmd) == 0, cmd) end
+
+local function write(path, text)
+  local f = assert(io.open(path, "w"))
+  f:write(text)
+  f:close()
+end
+
+-- The controller reports its version and the keys it reconciles in the
+-- log; the simulator starts with one ConfigMap.
+local function script(version, extra)
+  return ([[
+local kube = require "kubelua"
+local VERSION = %q
+kube.log.info("loaded", { version = VERSION, helper = HELPER_VERSION })
+%s
+]]):format(version, extra or "")
+end
+
+-- Starts `kubelua run --sim PATH`; returns { pid, log }.
+local function start(path, options)
+  local log = os.tmpname()
+  local cmd = "exec " .. support.kubelua .. " run --sim " .. (options or "") .. " " .. quote(path)
+  local p = io.popen("sh -c " .. quote(cmd .. " >" .. log .. " 2>&1 & echo $!"))
+  local pid = p:read("*l")
+  p:close()
+  return { pid = tonumber(pid), log = log }
+end
+
+-- Waits (at most 10 s) until the log has `count` lines matching pattern.
+local function wait_log(proc, pattern, count)
+  count = count or 1
+  local out
+  for _ = 1, 1000 do
+    out = read_file(proc.log) or ""
+    local n = 0
+    for _ in out:gmatch(pattern) do n = n + 1 end
+    if n >= count then return out end
+    sleep(0.01)
+  end
+  error("waited for " .. count .. " × " .. pattern .. " in:\n" .. out, 2)
+end
+
+-- SIGTERM, wait, and the log (checked for sanitizer reports).
+local stop = helper.stop
+
+local function count(s, pattern)
+  local n = 0
+  for _ in s:gmatch(pattern) do n = n + 1 end
+  return n
+end
+
+describe("kubelua run hot reload", function()
+  local dir
+
+  before_each(function()
+    dir = os.tmpname()
+    os.remove(dir)
+    sh("mkdir -p " .. dir)
+  end)
+
+  after_each(function() sh("rm -rf " .. quote(dir)) end)
+
+  it("reloads when the script is edited, and only when its content changed", function()
+    local path = dir .. "/c.lua"
+    write(path, script("A"))
+    local proc = start(path)
+    wait_log(proc, "loaded version=A")
+    write(path, script("B"))
+    local out = wait_log(proc, "loaded version=B")
+    assert.matches("INFO  reloaded: generation 2 modules=0 script=" .. path:gsub("%p", "%%%0") .. "\n", out)
+    -- an editor's write to a new file renamed over the old one
+    write(path .. ".tmp", script("C"))
+    sh("mv " .. quote(path .. ".tmp") .. " " .. quote(path))
+    wait_log(proc, "reloaded: generation 3 ")
+    sh("touch " .. quote(path)) -- same content: no reload
+    sleep(0.6)
+    out = stop(proc)
+    assert.equal(3, count(out, "INFO  loaded "))
+    assert.equal(0, count(out, "generation 4"))
+  end)
+
+  it("logs a broken script with file and line, and keeps the old generation", function()
+    local path = dir .. "/c.lua"
+    write(path, script("A"))
+    local proc = start(path)
+    wait_log(proc, "version=A")
+    write(path, "local = 1\n")
+    local out = wait_log(proc, "reload failed")
+    assert.matches("ERROR reload failed; generation 1 keeps running: cannot load script: "
+      .. path:gsub("%p", "%%%0") .. ":1: '<name>' expected near '=' script=", out)
+    write(path, script("B", "error('bad value')"))
+    out = wait_log(proc, "reload failed", 2)
+    assert.matches("ERROR reload failed; generation 1 keeps running: script failed: "
+      .. path:gsub("%p", "%%%0") .. ":4: bad value\\nstack traceback:", out)
+    write(path, script("C"))
+    out = wait_log(proc, "version=C")
+    -- a number is never reused: 2 ran and failed (a syntax error never ran)
+    assert.matches("reloaded: generation 3 ", out)
+    stop(proc)
+  end)
+
+  it("reloads on a ConfigMap volume's ..data symlink swap", function()
+    -- The layout the kubelet writes: c.lua -> ..data/c.lua, ..data -> ..v1
+    sh("mkdir " .. dir .. "/..v1 && ln -s ..v1 " .. dir .. "/..data && ln -s ..data/c.lua "
+       .. dir .. "/c.lua")
+    write(dir .. "/..v1/c.lua", script("A"))
+    local proc = start(dir .. "/c.lua")
+    wait_log(proc, "version=A")
+    sh("mkdir " .. dir .. "/..v2")
+    write(dir .. "/..v2/c.lua", script("B"))
+    sh("cd " .. dir .. " && ln -s ..v2 ..data_tmp && mv -T ..data_tmp ..data && rm -rf ..v1")
+    local out = wait_log(proc, "version=B")
+    assert.matches("reloaded: generation 2 ", out)
+    stop(proc)
+  end)
+
+  it("reloads when a module the script requires changes", function()
+    write(dir .. "/settings.lua", "HELPER_VERSION = 'h1'\nreturn {}\n")
+    local path = dir .. "/c.lua"
+    write(path, "require 'settings'\n" .. script("A"))
+    local proc = start(path)
+    wait_log(proc, "loaded helper=h1 version=A")
+    write(dir .. "/settings.lua", "HELPER_VERSION = 'h2'\nreturn {}\n")
+    local out = wait_log(proc, "loaded helper=h2 version=A")
+    assert.matches("reloaded: generation 2 modules=1 ", out)
+    stop(proc)
+  end)
+
+  it("reloads on SIGHUP, and with --no-watch only then", function()
+    local path = dir .. "/c.lua"
+    write(path, script("A"))
+    local proc = start(path, "--no-watch")
+    wait_log(proc, "version=A")
+    write(path, script("B"))
+    sleep(0.6)
+    assert.equal(0, count(read_file(proc.log), "version=B"))
+    ffi.C.kill(proc.pid, 1)
+    local out = wait_log(proc, "version=B")
+    assert.matches("INFO  SIGHUP: reloading script=" .. path:gsub("%p", "%%%0") .. "\n", out)
+    assert.matches("reloaded: generation 2 ", out)
+    out = stop(proc)
+    assert.matches("signal 15: stopping gracefully", out)
+  end)
+end)
