@@ -208,8 +208,9 @@ require("kubelua.generation").on_retire(function(gen)
   end
 end)
 
--- The informer of one watch: the same arguments give the same one.
-local function shared_informer(api_version, resource, opts)
+-- The informer of one watch: the same arguments give the same one. kind
+-- (when known) is written into list items, which carry none.
+local function shared_informer(api_version, resource, opts, kind)
   local id = table.concat({ conn.server, api_version, resource, opts.namespace or "",
     opts.label_selector or "", opts.field_selector or "" }, "\0")
   local inf = informers[id]
@@ -220,6 +221,7 @@ local function shared_informer(api_version, resource, opts)
     name = api_version .. "/" .. group_kind .. (opts.namespace and "@" .. opts.namespace or ""),
     resync = opts.resync, indexers = opts.indexers, transform = opts.transform,
     keep_managed_fields = opts.keep_managed_fields,
+    api_version = kind and api_version, kind = kind,
     watch = { url = collection_url(api_version, resource, opts.namespace),
               label_selector = opts.label_selector, field_selector = opts.field_selector,
               headers = headers, tls = conn.tls },
@@ -253,6 +255,14 @@ require("kubelua.generation").on_retire(function(gen)
     if g.generation == gen then by_spec[id] = nil end
   end
 end)
+
+-- Whether the running code is a task, where API calls can wait: a
+-- script's main chunk is not, even when it runs in a coroutine (a reload
+-- from a spec's task). kube.sleep(0) raises outside a task and inside one
+-- only lets the loop run once.
+local function in_task()
+  return coroutine.running() ~= nil and (pcall(core.sleep, 0))
+end
 
 local function check_namespaces(namespaces, single)
   if type(namespaces) ~= "table" or namespaces[1] == nil then
@@ -294,8 +304,21 @@ function _M.informer(api_version, resource, opts)
   local namespaces = opts.namespaces
   if namespaces ~= nil then check_namespaces(namespaces, opts.namespace) end
   connected("kube.informer")
+  -- Discovery gives the plural of a Kind, and the Kind of a plural (for
+  -- list items, which carry none, so a cached object has its apiVersion
+  -- and kind as an owner reference needs). It yields: in a task it asks
+  -- at once; outside one only the cache is read, and a Kind waits (below).
   local is_kind = resource:find("^%u") ~= nil
-  if not is_kind and not namespaces then return shared_informer(api_version, resource, opts) end
+  local c = require("kubelua.client").default()
+  local info = c:cached_resource_info(api_version, resource)
+  if not info and in_task() then
+    local err
+    info, err = c:resource_info(api_version, resource)
+    if not info and is_kind then return nil, "kube.informer: " .. tostring(err), err.reason end
+  end
+  if not is_kind and not namespaces then
+    return shared_informer(api_version, resource, opts, info and info.kind)
+  end
 
   local id = table.concat({ conn.server, core.generation(), api_version, resource,
     opts.namespace or "", opts.label_selector or "", opts.field_selector or "",
@@ -303,30 +326,21 @@ function _M.informer(api_version, resource, opts)
   local found = by_spec[id]
   if found then return found end
 
-  local function members(plural)
-    if not namespaces then return { shared_informer(api_version, plural, opts) } end
+  local function members(plural, kind)
+    if not namespaces then return { shared_informer(api_version, plural, opts, kind) } end
     local infs = {}
     for i, ns in ipairs(namespaces) do
       local o = {}
       for k, v in pairs(opts) do o[k] = v end
       o.namespaces, o.namespace = nil, ns
-      infs[i] = shared_informer(api_version, plural, o)
+      infs[i] = shared_informer(api_version, plural, o, kind)
     end
     return infs
   end
 
-  local plural = not is_kind and resource or nil
-  local c = require("kubelua.client").default()
-  if is_kind then
-    local info = c:cached_resource_info(api_version, resource)
-    if not info and coroutine.running() then
-      local err
-      info, err = c:resource_info(api_version, resource)
-      if not info then return nil, "kube.informer: " .. tostring(err), err.reason end
-    end
-    plural = info and info.name
-  end
-  if plural and not namespaces then return members(plural)[1] end
+  local plural = info and info.name or not is_kind and resource or nil
+  local kind = info and info.kind
+  if plural and not namespaces then return members(plural, kind)[1] end
 
   found = group.new(api_version .. "/" .. resource
                     .. (namespaces and "@" .. table.concat(namespaces, ",")
@@ -334,15 +348,15 @@ function _M.informer(api_version, resource, opts)
   found.generation = core.generation()
   by_spec[id] = found
   if plural then
-    found:attach(members(plural), namespaces)
+    found:attach(members(plural, kind), namespaces)
     return found
   end
   core.spawn_named("resolve " .. found:name(), function()
     local delay = 1
     while true do
-      local info, err = c:resource_info(api_version, resource)
-      if info then
-        found:attach(members(info.name), namespaces)
+      local res, err = c:resource_info(api_version, resource)
+      if res then
+        found:attach(members(res.name, res.kind), namespaces)
         return
       end
       log.warn("kube.informer: cannot resolve the kind, retrying",

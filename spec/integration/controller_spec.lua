@@ -68,6 +68,17 @@ describe("controller API", function()
       assert.equal(inf, kube.informer("example.com/v1", "greetings", { namespace = "k1" }))
     end)
 
+    it("gives listed objects their apiVersion and kind (list items carry none)", function()
+      assert(kube.create(cm("k1", "listed", {}, { listed = "yes" })))
+      -- two specs, so that each makes its own informer and lists
+      for what, selector in pairs({ configmaps = "listed=yes", ConfigMap = "listed in (yes)" }) do
+        local inf = kube.informer("v1", what, { namespace = "k1", label_selector = selector })
+        assert.is_true(kube.wait_for_sync(inf, 5))
+        local obj = inf:get("k1/listed")
+        assert.same({ "v1", "ConfigMap" }, { obj.apiVersion, obj.kind })
+      end
+    end)
+
     it("returns nil, err for a kind discovery does not know", function()
       local inf, err, code = kube.informer("example.com/v1", "Farewell")
       assert.is_nil(inf)
