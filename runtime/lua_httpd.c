@@ -42,6 +42,7 @@ typedef struct lsrv {
   kl_rt_t *rt;
   int handler_ref; /* the Lua handler */
   int self_ref;    /* keeps the server userdata while open */
+  unsigned gen;    /* the script generation that started it */
 } lsrv_t;
 
 typedef struct lreq {
@@ -52,6 +53,7 @@ typedef struct lreq {
   int started;      /* a streaming response began */
   int answered;     /* reply or stream_begin done (or tried) */
   int close_reason; /* 0, or the KL_E* code httpd gave on_close */
+  unsigned gen;     /* its server's generation: its tasks belong to it */
   int closed_pending;
   kl_defer_t defer; /* runs the Lua side of on_close / on_drain */
   kl_waitlist_t drainers;
@@ -98,7 +100,11 @@ static void req_deferred(kl_defer_t *d) {
       lua_rawgeti(L, LUA_REGISTRYINDEX, lr->on_close_ref);
       lua_rawgeti(L, LUA_REGISTRYINDEX, lr->self_ref);
       lua_pushstring(L, reason_name(lr->close_reason));
-      if (lua_pcall(L, 3, 0, 0) != 0) {
+      kl_gen_scope_t saved;
+      kl_rt_gen_enter(lr->rt, lr->gen, &saved);
+      int rc = lua_pcall(L, 3, 0, 0);
+      kl_rt_gen_leave(lr->rt, &saved);
+      if (rc != 0) {
         kl_log(KL_LOG_ERROR, "httpd: on_close: %s", lua_tostring(L, -1));
         lua_pop(L, 1);
       }
@@ -487,6 +493,7 @@ static void on_request(kl_httpd_req_t *req, void *ud) {
   lreq_t *lr = lua_newuserdata(L, sizeof *lr);
   memset(lr, 0, sizeof *lr);
   lr->rt = s->rt;
+  lr->gen = s->gen;
   lr->self_ref = lr->on_close_ref = LUA_NOREF;
   kl_defer_init(&lr->defer, req_deferred);
   luaL_getmetatable(L, REQ_MT);
@@ -496,7 +503,11 @@ static void on_request(kl_httpd_req_t *req, void *ud) {
   lr->req = req;
   kl_httpd_req_set_callbacks(req, on_req_close, on_req_drain, lr);
   /* spawn(run, handler, req) */
-  if (lua_pcall(L, 3, 0, 0) != 0) {
+  kl_gen_scope_t saved;
+  kl_rt_gen_enter(s->rt, s->gen, &saved);
+  int rc = lua_pcall(L, 3, 0, 0);
+  kl_rt_gen_leave(s->rt, &saved);
+  if (rc != 0) {
     kl_log(KL_LOG_ERROR, "httpd: cannot start a handler: %s",
            lua_tostring(L, -1));
     lua_pop(L, 1);
@@ -636,6 +647,7 @@ static int l_listen(lua_State *L) {
   lua_setmetatable(L, -2);
   lsrv_t *s = kl_xcalloc(1, sizeof *s);
   s->rt = rt;
+  s->gen = kl_rt_generation(rt);
   s->handler_ref = s->self_ref = LUA_NOREF;
   *box = s;
   o.handler = on_request;

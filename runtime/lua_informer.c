@@ -226,9 +226,12 @@ static void call_handler(kl_proc_t *p, uint64_t id, const kl_proc_note_t *n,
   lua_pushcfunction(L, traceback);
   lua_rawgeti(L, LUA_REGISTRYINDEX, h->fn_ref);
   push_event(L, n);
+  kl_gen_scope_t saved;
+  kl_rt_gen_enter(h->owner->rt, h->gen, &saved);
   double t0 = kl_clock_monotonic(NULL);
   int rc = lua_pcall(L, 1, 0, base + 1);
   double took = kl_clock_monotonic(NULL) - t0;
+  kl_rt_gen_leave(h->owner->rt, &saved);
   /* The handler may have removed itself: h lives until this returns. */
   if (rc != 0 || took >= SLOW_HANDLER) {
     char fields[256];

@@ -100,12 +100,16 @@ struct kl_rt {
   size_t nhooks;
   kl_http_t *http; /* made on first use; outlives the Lua state */
   /* Generations of the scripts (hot reload): the active one, and the one
-   * being loaded while `loading`; 0 is the system's (the simulator, the
-   * test runner), which never retires. */
-  unsigned gen, loading_gen;
-  int loading;
-  int hup_ref;    /* SIGHUP's function (a reload), or LUA_NOREF */
-  kl_defer_t hup; /* runs it from the loop */
+   * code runs for when C calls Lua on a generation's behalf (a load, a
+   * handler, a timer, a server's request) while `scoped`; 0 is the
+   * system's (the simulator, the test runner), which never retires. */
+  unsigned gen;
+  kl_gen_scope_t scope;
+  int hup_ref;            /* SIGHUP's function (a reload), or LUA_NOREF */
+  kl_defer_t hup;         /* runs it from the loop */
+  int on_stop_ref;        /* core.on_stop functions (a table), or LUA_NOREF */
+  int on_stop_pending;    /* they are yet to start */
+  kl_defer_t on_stop_run; /* starts them, from the loop */
 };
 
 static void task_resume(kl_defer_t *d);
@@ -159,12 +163,23 @@ static void wl_remove(kl_task_t *t) {
 /* Generations */
 
 unsigned kl_rt_generation(kl_rt_t *rt) {
-  if (rt->loading) return rt->loading_gen;
+  if (rt->scope.scoped) return rt->scope.gen;
   return rt->current ? rt->current->gen : rt->gen;
 }
 
 int kl_rt_generation_alive(const kl_rt_t *rt, unsigned gen) {
-  return gen == 0 || gen == rt->gen || (rt->loading && gen == rt->loading_gen);
+  return gen == 0 || gen == rt->gen ||
+         (rt->scope.scoped && gen == rt->scope.gen);
+}
+
+void kl_rt_gen_enter(kl_rt_t *rt, unsigned gen, kl_gen_scope_t *saved) {
+  *saved = rt->scope;
+  rt->scope.scoped = 1;
+  rt->scope.gen = gen;
+}
+
+void kl_rt_gen_leave(kl_rt_t *rt, const kl_gen_scope_t *saved) {
+  rt->scope = *saved;
 }
 
 /* Tasks */
@@ -390,6 +405,23 @@ static void task_resume(kl_defer_t *d) {
 
 /* Stop */
 
+/* Starts the core.on_stop functions, each in a task that a stop waits for
+ * as for a reconcile in progress (a Lease release, a last status write). */
+static void on_stop_start(kl_defer_t *d) {
+  kl_rt_t *rt = (kl_rt_t *)((char *)d - offsetof(kl_rt_t, on_stop_run));
+  lua_State *L = rt->L;
+  rt->on_stop_pending = 0;
+  lua_checkstack(L, LUA_MINSTACK);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, rt->on_stop_ref);
+  int fns = lua_gettop(L);
+  for (int i = 1, n = (int)lua_objlen(L, fns); i <= n; i++) {
+    lua_rawgeti(L, fns, i);
+    task_spawn(rt, L, 0, "on-stop")->holds = 1;
+  }
+  lua_pop(L, 1);
+  check_stopped(rt);
+}
+
 static void stop_timeout(kl_timer_t *timer, void *ud) {
   kl_rt_t *rt = ud;
   (void)timer;
@@ -405,7 +437,7 @@ static void stop_timeout(kl_timer_t *timer, void *ud) {
 }
 
 static void check_stopped(kl_rt_t *rt) {
-  if (rt->stopped || rt->ntasks > 0) return;
+  if (rt->stopped || rt->ntasks > 0 || rt->on_stop_pending) return;
   rt->stopped = 1;
   kl_timers_stop(kl_loop_timers(rt->loop), &rt->stop_timer);
   kl_loop_break(rt->loop);
@@ -428,6 +460,10 @@ void kl_rt_stop(kl_rt_t *rt, int status) {
     else if (t->state != TASK_RUNNING)
       task_end(t);
     t = next;
+  }
+  if (rt->on_stop_ref != LUA_NOREF) {
+    rt->on_stop_pending = 1;
+    kl_loop_defer(rt->loop, &rt->on_stop_run);
   }
   kl_log(KL_LOG_INFO, "stopping: waiting for %zu running reconciles", busy);
   kl_timers_start(kl_loop_timers(rt->loop), &rt->stop_timer,
@@ -534,13 +570,10 @@ static void after_fire(kl_timer_t *timer, void *ud) {
   luaL_unref(L, LUA_REGISTRYINDEX, a->self_ref);
   a->fn_ref = a->self_ref = LUA_NOREF;
   if (!rt->stopping && kl_rt_generation_alive(rt, a->gen)) {
-    unsigned saved = rt->loading_gen;
-    int was_loading = rt->loading;
-    rt->loading = 1; /* the task belongs to the timer's generation */
-    rt->loading_gen = a->gen;
+    kl_gen_scope_t saved; /* the task belongs to the timer's generation */
+    kl_rt_gen_enter(rt, a->gen, &saved);
     task_spawn(rt, L, 0, "after");
-    rt->loading = was_loading;
-    rt->loading_gen = saved;
+    kl_rt_gen_leave(rt, &saved);
   } else {
     lua_pop(L, 1);
   }
@@ -707,7 +740,6 @@ static int core_load(lua_State *L) {
   kl_rt_t *rt = up_rt(L);
   lua_Integer gen = luaL_checkinteger(L, 1);
   check_function(L, 2, "core.load");
-  if (rt->loading) return luaL_error(L, "a generation is loading already");
   if (gen <= 0 || (unsigned)gen <= rt->gen)
     return luaL_error(L, "generation %d is not newer than %d", (int)gen,
                       (int)rt->gen);
@@ -715,11 +747,11 @@ static int core_load(lua_State *L) {
   lua_pushcfunction(L, kl_lua_traceback);
   lua_replace(L, 1);
   kl_task_t *current = rt->current;
+  kl_gen_scope_t saved;
   rt->current = NULL;
-  rt->loading = 1;
-  rt->loading_gen = (unsigned)gen;
+  kl_rt_gen_enter(rt, (unsigned)gen, &saved);
   int ok = lua_pcall(L, nargs, 0, 1) == 0;
-  rt->loading = 0;
+  kl_rt_gen_leave(rt, &saved);
   rt->current = current;
   if (ok)
     rt->gen = (unsigned)gen;
@@ -882,6 +914,21 @@ static void hup_run(kl_defer_t *d) {
   call_ref(rt, rt->hup_ref, "SIGHUP");
 }
 
+/* core.on_stop(fn): when a graceful stop begins, fn runs in a task of its
+ * own, and the stop waits for it (up to the shutdown timeout). */
+static int core_on_stop(lua_State *L) {
+  kl_rt_t *rt = up_rt(L);
+  check_function(L, 1, "core.on_stop");
+  if (rt->on_stop_ref == LUA_NOREF) {
+    lua_newtable(L);
+    rt->on_stop_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  }
+  lua_rawgeti(L, LUA_REGISTRYINDEX, rt->on_stop_ref);
+  lua_pushvalue(L, 1);
+  lua_rawseti(L, -2, (int)lua_objlen(L, -2) + 1);
+  return 0;
+}
+
 /* core.on_hup(fn): fn runs from the loop on each SIGHUP (nil: none). */
 static int core_on_hup(lua_State *L) {
   kl_rt_t *rt = up_rt(L);
@@ -913,6 +960,7 @@ static const luaL_Reg core_funcs[] = {
     {"retire", core_retire},
     {"watch", core_watch},
     {"on_hup", core_on_hup},
+    {"on_stop", core_on_stop},
     {NULL, NULL},
 };
 
@@ -950,8 +998,9 @@ kl_rt_t *kl_rt_new(kl_loop_t *loop) {
   rt->loop = loop;
   rt->tasks.next = rt->tasks.prev = &rt->tasks;
   rt->shutdown_timeout = 30;
-  rt->hup_ref = LUA_NOREF;
+  rt->hup_ref = rt->on_stop_ref = LUA_NOREF;
   kl_defer_init(&rt->hup, hup_run);
+  kl_defer_init(&rt->on_stop_run, on_stop_start);
   kl_timer_init(&rt->stop_timer, stop_timeout, rt);
 
   lua_State *L = rt->L = luaL_newstate();
@@ -1020,6 +1069,7 @@ void kl_rt_free(kl_rt_t *rt) {
   if (!rt) return;
   kl_timers_stop(kl_loop_timers(rt->loop), &rt->stop_timer);
   kl_loop_undefer(rt->loop, &rt->hup);
+  kl_loop_undefer(rt->loop, &rt->on_stop_run);
   lua_close(rt->L); /* requests and reflectors end here, http is still up */
   kl_http_free(rt->http);
   free(rt->hooks);

@@ -78,11 +78,21 @@ void kl_rt_set_shutdown_timeout(kl_rt_t *rt, double seconds);
  * informer handlers belong to the generation whose code made them; 0 is the
  * system's (the simulator, the test runner) and never retires. */
 
-/* The generation of the code running now: the one loading, else the
+/* The generation of the code running now: the scoped one, else the
  * running task's, else the active one. */
 unsigned kl_rt_generation(kl_rt_t *rt);
 /* False once gen was retired or failed to load. */
 int kl_rt_generation_alive(const kl_rt_t *rt, unsigned gen);
+
+/* C that calls Lua on behalf of a generation (a handler it registered, a
+ * server it started) scopes the call, so that tasks the call spawns belong
+ * to that generation and not to whichever is active. */
+typedef struct kl_gen_scope {
+  int scoped;
+  unsigned gen;
+} kl_gen_scope_t;
+void kl_rt_gen_enter(kl_rt_t *rt, unsigned gen, kl_gen_scope_t *saved);
+void kl_rt_gen_leave(kl_rt_t *rt, const kl_gen_scope_t *saved);
 
 /* A message handler for lua_pcall: the message (or a description of a
  * non-string error) with a traceback. */

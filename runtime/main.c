@@ -29,6 +29,13 @@ static void usage(FILE *out) {
       "\n"
       "run options:\n"
       "  --sim                    serve the API from an in-process simulator\n"
+      "  --kubeconfig PATH        the kubeconfig file (else KUBECONFIG, the\n"
+      "                           pod's service account, ~/.kube/config)\n"
+      "  --context NAME           the kubeconfig context to use\n"
+      "  --leader-elect           work only while holding the Lease\n"
+      "  --leader-election-id NAME        the Lease's name\n"
+      "  --leader-election-namespace NS   its namespace (default: the pod's,\n"
+      "                           else \"default\")\n"
       "  --no-watch               reload the script on SIGHUP only, not when\n"
       "                           its files change\n"
       "  --log-level LEVEL        debug, info, warn or error (default info)\n"
@@ -64,9 +71,15 @@ static int start_sim(kl_rt_t *rt) {
   return 0;
 }
 
-/* --kubeconfig and --context, for the connection made on first use. */
-static int run_options(kl_rt_t *rt, const char *kubeconfig,
-                       const char *context) {
+typedef struct run_opts {
+  const char *kubeconfig, *context;
+  int leader_elect;
+  const char *election_id, *election_ns;
+} run_opts_t;
+
+/* --kubeconfig and --context, for the connection made on first use, and
+ * leader election. */
+static int run_options(kl_rt_t *rt, const run_opts_t *o) {
   lua_State *L = kl_rt_lua(rt);
   lua_getglobal(L, "require");
   lua_pushliteral(L, "kubelua");
@@ -76,16 +89,23 @@ static int run_options(kl_rt_t *rt, const char *kubeconfig,
     return 1;
   }
   lua_getfield(L, -1, "_run_options");
-  lua_createtable(L, 0, 2);
-  if (kubeconfig) {
-    lua_pushstring(L, kubeconfig);
-    lua_setfield(L, -2, "kubeconfig");
+  lua_createtable(L, 0, 5);
+  const char *strs[][2] = {{"kubeconfig", o->kubeconfig},
+                           {"context", o->context},
+                           {"leader_election_id", o->election_id},
+                           {"leader_election_namespace", o->election_ns}};
+  for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++) {
+    if (!strs[i][1]) continue;
+    lua_pushstring(L, strs[i][1]);
+    lua_setfield(L, -2, strs[i][0]);
   }
-  if (context) {
-    lua_pushstring(L, context);
-    lua_setfield(L, -2, "context");
+  lua_pushboolean(L, o->leader_elect);
+  lua_setfield(L, -2, "leader_elect");
+  if (lua_pcall(L, 1, 0, 0) != 0) {
+    fprintf(stderr, "kubelua: %s\n", lua_tostring(L, -1));
+    lua_settop(L, 0);
+    return 1;
   }
-  lua_call(L, 1, 0);
   lua_settop(L, 0);
   return 0;
 }
@@ -93,7 +113,7 @@ static int run_options(kl_rt_t *rt, const char *kubeconfig,
 static int run_script(int argc, char **argv) {
   double shutdown_timeout = 30;
   int sim = 0, watch = 1;
-  const char *kubeconfig = NULL, *context = NULL;
+  run_opts_t ro = {0};
   int i = 0;
   for (; i < argc && strncmp(argv[i], "--", 2) == 0; i++) {
     const char *opt = argv[i];
@@ -109,6 +129,10 @@ static int run_script(int argc, char **argv) {
       watch = 0;
       continue;
     }
+    if (strcmp(opt, "--leader-elect") == 0) {
+      ro.leader_elect = 1;
+      continue;
+    }
     if (i + 1 >= argc) return bad_usage("option %s needs a value", opt);
     const char *val = argv[++i];
     if (strcmp(opt, "--log-level") == 0) {
@@ -116,9 +140,13 @@ static int run_script(int argc, char **argv) {
       if (level < 0) return bad_usage("unknown log level \"%s\"", val);
       kl_log_set_level((kl_log_level_t)level);
     } else if (strcmp(opt, "--kubeconfig") == 0) {
-      kubeconfig = val;
+      ro.kubeconfig = val;
     } else if (strcmp(opt, "--context") == 0) {
-      context = val;
+      ro.context = val;
+    } else if (strcmp(opt, "--leader-election-id") == 0) {
+      ro.election_id = val;
+    } else if (strcmp(opt, "--leader-election-namespace") == 0) {
+      ro.election_ns = val;
     } else if (strcmp(opt, "--shutdown-timeout") == 0) {
       char *end;
       shutdown_timeout = strtod(val, &end);
@@ -129,6 +157,8 @@ static int run_script(int argc, char **argv) {
     }
   }
   if (i >= argc) return bad_usage("%s", "run needs a script");
+  if (ro.leader_elect && !ro.election_id)
+    return bad_usage("%s", "--leader-elect needs --leader-election-id NAME");
 
   kl_loop_t *loop = kl_loop_new(NULL);
   if (!loop) {
@@ -142,7 +172,8 @@ static int run_script(int argc, char **argv) {
     return 1;
   }
   kl_rt_set_shutdown_timeout(rt, shutdown_timeout);
-  int status = sim ? start_sim(rt) : run_options(rt, kubeconfig, context);
+  int status = sim ? start_sim(rt) : 0;
+  if (status == 0 && (!sim || ro.leader_elect)) status = run_options(rt, &ro);
   if (status == 0)
     status = kl_rt_start_script(rt, argv[i], argc - i - 1, argv + i + 1, watch);
   if (status == 0) status = kl_rt_loop_until_stopped(rt);

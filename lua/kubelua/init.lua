@@ -14,6 +14,7 @@ local core = require "kubelua.core"
 local json = require "kubelua.json"
 local informer = require "kubelua.informer"
 local group = require "kubelua.informer_group"
+local leader = require "kubelua.leader"
 
 local error, type, tostring, pairs, ipairs, select = error, type, tostring, pairs, ipairs, select
 local setmetatable, getmetatable, xpcall = setmetatable, getmetatable, xpcall
@@ -116,7 +117,18 @@ local conn = {}
 local run_opts = {}
 
 -- Set by `kubelua run` from --kubeconfig and --context.
-function _M._run_options(o) run_opts = o or {} end
+function _M._run_options(o)
+  run_opts = o or {}
+  if run_opts.leader_elect then
+    local ns = run_opts.leader_election_namespace
+    if not ns then
+      local f = io.open("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+      ns = f and f:read("*l") or "default"
+      if f then f:close() end
+    end
+    leader.start{ name = run_opts.leader_election_id, namespace = ns }
+  end
+end
 
 function _M.connect(cfg)
   cfg = cfg or run_opts
@@ -485,15 +497,27 @@ end
 
 -- Each worker: get a key, run fn(key[, ctx]) protected, settle the
 -- outcome, done. ctx is only built for a function that can receive it.
+local may_work = leader.may_work
+
 local function worker_loop(q, fn, fields, with_ctx)
-  local get, done, forget = q.get, q.done, q.forget
+  local get, done, forget, add = q.get, q.done, q.forget, q.add
   local add_after, add_rate_limited = q.add_after, q.add_rate_limited
   local alive, gen = core.generation_alive, core.generation()
   -- A hot reload retires this worker's generation: it finishes the key in
-  -- hand and returns (one parked in get ends with its generation).
+  -- hand and returns (one parked in get ends with its generation). With
+  -- leader election, workers take keys only while this replica leads.
   while alive(gen) do
+    if not may_work() then
+      core.sleep(0.05)
+      goto continue
+    end
     local key = get(q)
     if key == nil then return end
+    if not may_work() then -- leadership went while it waited: give it back
+      add(q, key)
+      done(q, key)
+      goto continue
+    end
     local ok, res, err
     if with_ctx then
       ok, res, err = xpcall(fn, on_error, key, setmetatable({ key = key, _q = q, _fields = fields },
@@ -524,6 +548,7 @@ local function worker_loop(q, fn, fields, with_ctx)
       end
     end
     done(q, key)
+    ::continue::
   end
 end
 
@@ -561,6 +586,20 @@ function _M.workers(q, n, fn)
   start_workers(q, n, fn, { queue = q:name() })
 end
 _M._start_workers = start_workers -- for kubelua.controller
+
+-- Leader election ------------------------------------------------------------
+
+-- kube.leader_election{ name, namespace, identity, lease_duration = 15,
+-- renew_deadline = 10, retry_period = 2 } -> elector: this process
+-- campaigns for the Lease; kube.workers take keys only while it leads. It
+-- survives hot reloads and releases the Lease on a graceful stop.
+-- `kubelua run --leader-elect` starts it. kube.on_leading(fn) and
+-- kube.on_stopped_leading(fn) are told of each change.
+function _M.leader_election(opts)
+  return leader.start(opts)
+end
+_M.on_leading = leader.on_leading
+_M.on_stopped_leading = leader.on_stopped_leading
 
 -- The REST client (kubelua.client): verbs on the default client, and the
 -- error predicates. kube.client.new / kube.client.set_default make clients.

@@ -128,8 +128,8 @@ function Harness:update(obj)
 end
 
 function Harness:apply(obj, opts)
-  local r = check("apply", kube.apply(obj, opts or { field_manager = "kubelua-test",
-                                                     force = true }))
+  opts = opts or { field_manager = "kubelua-test", force = true }
+  local r = check("apply", kube.apply(obj, opts))
   return r
 end
 

@@ -1,8 +1,8 @@
 -- Hot reload of `kubelua run`: the triggers (an edited file, an editor's
 -- rename over the file, a ConfigMap volume's `..data` symlink swap, a
 -- module the script requires, SIGHUP) and the log lines.
-local support = require "spec.support"
 local helper = require "spec.integration.sim_helper"
+local procs = require "spec.integration.proc_helper"
 
 local ffi = require "ffi" -- kill(), declared by sim_helper
 local sleep, read_file, quote = helper.sleep, helper.read_file, helper.quote
@@ -26,38 +26,14 @@ kube.log.info("loaded", { version = VERSION, helper = HELPER_VERSION })
 ]]):format(version, extra or "")
 end
 
--- Starts `kubelua run --sim PATH`; returns { pid, log }.
 local function start(path, options)
-  local log = os.tmpname()
-  local cmd = "exec " .. support.kubelua .. " run --sim " .. (options or "") .. " " .. quote(path)
-  local p = io.popen("sh -c " .. quote(cmd .. " >" .. log .. " 2>&1 & echo $!"))
-  local pid = p:read("*l")
-  p:close()
-  return { pid = tonumber(pid), log = log }
+  return procs.start("--sim " .. (options or "") .. " " .. quote(path))
 end
 
--- Waits (at most 10 s) until the log has `count` lines matching pattern.
-local function wait_log(proc, pattern, count)
-  count = count or 1
-  local out
-  for _ = 1, 1000 do
-    out = read_file(proc.log) or ""
-    local n = 0
-    for _ in out:gmatch(pattern) do n = n + 1 end
-    if n >= count then return out end
-    sleep(0.01)
-  end
-  error("waited for " .. count .. " × " .. pattern .. " in:\n" .. out, 2)
-end
+local wait_log, count = procs.wait_log, procs.count
 
 -- SIGTERM, wait, and the log (checked for sanitizer reports).
 local stop = helper.stop
-
-local function count(s, pattern)
-  local n = 0
-  for _ in s:gmatch(pattern) do n = n + 1 end
-  return n
-end
 
 describe("kubelua run hot reload", function()
   local dir

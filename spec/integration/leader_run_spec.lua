@@ -1,0 +1,80 @@
+-- Leader election between kubelua processes sharing one simulator: only the
+-- leader's workers take keys, a killed leader is replaced once its lease
+-- expires, a stopped one hands over at once, and `--leader-elect` works.
+local support = require "spec.support"
+local helper = require "spec.integration.sim_helper"
+local procs = require "spec.integration.proc_helper"
+
+local ffi = require "ffi" -- kill(), declared by sim_helper
+local sleep, read_file, quote = helper.sleep, helper.read_file, helper.quote
+
+-- Every 50 ms a key; the worker logs each 5th key it processes.
+local SCRIPT = support.tempfile([[
+local kube = require "kubelua"
+local server, id = ...
+kube.connect{ server = server }
+if id ~= "cli" then
+  kube.leader_election{ name = "ctl", namespace = "default", identity = id,
+                        lease_duration = 1, renew_deadline = 0.6, retry_period = 0.1 }
+end
+local q = kube.workqueue("w")
+kube.spawn(function() while true do q:add("tick") kube.sleep(0.05) end end)
+local n = 0
+kube.workers(q, 1, function() n = n + 1 if n % 5 == 1 then kube.log.info("working", { n = n }) end end)
+]], ".lua")
+
+local function start(sim, id, options)
+  return procs.start((options or "") .. " " .. quote(SCRIPT) .. " " .. sim.base .. " " .. id)
+end
+
+local count, wait_log = procs.count, procs.wait_log
+
+describe("leader election between processes", function()
+  local sim
+  before_each(function() sim = helper.start() end)
+  after_each(function() helper.stop(sim) end)
+
+  it("lets only the leader work, and replaces a killed one after its lease", function()
+    local a = start(sim, "a")
+    wait_log(a, "leading identity=a")
+    wait_log(a, "working")
+    local b = start(sim, "b")
+    sleep(0.5)
+    assert.equal(0, count(read_file(b.log), "working"))
+    ffi.C.kill(a.pid, 9)
+    local killed = os.time()
+    local out = wait_log(b, "working")
+    assert.matches("leading identity=b lease=default/ctl", out)
+    assert.is_true(os.time() - killed <= 3)
+    local _, _, _, l = helper.request(sim, "GET",
+      "/apis/coordination.k8s.io/v1/namespaces/default/leases/ctl")
+    assert.equal("b", l.spec.holderIdentity)
+    assert.equal(1, l.spec.leaseTransitions)
+    helper.stop(b)
+    os.remove(a.log)
+  end)
+
+  it("hands over at once on SIGTERM, releasing the lease", function()
+    local a = start(sim, "a")
+    wait_log(a, "leading identity=a")
+    local b = start(sim, "b")
+    sleep(0.3)
+    local out_a = helper.stop(a)
+    assert.matches("leader election: released the lease identity=a", out_a)
+    local out_b = wait_log(b, "working")
+    assert.matches("leading identity=b", out_b)
+    helper.stop(b)
+  end)
+
+  it("campaigns with --leader-elect", function()
+    local status, out = support.sh(support.kubelua .. " run --leader-elect " .. SCRIPT)
+    assert.equal(2, status)
+    assert.matches("kubelua: --leader-elect needs --leader-election-id NAME", out, 1, true)
+    local p = start(sim, "cli", "--leader-elect --leader-election-id cli-ctl "
+      .. "--leader-election-namespace default")
+    wait_log(p, "working")
+    local out_p = helper.stop(p)
+    assert.matches("leading identity=[^ ]+_%x+ lease=default/cli%-ctl", out_p)
+    assert.matches("released the lease", out_p)
+  end)
+end)

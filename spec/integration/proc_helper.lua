@@ -1,0 +1,41 @@
+-- Helpers for specs that run `kubelua run` in the background and read its
+-- log: start one, wait for log lines, count them. Stop one with
+-- sim_helper.stop (SIGTERM, wait, sanitizer check).
+local support = require "spec.support"
+local helper = require "spec.integration.sim_helper"
+
+local read_file, quote, sleep = helper.read_file, helper.quote, helper.sleep
+
+local _M = {}
+
+-- Starts `kubelua run ARGS` (a shell-quoted string); returns { pid, log }.
+function _M.start(args)
+  local log = os.tmpname()
+  local cmd = "exec " .. support.kubelua .. " run " .. args
+  local p = io.popen("sh -c " .. quote(cmd .. " >" .. log .. " 2>&1 & echo $!"))
+  local pid = p:read("*l")
+  p:close()
+  return { pid = tonumber(pid), log = log }
+end
+
+-- The number of matches of pattern in s.
+function _M.count(s, pattern)
+  local n = 0
+  for _ in s:gmatch(pattern) do n = n + 1 end
+  return n
+end
+
+-- Waits (at most 10 s) until the log has n (default 1) lines matching
+-- pattern; returns the log, or raises with it.
+function _M.wait_log(proc, pattern, n)
+  n = n or 1
+  local out
+  for _ = 1, 1000 do
+    out = read_file(proc.log) or ""
+    if _M.count(out, pattern) >= n then return out end
+    sleep(0.01)
+  end
+  error("waited for " .. n .. " × " .. pattern .. " in:\n" .. out, 2)
+end
+
+return _M
