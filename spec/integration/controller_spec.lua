@@ -295,8 +295,8 @@ describe("controller API", function()
         reconcile = function() calls = calls + 1 end,
       }
       ctl.queue:add("b4/x")
-      kube.sleep(0.2)
-      assert.is_true(ctl.informers[1]:has_synced())
+      assert.is_true(eventually(function() return ctl.informers[1]:has_synced() end))
+      kube.sleep(0.1)
       assert.is_false(ctl.started)
       assert.equal(0, calls)
       assert.equal(1, ctl.queue:len())

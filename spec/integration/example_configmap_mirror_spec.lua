@@ -1,5 +1,6 @@
 -- examples/configmap-mirror with kubelua.testing: labelled ConfigMaps get
 -- an owned Secret copy that follows them and goes with them.
+local kube = require "kubelua"
 local testing = require "kubelua.testing"
 
 local function cm(name, data, labels)
@@ -9,13 +10,28 @@ end
 
 local MIRROR = { ["kubelua.io/mirror"] = "secret" }
 
+-- Lets the controller finish its work before the harness stops: a
+-- reconcile still running then would finish against the next case's
+-- simulator (the default client follows the harness).
+local function idle(t)
+  local q = kube.workqueue("configmap-mirror")
+  kube.sleep(0.05) -- events on their way to the queue
+  t:eventually(function()
+    local st = q:stats()
+    return q:len() == 0 and st.processing == 0 and st.waiting == 0
+  end)
+end
+
 describe("examples/configmap-mirror", function()
   local t
   before_each(function()
     t = testing.start{ namespaces = { "demo" } }
     t:load("examples/configmap-mirror/controller.lua")
   end)
-  after_each(function() t:stop() end)
+  after_each(function()
+    idle(t)
+    t:stop()
+  end)
 
   it("copies a labelled ConfigMap into an owned Secret, base64-encoded", function()
     local src = t:create(cm("settings", { color = "blue", size = "xl!" }, MIRROR))
