@@ -24,6 +24,9 @@
 -- watched kind (its owner references name a kind; its scope says whether
 -- an owner's key has a namespace), adds the handlers, waits for the sync
 -- and starts the workers, logging and retrying while discovery fails.
+-- Called in a task, kube.informer resolves a kind at once, and a kind
+-- discovery does not know raises here ("kube.controller: kube.informer:
+-- NoKindMatch: …"), as controller-runtime fails a controller's start.
 
 local type, pairs, ipairs, error, tostring = type, pairs, ipairs, error, tostring
 local setmetatable, getmetatable = setmetatable, getmetatable
