@@ -334,25 +334,49 @@ function Client:discover(gv)
   return entry
 end
 
--- c:resolve(api_version, kind) -> { name, kind, namespaced, verbs,
--- subresources } | nil, err. A miss fetches the group-version again once
--- (for CRDs created after the first look).
-function Client:resolve(api_version, kind)
+-- Looks name up in a group-version's discovery map ("kinds" or
+-- "resources"); a miss, or nothing cached, fetches the group-version
+-- again (once: for CRDs created after the first look). -> info, or nil
+-- and the request's error (none for a plain miss).
+local function lookup(self, api_version, map, name)
   local entry = self.discovery[api_version]
-  local info = entry and entry.kinds[kind]
+  local info = entry and entry[map][name]
   if not info then
-    -- not cached, or a miss in the cache: ask again (once)
     local err
     entry, err = self:discover(api_version)
     -- an unknown group-version is no "object not found"
     if not entry and err.code ~= 404 then return nil, err end
-    info = entry and entry.kinds[kind]
-  end
-  if not info then
-    return nil, new_error(0, "NoKindMatch", format('no matches for kind "%s" in version "%s"',
-      kind, api_version))
+    info = entry and entry[map][name]
   end
   return info
+end
+
+-- c:resolve(api_version, kind) -> { name, kind, namespaced, verbs,
+-- subresources } | nil, err.
+function Client:resolve(api_version, kind)
+  local info, err = lookup(self, api_version, "kinds", kind)
+  if info or err then return info, err end
+  return nil, new_error(0, "NoKindMatch", format('no matches for kind "%s" in version "%s"',
+    kind, api_version))
+end
+
+-- c:resource_info(api_version, kind_or_resource) -> as c:resolve, for a
+-- Kind ("ConfigMap": it starts with a capital) or a plural resource name
+-- ("configmaps").
+function Client:resource_info(api_version, name)
+  if find(name, "^%u") then return self:resolve(api_version, name) end
+  local info, err = lookup(self, api_version, "resources", name)
+  if info or err then return info, err end
+  return nil, new_error(0, "NotFound", format('the server has no resource "%s" in version "%s"',
+    name, api_version))
+end
+
+-- c:cached_resource_info(api_version, kind_or_resource) -> the discovery
+-- answer when it is cached, else nil (no request, so no task needed).
+function Client:cached_resource_info(api_version, name)
+  local entry = self.discovery[api_version]
+  if not entry then return nil end
+  return find(name, "^%u") and entry.kinds[name] or entry.resources[name]
 end
 
 -- Targets --------------------------------------------------------------------

@@ -4,19 +4,22 @@
 --
 -- Time and tasks: kube.now, kube.monotonic, kube.spawn, kube.sleep,
 -- kube.after, kube.stop. Work: kube.workqueue, kube.workers,
--- kube.requeue_after. Logs: kube.log.{debug,info,warn,error}.
+-- kube.requeue_after, kube.terminal, kube.controller (kubelua.controller).
+-- Objects: kube.key, owner references, finalizers, conditions, merge
+-- patches (kubelua.helpers). Logs: kube.log.{debug,info,warn,error}.
 -- The C core is "kubelua.core"; this module adds argument checks and the
 -- worker loop, which is plain Lua over the queue's get/done.
 
 local core = require "kubelua.core"
 local json = require "kubelua.json"
 local informer = require "kubelua.informer"
+local group = require "kubelua.informer_group"
 local leader = require "kubelua.leader"
 
-local error, type, tostring, pairs, select = error, type, tostring, pairs, select
+local error, type, tostring, pairs, ipairs, select = error, type, tostring, pairs, ipairs, select
 local setmetatable, getmetatable, xpcall = setmetatable, getmetatable, xpcall
 local concat, sort, format = table.concat, table.sort, string.format
-local traceback = debug.traceback
+local traceback, getinfo = debug.traceback, debug.getinfo
 local unpack = unpack
 
 local function pack(...) return { n = select("#", ...), ... } end
@@ -217,16 +220,9 @@ require("kubelua.generation").on_retire(function(gen)
   end
 end)
 
--- kube.informer(api_version, resource, opts) -> a shared informer: the same
--- arguments give the same informer (one watch, one cache). resource is the
--- plural name ("configmaps"); opts: namespace, label_selector,
--- field_selector, resync, indexers, transform, keep_managed_fields.
-function _M.informer(api_version, resource, opts)
-  if type(api_version) ~= "string" or type(resource) ~= "string" then
-    error("kube.informer: expected an apiVersion and a resource name", 2)
-  end
-  connected("kube.informer")
-  opts = opts or {}
+-- The informer of one watch: the same arguments give the same one. kind
+-- (when known) is written into list items, which carry none.
+local function shared_informer(api_version, resource, opts, kind)
   local id = table.concat({ conn.server, api_version, resource, opts.namespace or "",
     opts.label_selector or "", opts.field_selector or "" }, "\0")
   local inf = informers[id]
@@ -237,6 +233,7 @@ function _M.informer(api_version, resource, opts)
     name = api_version .. "/" .. group_kind .. (opts.namespace and "@" .. opts.namespace or ""),
     resync = opts.resync, indexers = opts.indexers, transform = opts.transform,
     keep_managed_fields = opts.keep_managed_fields,
+    api_version = kind and api_version, kind = kind,
     watch = { url = collection_url(api_version, resource, opts.namespace),
               label_selector = opts.label_selector, field_selector = opts.field_selector,
               headers = headers, tls = conn.tls },
@@ -244,6 +241,11 @@ function _M.informer(api_version, resource, opts)
   informers[id] = inf
   return use_informer(id, inf)
 end
+
+-- The groups kube.informer returned for a Kind named outside a task or a
+-- namespaces list, by server, generation and spec: thin Lua objects over
+-- shared informers, so each generation has its own.
+local by_spec = {}
 
 -- Stops the shared informers of a server (the test harness, when it closes
 -- its simulator).
@@ -255,6 +257,127 @@ function _M._stop_informers(server)
       informers[id], informer_users[id] = nil, nil
     end
   end
+  for id in pairs(by_spec) do
+    if id:sub(1, #prefix) == prefix then by_spec[id] = nil end
+  end
+end
+
+require("kubelua.generation").on_retire(function(gen)
+  for id, g in pairs(by_spec) do
+    if g.generation == gen then by_spec[id] = nil end
+  end
+end)
+
+-- Whether the running code is a task, where API calls can wait: a
+-- script's main chunk is not, even when it runs in a coroutine (a reload
+-- from a spec's task). kube.sleep(0) raises outside a task and inside one
+-- only lets the loop run once.
+local function in_task()
+  return coroutine.running() ~= nil and (pcall(core.sleep, 0))
+end
+
+local function check_namespaces(namespaces, single)
+  if type(namespaces) ~= "table" or namespaces[1] == nil then
+    error("kube.informer: opts.namespaces must be a non-empty list of namespace names", 3)
+  end
+  for _, ns in ipairs(namespaces) do
+    if type(ns) ~= "string" or ns == "" then
+      error("kube.informer: opts.namespaces must be a non-empty list of namespace names", 3)
+    end
+  end
+  if single ~= nil then
+    error("kube.informer: opts.namespace and opts.namespaces exclude each other", 3)
+  end
+end
+
+-- kube.informer(api_version, kind_or_resource, opts) -> a shared informer:
+-- the same arguments give the same informer (one watch, one cache).
+-- kind_or_resource is the plural resource ("configmaps") or a Kind
+-- ("ConfigMap", a CRD's kind), found by discovery. opts: namespace or
+-- namespaces, label_selector, field_selector, resync, indexers, transform,
+-- keep_managed_fields.
+--
+-- opts.namespaces = {"a", "b"} watches each namespace and returns one
+-- object spanning them (kubelua.informer_group). A Kind is resolved at once
+-- when discovery has it cached or when called in a task (which then
+-- yields; an unknown kind returns nil, err). Outside a task (a script's
+-- top level) it cannot wait: it returns a group at once, empty and not
+-- synced, and a task resolves the kind and starts the watch when discovery
+-- answers, retrying with backoff (1 s up to 30 s) while it fails, so a CRD
+-- installed later is picked up.
+function _M.informer(api_version, resource, opts)
+  if type(api_version) ~= "string" or type(resource) ~= "string" then
+    error("kube.informer: expected an apiVersion and a resource name", 2)
+  end
+  if opts ~= nil and type(opts) ~= "table" then
+    error("kube.informer: opts must be a table, got " .. type(opts), 2)
+  end
+  opts = opts or {}
+  local namespaces = opts.namespaces
+  if namespaces ~= nil then check_namespaces(namespaces, opts.namespace) end
+  connected("kube.informer")
+  -- Discovery gives the plural of a Kind, and the Kind of a plural (for
+  -- list items, which carry none, so a cached object has its apiVersion
+  -- and kind as an owner reference needs). It yields: in a task it asks
+  -- at once; outside one only the cache is read, and a Kind waits (below).
+  local is_kind = resource:find("^%u") ~= nil
+  local c = require("kubelua.client").default()
+  local info = c:cached_resource_info(api_version, resource)
+  if not info and in_task() then
+    local err
+    info, err = c:resource_info(api_version, resource)
+    if not info and is_kind then return nil, "kube.informer: " .. tostring(err), err.reason end
+  end
+  if not is_kind and not namespaces then
+    return shared_informer(api_version, resource, opts, info and info.kind)
+  end
+
+  local id = table.concat({ conn.server, core.generation(), api_version, resource,
+    opts.namespace or "", opts.label_selector or "", opts.field_selector or "",
+    namespaces and table.concat(namespaces, ",") or "" }, "\0")
+  local found = by_spec[id]
+  if found then return found end
+
+  local function members(plural, kind)
+    if not namespaces then return { shared_informer(api_version, plural, opts, kind) } end
+    local infs = {}
+    for i, ns in ipairs(namespaces) do
+      local o = {}
+      for k, v in pairs(opts) do o[k] = v end
+      o.namespaces, o.namespace = nil, ns
+      infs[i] = shared_informer(api_version, plural, o, kind)
+    end
+    return infs
+  end
+
+  local plural = info and info.name or not is_kind and resource or nil
+  local kind = info and info.kind
+  if plural and not namespaces then return members(plural, kind)[1] end
+
+  found = group.new(api_version .. "/" .. resource
+                    .. (namespaces and "@" .. table.concat(namespaces, ",")
+                        or opts.namespace and "@" .. opts.namespace or ""))
+  found.generation = core.generation()
+  by_spec[id] = found
+  if plural then
+    found:attach(members(plural, kind), namespaces)
+    return found
+  end
+  core.spawn_named("resolve " .. found:name(), function()
+    local delay = 1
+    while true do
+      local res, err = c:resource_info(api_version, resource)
+      if res then
+        found:attach(members(res.name, res.kind), namespaces)
+        return
+      end
+      log.warn("kube.informer: cannot resolve the kind, retrying",
+               { informer = found:name(), error = tostring(err), retry_in = delay })
+      core.sleep(delay)
+      delay = math.min(delay * 2, 30)
+    end
+  end)
+  return found
 end
 
 -- kube.wait_for_sync(inf, … [, timeout]) -> true once every informer has
@@ -303,9 +426,80 @@ function _M.requeue_after(seconds)
   return setmetatable({ seconds = seconds }, requeue_mt)
 end
 
+local terminal_mt = { __tostring = function(t) return "terminal: " .. t.message end }
+
+-- kube.terminal(msg): a reconcile's result (returned or raised) that gives
+-- up on the key: logged, forgotten, not retried until the key is added
+-- again (controller-runtime's TerminalError).
+function _M.terminal(msg)
+  if type(msg) ~= "string" then
+    error("kube.terminal: msg must be a string, got " .. type(msg), 2)
+  end
+  return setmetatable({ message = msg }, terminal_mt)
+end
+
+-- The fields a reconcile's logs carry: the worker's own (queue or
+-- controller) and the key.
+local function bound_log(base, key)
+  local bound = {}
+  for k, v in pairs(base) do bound[k] = v end
+  bound.key = key
+  local out = {}
+  for _, level in pairs({ "debug", "info", "warn", "error" }) do
+    out[level] = function(msg, fields)
+      local all = bound
+      if fields ~= nil then
+        if type(fields) ~= "table" then
+          error("ctx.log: fields must be a table, got " .. type(fields), 2)
+        end
+        all = {}
+        for k, v in pairs(bound) do all[k] = v end
+        for k, v in pairs(fields) do all[k] = v end
+      end
+      return log[level](msg, all)
+    end
+  end
+  return out
+end
+
+-- ctx, a reconcile's second argument: key, namespace and name (nil for a
+-- cluster-scoped key), attempt (the queue's NumRequeues of the key: 0 on a
+-- first try) and log (kube.log with the worker's fields and the key bound).
+-- Fields other than key are computed when first read.
+local ctx_fields = {
+  namespace = function(ctx)
+    local ns = ctx.key:match("^([^/]*)/")
+    return ns ~= "" and ns or nil
+  end,
+  name = function(ctx) return (ctx.key:match("([^/]*)$")) end,
+  attempt = function(ctx) return ctx._q:num_requeues(ctx.key) end,
+  log = function(ctx) return bound_log(ctx._fields, ctx.key) end,
+}
+local ctx_mt = { __index = function(ctx, k)
+  local f = ctx_fields[k]
+  if not f then return nil end
+  local v = f(ctx)
+  rawset(ctx, k, v)
+  return v
+end }
+
+-- A raised terminal result stays a table; other errors get the traceback.
+local function on_error(e)
+  if getmetatable(e) == terminal_mt then return e end
+  return traceback(e, 2)
+end
+
+local function failed(fields, key, msg, what)
+  local f = { key = key, error = msg }
+  for k, v in pairs(fields) do f[k] = v end
+  log.error(what, f)
+end
+
+-- Each worker: get a key, run fn(key[, ctx]) protected, settle the
+-- outcome, done. ctx is only built for a function that can receive it.
 local may_work = leader.may_work
 
-local function worker_loop(q, fn, qname)
+local function worker_loop(q, fn, fields, with_ctx)
   local get, done, forget, add = q.get, q.done, q.forget, q.add
   local add_after, add_rate_limited = q.add_after, q.add_rate_limited
   local alive, gen = core.generation_alive, core.generation()
@@ -324,28 +518,60 @@ local function worker_loop(q, fn, qname)
       done(q, key)
       goto continue
     end
-    local ok, res, err = xpcall(fn, traceback, key)
-    if not ok then
-      log.error("reconcile failed", { queue = qname, key = key, error = res })
-      add_rate_limited(q, key)
-    elseif res == nil and err ~= nil then
-      log.error("reconcile failed", { queue = qname, key = key,
-                                      error = tostring(err) })
-      add_rate_limited(q, key)
-    elseif getmetatable(res) == requeue_mt then
-      forget(q, key)
-      add_after(q, key, res.seconds)
+    local ok, res, err
+    if with_ctx then
+      ok, res, err = xpcall(fn, on_error, key, setmetatable({ key = key, _q = q, _fields = fields },
+                                                            ctx_mt))
     else
-      forget(q, key)
+      ok, res, err = xpcall(fn, on_error, key)
+    end
+    if ok and res == nil then
+      if err == nil then
+        forget(q, key)
+      else
+        failed(fields, key, tostring(err), "reconcile failed")
+        add_rate_limited(q, key)
+      end
+    else
+      local mt = getmetatable(res)
+      if mt == requeue_mt and ok then
+        forget(q, key)
+        add_after(q, key, res.seconds)
+      elseif mt == terminal_mt then
+        failed(fields, key, res.message, "reconcile failed terminally, not retried")
+        forget(q, key)
+      elseif not ok then
+        failed(fields, key, tostring(res), "reconcile failed")
+        add_rate_limited(q, key)
+      else
+        forget(q, key)
+      end
     end
     done(q, key)
     ::continue::
   end
 end
 
--- kube.workers(q, n, fn): n tasks that call fn(key) for each key of q.
--- fn returns normally → forget; raises or returns nil, err → logged and
--- re-added rate limited; returns kube.requeue_after(s) → forget, add after s.
+-- Whether fn can take a second argument.
+local function takes_ctx(fn)
+  local info = getinfo(fn, "u")
+  return info.isvararg or (info.nparams or 0) >= 2 or info.what == "C"
+end
+
+local function start_workers(q, n, fn, fields)
+  local qname = q:name()
+  local with_ctx = takes_ctx(fn)
+  for i = 1, n do
+    core.spawn_named(qname .. "#" .. i, worker_loop, q, fn, fields, with_ctx)
+  end
+end
+
+-- kube.workers(q, n, fn): n tasks that call fn(key, ctx) for each key of q.
+-- fn returns normally → forget; raises or returns nil, err → logged (a
+-- raised error with its traceback) and re-added rate limited; returns
+-- kube.requeue_after(s) → forget, add after s; returns (or raises)
+-- kube.terminal(msg) → logged, forgotten, not retried until added again.
+-- ctx: key, namespace, name, attempt, log (see ctx_fields above).
 function _M.workers(q, n, fn)
   if getmetatable(q) ~= "workqueue" then
     error("kube.workers: bad argument #1 (workqueue expected, got " .. type(q) .. ")", 2)
@@ -357,11 +583,9 @@ function _M.workers(q, n, fn)
   if type(fn) ~= "function" then
     error("kube.workers: bad argument #3 (function expected, got " .. type(fn) .. ")", 2)
   end
-  local qname = q:name()
-  for i = 1, n do
-    core.spawn_named(qname .. "#" .. i, worker_loop, q, fn, qname)
-  end
+  start_workers(q, n, fn, { queue = q:name() })
 end
+_M._start_workers = start_workers -- for kubelua.controller
 
 -- Leader election ------------------------------------------------------------
 
@@ -394,5 +618,13 @@ for _, k in pairs({ "get", "list", "list_all", "create", "update", "update_statu
                     "is_too_many_requests" }) do
   _M[k] = client[k]
 end
+
+-- Object helpers (kubelua.helpers): kube.key, owner references,
+-- finalizers, conditions, merge patches.
+local helpers = require "kubelua.helpers"
+for _, k in pairs(helpers.exports) do _M[k] = helpers[k] end
+
+-- kube.controller{…}: the builder (kubelua.controller).
+_M.controller = require("kubelua.controller").new
 
 return _M

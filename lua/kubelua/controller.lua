@@ -1,0 +1,258 @@
+-- kubelua.controller: kube.controller{…}, the builder that wires the common
+-- controller (controller-runtime's builder.ControllerManagedBy):
+--
+--   kube.controller{
+--     name = "greeter",
+--     watches = { "example.com/v1", "Greeting", { namespace = "demo" } },
+--     owns = { { "v1", "ConfigMap" } },
+--     watches_mapped = { { informer_or_spec, function(ev) return { "ns/name" } end } },
+--     predicates = { generation_changed = true },
+--     workers = 2, rate_limiter = { type = "exponential", base = 0.005, max = 1000 },
+--     reconcile = function(req, ctx) … end,   -- req = {namespace, name, key}
+--   }
+--
+-- One workqueue named after the controller. The watched object's events
+-- enqueue its key; an owned object's events enqueue the key of its
+-- controller owner (the ownerReference with controller = true whose group
+-- and kind are the watched kind's), before and after an update; a mapped
+-- watch enqueues the keys its function returns. The workers start once
+-- every informer has synced. reconcile's outcomes and ctx are
+-- kube.workers' (kube.terminal, kube.requeue_after, nil, err, errors).
+--
+-- Informers are asked for at once (kube.informer, so a Kind named at a
+-- script's top level is resolved lazily); a setup task resolves the
+-- watched kind (its owner references name a kind; its scope says whether
+-- an owner's key has a namespace), adds the handlers, waits for the sync
+-- and starts the workers, logging and retrying while discovery fails.
+-- Called in a task, kube.informer resolves a kind at once, and a kind
+-- discovery does not know raises here ("kube.controller: kube.informer:
+-- NoKindMatch: …"), as controller-runtime fails a controller's start.
+
+local type, pairs, ipairs, error, tostring = type, pairs, ipairs, error, tostring
+local setmetatable, getmetatable = setmetatable, getmetatable
+local format = string.format
+
+local _M = {}
+
+-- Raises at the caller of kube.controller: level counts misuse, the
+-- checking function(s) and new.
+local function misuse(msg, level) error("kube.controller: " .. msg, level or 4) end
+
+local function is_informer(v)
+  if type(v) == "userdata" then return getmetatable(v) ~= "workqueue" end
+  return type(v) == "table" and getmetatable(v) ~= nil and type(v.has_synced) == "function"
+    and type(v.on_add) == "function"
+end
+
+-- {apiVersion, kind_or_resource, opts} → checked.
+local function check_spec(what, s)
+  if type(s) ~= "table" or type(s[1]) ~= "string" or type(s[2]) ~= "string"
+      or (s[3] ~= nil and type(s[3]) ~= "table") then
+    misuse(what .. " must be {apiVersion, kind_or_resource [, opts]}", 5)
+  end
+  return s
+end
+
+local function check(spec)
+  if type(spec) ~= "table" then
+    error("kube.controller: expected a table, got " .. type(spec), 3)
+  end
+  if type(spec.name) ~= "string" or spec.name == "" then
+    misuse("name must be a non-empty string")
+  end
+  check_spec("watches", spec.watches)
+  if type(spec.reconcile) ~= "function" then
+    misuse("reconcile must be a function, got " .. type(spec.reconcile))
+  end
+  local w = spec.workers
+  if w ~= nil and (type(w) ~= "number" or w < 1 or w % 1 ~= 0) then
+    misuse("workers must be a positive whole number, got " .. tostring(w))
+  end
+  if spec.owns ~= nil then
+    if type(spec.owns) ~= "table" then
+      misuse("owns must be a list of {apiVersion, kind [, opts]}")
+    end
+    for i, s in ipairs(spec.owns) do check_spec("owns[" .. i .. "]", s) end
+  end
+  if spec.watches_mapped ~= nil then
+    if type(spec.watches_mapped) ~= "table" then
+      misuse("watches_mapped must be a list of {informer_or_spec, function}")
+    end
+    for i, m in ipairs(spec.watches_mapped) do
+      if type(m) ~= "table" or type(m[2]) ~= "function"
+          or not (is_informer(m[1]) or type(m[1]) == "table" and type(m[1][1]) == "string") then
+        misuse("watches_mapped[" .. i .. "] must be {informer_or_spec, function(ev) -> keys}")
+      end
+      if not is_informer(m[1]) then check_spec("watches_mapped[" .. i .. "][1]", m[1]) end
+    end
+  end
+  local p = spec.predicates
+  if p ~= nil then
+    if type(p) ~= "table" then misuse("predicates must be a table, got " .. type(p)) end
+    for k, v in pairs(p) do
+      if k == "generation_changed" then
+        if type(v) ~= "boolean" then misuse("predicates.generation_changed must be a boolean") end
+      elseif type(k) ~= "number" or type(v) ~= "function" then
+        misuse("predicates holds generation_changed and functions(ev) -> boolean, got "
+               .. tostring(k))
+      end
+    end
+  end
+end
+
+local function group_of(api_version) return api_version:match("^(.*)/") or "" end
+
+-- The key a mapped function's answer names: "ns/name", "name", or
+-- {namespace =, name =} / {key =}.
+local function key_of(v)
+  if type(v) == "string" then return v end
+  if type(v) == "table" then
+    if type(v.key) == "string" then return v.key end
+    if type(v.name) == "string" then
+      local ns = v.namespace
+      return (type(ns) == "string" and ns ~= "") and ns .. "/" .. v.name or v.name
+    end
+  end
+  return nil
+end
+
+-- Whether an update passes the watched object's predicates.
+local function predicate(preds)
+  if not preds then return nil end
+  local fns = {}
+  for _, f in ipairs(preds) do fns[#fns + 1] = f end
+  local gen = preds.generation_changed
+  if not gen and #fns == 0 then return nil end
+  return function(ev)
+    if gen and ev.type == "update" then
+      local o, n = ev.old.metadata, ev.object.metadata
+      if o.generation == n.generation then return false end
+    end
+    for i = 1, #fns do
+      if not fns[i](ev) then return false end
+    end
+    return true
+  end
+end
+
+-- kube.controller(spec) -> { name, queue, informers = { watched, owned…,
+-- mapped… }, started = false until the workers run }.
+function _M.new(spec)
+  check(spec)
+  local kube = require "kubelua"
+  local name = spec.name
+  local q = kube.workqueue(name, spec.rate_limiter and { rate_limiter = spec.rate_limiter } or nil)
+  local av, what = spec.watches[1], spec.watches[2]
+
+  local function informer(s)
+    local inf, err = kube.informer(s[1], s[2], s[3])
+    if not inf then misuse(err) end
+    return inf
+  end
+  local ctl = { name = name, queue = q, informers = {}, started = false }
+  local primary = informer(spec.watches)
+  ctl.informers[1] = primary
+  local owned, mapped = {}, {}
+  for i, s in ipairs(spec.owns or {}) do
+    owned[i] = informer(s)
+    ctl.informers[#ctl.informers + 1] = owned[i]
+  end
+  for i, m in ipairs(spec.watches_mapped or {}) do
+    mapped[i] = is_informer(m[1]) and m[1] or informer(m[1])
+    ctl.informers[#ctl.informers + 1] = mapped[i]
+  end
+  local log_fields = { controller = name }
+  local reconcile = spec.reconcile
+  local filter = predicate(spec.predicates)
+
+  local function handlers(owner_group, owner_kind, namespaced)
+    local function primary_event(ev)
+      if filter == nil or filter(ev) then q:add(ev.key) end
+    end
+    primary:add_handler{ add = primary_event, update = primary_event, delete = primary_event }
+
+    local function enqueue_owner(obj)
+      local md = obj and obj.metadata
+      local refs = md and md.ownerReferences
+      if type(refs) ~= "table" then return end
+      for _, r in ipairs(refs) do
+        if type(r) == "table" and r.controller == true and r.kind == owner_kind
+            and type(r.apiVersion) == "string" and group_of(r.apiVersion) == owner_group
+            and type(r.name) == "string" then
+          local ns = md.namespace
+          q:add((namespaced and type(ns) == "string" and ns ~= "") and ns .. "/" .. r.name
+                or r.name)
+          return
+        end
+      end
+    end
+    local function owned_event(ev)
+      if ev.type == "update" then enqueue_owner(ev.old) end
+      enqueue_owner(ev.object)
+    end
+    for _, inf in ipairs(owned) do
+      inf:add_handler{ add = owned_event, update = owned_event, delete = owned_event }
+    end
+
+    for i, inf in ipairs(mapped) do
+      local fn = spec.watches_mapped[i][2]
+      local function mapped_event(ev)
+        local keys = fn(ev)
+        if keys == nil then return end
+        if type(keys) ~= "table" then
+          kube.log.error("watches_mapped function returned no list of keys",
+                         { controller = name, got = type(keys) })
+          return
+        end
+        for _, k in ipairs(keys) do
+          local key = key_of(k)
+          if key then q:add(key) end
+        end
+      end
+      inf:add_handler{ add = mapped_event, update = mapped_event, delete = mapped_event }
+    end
+  end
+
+  local function run(key, ctx)
+    return reconcile({ namespace = ctx.namespace, name = ctx.name, key = key }, ctx)
+  end
+
+  kube.spawn(function()
+    local c = kube.client.default()
+    local delay = 1
+    local info
+    while true do
+      local err
+      info, err = c:resource_info(av, what)
+      if info then break end
+      kube.log.warn("kube.controller: cannot resolve the watched kind, retrying",
+                    { controller = name, kind = av .. "/" .. what, error = tostring(err),
+                      retry_in = delay })
+      kube.sleep(delay)
+      delay = delay < 30 and delay * 2 or 30
+    end
+    handlers(group_of(av), info.kind, info.namespaced)
+    -- the workers start once every cache has synced
+    local infs, start = ctl.informers, kube.monotonic()
+    local warn_at = start + 10
+    while true do
+      local all = true
+      for i = 1, #infs do
+        if not infs[i]:has_synced() then all = false break end
+      end
+      if all then break end
+      kube.sleep(0.01)
+      if kube.monotonic() >= warn_at then
+        warn_at = warn_at + 10
+        kube.log.warn("kube.controller: waiting for caches to sync",
+                      { controller = name, waited = math.floor(kube.monotonic() - start) })
+      end
+    end
+    kube._start_workers(q, spec.workers or 1, run, log_fields)
+    ctl.started = true
+    kube.log.info("controller started", { controller = name, workers = spec.workers or 1 })
+  end)
+  return setmetatable(ctl, { __tostring = function() return format("controller %q", name) end })
+end
+
+return _M

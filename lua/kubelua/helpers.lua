@@ -1,0 +1,399 @@
+-- kubelua.helpers: the small object chores every controller repeats, on
+-- plain decoded tables (kube exports each one: kube.key, kube.add_finalizer…).
+--
+--   key(obj)                              "ns/name", or "name" when cluster-scoped
+--   controller_of(obj)                    the ownerReference with controller = true
+--   set_controller_reference(owner, obj)  make owner obj's controller
+--   has_finalizer / add_finalizer / remove_finalizer     on the table
+--   patch_add_finalizer / patch_remove_finalizer         on the server
+--   is_being_deleted(obj)                 metadata.deletionTimestamp is set
+--   set_condition / get_condition / is_condition_true    status.conditions
+--   merge_patch(old, new)                 an RFC 7386 merge patch by diff
+--
+-- Misuse (a missing object, a condition without type) raises; a refusal
+-- the caller must expect (another controller owns the object) returns
+-- nil, message, code as the client does. The functions that change a
+-- table change it in place and return whether anything changed, like
+-- apimachinery's meta.SetStatusCondition and controllerutil's finalizer
+-- helpers. Arrays they create carry the kubelua.array metatable, so an
+-- empty list still encodes as [].
+
+local json = require "kubelua.json"
+
+local error, type, pairs, ipairs, tostring = error, type, pairs, ipairs, tostring
+local next, floor = next, math.floor
+local format, date = string.format, os.date
+local array, is_array, null = json.array, json.is_array, json.null
+
+local _M = {}
+
+-- level: where errors point, counted from the caller of check_* (3 is the
+-- caller of the public function that calls check_* itself).
+local function check_object(fname, obj, what, level)
+  if type(obj) ~= "table" then
+    error(format("kube.%s: %s must be a table, got %s", fname, what or "obj", type(obj)),
+          level or 3)
+  end
+  local md = obj.metadata
+  if md ~= nil and type(md) ~= "table" then
+    error(format("kube.%s: %s.metadata must be a table, got %s", fname, what or "obj", type(md)),
+          level or 3)
+  end
+  return md
+end
+
+local function check_string(fname, what, v, level)
+  if type(v) ~= "string" or v == "" then
+    error(format("kube.%s: %s must be a non-empty string, got %s", fname, what,
+                 type(v) == "string" and '""' or type(v)), level or 3)
+  end
+end
+
+-- A present value: not nil and not JSON null.
+local function present(v) return v ~= nil and v ~= null end
+
+-- The group of an apiVersion: "" for the core group ("v1").
+local function group_of(api_version)
+  return api_version:match("^(.*)/") or ""
+end
+
+-- key(obj) -> "namespace/name", or "name" for a cluster-scoped object
+-- (client-go's MetaNamespaceKeyFunc).
+function _M.key(obj)
+  local md = check_object("key", obj)
+  if not md or type(md.name) ~= "string" then
+    error("kube.key: the object has no metadata.name", 2)
+  end
+  local ns = md.namespace
+  if type(ns) == "string" and ns ~= "" then return ns .. "/" .. md.name end
+  return md.name
+end
+
+-- Owner references ----------------------------------------------------------
+
+-- controller_of(obj) -> the owner reference that has controller = true, or nil.
+function _M.controller_of(obj)
+  local md = check_object("controller_of", obj)
+  local refs = md and md.ownerReferences
+  if type(refs) ~= "table" then return nil end
+  for _, ref in ipairs(refs) do
+    if type(ref) == "table" and ref.controller == true then return ref end
+  end
+  return nil
+end
+
+-- set_controller_reference(owner, obj) -> true, or nil, message,
+-- "AlreadyOwned" when another object controls obj. Adds (or updates) the
+-- owner reference {apiVersion, kind, name, uid, controller = true,
+-- blockOwnerDeletion = true}, as controllerutil.SetControllerReference:
+-- owner and obj must be in the same namespace, and a cluster-scoped obj
+-- cannot have a namespaced owner (these raise).
+function _M.set_controller_reference(owner, obj)
+  local omd = check_object("set_controller_reference", owner, "owner")
+  local md = check_object("set_controller_reference", obj)
+  if type(owner.apiVersion) ~= "string" or type(owner.kind) ~= "string" or not omd
+      or type(omd.name) ~= "string" or type(omd.uid) ~= "string" then
+    error("kube.set_controller_reference: the owner needs apiVersion, kind, metadata.name"
+          .. " and metadata.uid (an object read from the server)", 2)
+  end
+  if not md then
+    md = {}
+    obj.metadata = md
+  end
+  local ons, ns = omd.namespace, md.namespace
+  if ons == "" then ons = nil end
+  if ns == "" then ns = nil end
+  if ons and not ns then
+    error("kube.set_controller_reference: a cluster-scoped object cannot be owned by the"
+          .. " namespaced " .. owner.kind .. " " .. ons .. "/" .. omd.name, 2)
+  end
+  if ons and ons ~= ns then
+    error(format("kube.set_controller_reference: cross-namespace owner references are"
+                 .. " not allowed (owner in %s, object in %s)", ons, ns), 2)
+  end
+  local group = group_of(owner.apiVersion)
+  local function same_owner(ref)
+    return type(ref.apiVersion) == "string" and group_of(ref.apiVersion) == group
+      and ref.kind == owner.kind and ref.name == omd.name
+  end
+  local current = _M.controller_of(obj)
+  if current and not same_owner(current) then
+    return nil, format("kube.set_controller_reference: %s is already controlled by %s %s",
+                       md.name and _M.key(obj) or "the object", tostring(current.kind),
+                       tostring(current.name)), "AlreadyOwned"
+  end
+  local ref = { apiVersion = owner.apiVersion, kind = owner.kind, name = omd.name,
+                uid = omd.uid, controller = true, blockOwnerDeletion = true }
+  local refs = md.ownerReferences
+  if type(refs) ~= "table" then
+    md.ownerReferences = array { ref }
+    return true
+  end
+  for i, r in ipairs(refs) do
+    if type(r) == "table" and same_owner(r) then
+      refs[i] = ref
+      return true
+    end
+  end
+  refs[#refs + 1] = ref
+  return true
+end
+
+-- Finalizers ------------------------------------------------------------------
+
+local function finalizers_of(fname, obj, f)
+  local md = check_object(fname, obj, nil, 4)
+  check_string(fname, "finalizer", f, 4)
+  local list = md and md.finalizers
+  if type(list) ~= "table" then list = nil end
+  return md, list
+end
+
+-- has_finalizer(obj, f) -> whether metadata.finalizers holds f.
+function _M.has_finalizer(obj, f)
+  local _, list = finalizers_of("has_finalizer", obj, f)
+  if not list then return false end
+  for _, v in ipairs(list) do
+    if v == f then return true end
+  end
+  return false
+end
+
+-- add_finalizer(obj, f) -> true when f was added, false when already there.
+function _M.add_finalizer(obj, f)
+  local md, list = finalizers_of("add_finalizer", obj, f)
+  if list then
+    for _, v in ipairs(list) do
+      if v == f then return false end
+    end
+    list[#list + 1] = f
+    return true
+  end
+  if not md then
+    md = {}
+    obj.metadata = md
+  end
+  md.finalizers = array { f }
+  return true
+end
+
+-- remove_finalizer(obj, f) -> true when f was removed (every copy of it),
+-- false when it was not there.
+function _M.remove_finalizer(obj, f)
+  local md, list = finalizers_of("remove_finalizer", obj, f)
+  if not list then return false end
+  local kept = array()
+  for _, v in ipairs(list) do
+    if v ~= f then kept[#kept + 1] = v end
+  end
+  if #kept == #list then return false end
+  md.finalizers = kept
+  return true
+end
+
+-- The merge patch that sets metadata.finalizers, guarded by the object's
+-- resourceVersion (a changed object gives 409 Conflict, as
+-- controller-runtime's MergeFromWithOptimisticLock).
+local function patch_finalizers(obj, copy)
+  local md = obj.metadata
+  local kube = require "kubelua"
+  local body = { metadata = { finalizers = copy.metadata.finalizers,
+                              resourceVersion = md.resourceVersion } }
+  local out, err = kube.patch(obj, body, "merge")
+  if not out then return nil, err end
+  return out, true
+end
+
+local function shallow_copy(obj)
+  local c = {}
+  for k, v in pairs(obj) do c[k] = v end
+  local md = {}
+  for k, v in pairs(obj.metadata or {}) do md[k] = v end
+  if type(md.finalizers) == "table" then
+    local l = array()
+    for i, v in ipairs(md.finalizers) do l[i] = v end
+    md.finalizers = l
+  end
+  c.metadata = md
+  return c
+end
+
+-- patch_add_finalizer(obj, f) -> the object as the server now has it, true;
+-- or obj, false when f is there already (no request); or nil, err (a
+-- Conflict when the object changed since obj was read). In a task.
+function _M.patch_add_finalizer(obj, f)
+  finalizers_of("patch_add_finalizer", obj, f)
+  local copy = shallow_copy(obj)
+  if not _M.add_finalizer(copy, f) then return obj, false end
+  return patch_finalizers(obj, copy)
+end
+
+-- patch_remove_finalizer(obj, f) -> as patch_add_finalizer, removing f.
+-- The usual last step of a deletion: the server deletes the object once
+-- its last finalizer goes.
+function _M.patch_remove_finalizer(obj, f)
+  finalizers_of("patch_remove_finalizer", obj, f)
+  local copy = shallow_copy(obj)
+  if not _M.remove_finalizer(copy, f) then return obj, false end
+  return patch_finalizers(obj, copy)
+end
+
+-- is_being_deleted(obj) -> whether metadata.deletionTimestamp is set: the
+-- object waits for its finalizers.
+function _M.is_being_deleted(obj)
+  local md = check_object("is_being_deleted", obj)
+  return md ~= nil and present(md.deletionTimestamp)
+end
+
+-- Status conditions -----------------------------------------------------------
+
+local function now_rfc3339()
+  local kube = require "kubelua"
+  return date("!%Y-%m-%dT%H:%M:%SZ", floor(kube.now()))
+end
+
+local function find_condition(obj, ctype)
+  local st = obj.status
+  local list = type(st) == "table" and st.conditions
+  if type(list) ~= "table" then return nil end
+  for _, c in ipairs(list) do
+    if type(c) == "table" and c.type == ctype then return c end
+  end
+  return nil
+end
+
+-- get_condition(obj, type) -> the condition of that type in
+-- status.conditions, or nil.
+function _M.get_condition(obj, ctype)
+  check_object("get_condition", obj)
+  check_string("get_condition", "type", ctype)
+  return find_condition(obj, ctype)
+end
+
+-- is_condition_true(obj, type) -> whether that condition has status "True".
+function _M.is_condition_true(obj, ctype)
+  check_object("is_condition_true", obj)
+  check_string("is_condition_true", "type", ctype)
+  local c = find_condition(obj, ctype)
+  return c ~= nil and c.status == "True"
+end
+
+local statuses = { True = true, False = true, Unknown = true }
+
+-- set_condition(obj, {type =, status =, reason =, message =,
+-- observedGeneration =, lastTransitionTime =}) -> whether it changed.
+-- As meta.SetStatusCondition: a new condition, or one whose status changes,
+-- gets lastTransitionTime (the given one, else now); otherwise the time is
+-- kept and reason, message and observedGeneration are updated.
+function _M.set_condition(obj, cond)
+  check_object("set_condition", obj)
+  if type(cond) ~= "table" then
+    error("kube.set_condition: the condition must be a table, got " .. type(cond), 2)
+  end
+  check_string("set_condition", "condition.type", cond.type)
+  if not statuses[cond.status] then
+    error('kube.set_condition: condition.status must be "True", "False" or "Unknown", got '
+          .. (type(cond.status) == "string" and format("%q", cond.status) or type(cond.status)), 2)
+  end
+  local st = obj.status
+  if st == nil or st == null then
+    st = {}
+    obj.status = st
+  elseif type(st) ~= "table" then
+    error("kube.set_condition: obj.status must be a table, got " .. type(st), 2)
+  end
+  local list = st.conditions
+  if type(list) ~= "table" then
+    list = array()
+    st.conditions = list
+  end
+  local cur
+  for _, c in ipairs(list) do
+    if type(c) == "table" and c.type == cond.type then cur = c break end
+  end
+  if not cur then
+    list[#list + 1] = { type = cond.type, status = cond.status, reason = cond.reason,
+      message = cond.message, observedGeneration = cond.observedGeneration,
+      lastTransitionTime = cond.lastTransitionTime or now_rfc3339() }
+    return true
+  end
+  local changed = false
+  if cur.status ~= cond.status then
+    cur.status = cond.status
+    cur.lastTransitionTime = cond.lastTransitionTime or now_rfc3339()
+    changed = true
+  end
+  for _, k in ipairs({ "reason", "message", "observedGeneration" }) do
+    if cur[k] ~= cond[k] then
+      cur[k] = cond[k]
+      changed = true
+    end
+  end
+  return changed
+end
+
+-- Merge patches -----------------------------------------------------------------
+
+-- A JSON object, as the encoder sees it: a table without the array mark
+-- whose keys are not 1..n (an empty plain table is {}).
+local function is_object(v)
+  if type(v) ~= "table" or is_array(v) then return false end
+  return v[1] == nil or next(v) == nil
+end
+
+local function equal(a, b)
+  if a == b then return true end
+  if type(a) ~= "table" or type(b) ~= "table" then return false end
+  if next(a) == nil and next(b) == nil then return is_array(a) == is_array(b) end -- {} vs []
+  for k, v in pairs(a) do
+    if not equal(v, b[k]) then return false end
+  end
+  for k in pairs(b) do
+    if a[k] == nil then return false end
+  end
+  return true
+end
+
+local function diff(old, new)
+  local out = {}
+  for k, nv in pairs(new) do
+    local ov = old[k]
+    if nv == null then
+      if present(ov) then out[k] = null end
+    elseif ov == nil or ov == null then
+      out[k] = nv
+    elseif is_object(ov) and is_object(nv) then
+      local d = diff(ov, nv)
+      if next(d) ~= nil then out[k] = d end
+    elseif not equal(ov, nv) then
+      out[k] = nv -- scalars, arrays (replaced whole) and a change of type
+    end
+  end
+  for k, ov in pairs(old) do
+    if new[k] == nil and present(ov) then out[k] = null end
+  end
+  return out
+end
+
+-- merge_patch(old, new) -> the RFC 7386 merge patch that turns old into
+-- new: changed and added fields, kube.null for removed ones, objects
+-- diffed key by key, arrays (kubelua.array or 1..n tables) replaced whole.
+-- {} when nothing changed. Send it with kube.patch(obj, patch, "merge").
+function _M.merge_patch(old, new)
+  if not is_object(old) then
+    error("kube.merge_patch: old must be an object table, got "
+          .. (type(old) == "table" and "an array" or type(old)), 2)
+  end
+  if not is_object(new) then
+    error("kube.merge_patch: new must be an object table, got "
+          .. (type(new) == "table" and "an array" or type(new)), 2)
+  end
+  return diff(old, new)
+end
+
+-- kube exports these under the same names.
+_M.exports = { "key", "controller_of", "set_controller_reference", "has_finalizer",
+  "add_finalizer", "remove_finalizer", "patch_add_finalizer", "patch_remove_finalizer",
+  "is_being_deleted", "get_condition", "is_condition_true", "set_condition", "merge_patch" }
+
+return _M
