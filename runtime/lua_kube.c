@@ -775,6 +775,18 @@ static int core_load(lua_State *L) {
   return 2;
 }
 
+/* core.generation_busy(gen) -> how many of gen's tasks hold a key (a
+ * reconcile in progress). */
+static int core_generation_busy(lua_State *L) {
+  kl_rt_t *rt = up_rt(L);
+  unsigned gen = (unsigned)luaL_checkinteger(L, 1);
+  lua_Integer n = 0;
+  for (kl_task_t *t = rt->tasks.next; t != &rt->tasks; t = t->next)
+    n += t->gen == gen && t->holds > 0;
+  lua_pushinteger(L, n);
+  return 1;
+}
+
 /* core.retire(gen): gen stops being the active generation (when it was);
  * its idle tasks end and its timers will not fire. */
 static int core_retire(lua_State *L) {
@@ -970,6 +982,7 @@ static const luaL_Reg core_funcs[] = {
     {"generation_alive", core_generation_alive},
     {"load", core_load},
     {"retire", core_retire},
+    {"generation_busy", core_generation_busy},
     {"watch", core_watch},
     {"on_hup", core_on_hup},
     {"on_stop", core_on_stop},

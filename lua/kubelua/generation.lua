@@ -154,14 +154,17 @@ end
 
 -- unload(): the active generation retires with nothing to replace it
 -- (the test harness, between specs).
-function _M.unload()
+-- In a task, it then waits (at most `wait` seconds, default 0) until the
+-- generation's reconciles in progress have finished.
+function _M.unload(wait)
   local g = current
   current = nil
   if watcher then watcher:close() watcher = nil end
-  if g then
-    core.retire(g.n)
-    retired(g.n, true)
-  end
+  if not g then return end
+  core.retire(g.n)
+  retired(g.n, true)
+  local deadline = core.monotonic() + (wait or 0)
+  while core.generation_busy(g.n) > 0 and core.monotonic() < deadline do core.sleep(0.01) end
 end
 
 function _M.current() return current and current.n or 0 end

@@ -88,11 +88,14 @@ function Harness:reload()
 end
 
 -- t:stop(): the controller's generation retires (its workers and
--- informers stop) and the simulator closes. Idempotent.
+-- informers stop; reconciles in progress get up to 5 s to finish, so that
+-- none outlives its spec) and the simulator closes. Idempotent. Queues
+-- keep what was queued, as they do across reloads: give each spec's
+-- controller its own queue names when that matters.
 function Harness:stop()
   if self.stopped then return end
   self.stopped = true
-  generation.unload()
+  generation.unload(5)
   kube._stop_informers(kube.server())
   for _, srv in ipairs(self.sim.servers) do srv:close() end
   if active == self then active = nil end
