@@ -1257,6 +1257,23 @@ static const char dispatch_src[] =
     "  end\n"
     "end\n";
 
+/* A graceful stop ends every watch first: no new deltas come in while the
+ * workers finish. */
+static void stop_watches(kl_rt_t *rt, void *ud) {
+  lua_State *L = kl_rt_lua(rt);
+  (void)ud;
+  lua_checkstack(L, 4);
+  lua_getfield(L, LUA_REGISTRYINDEX, LIVE_KEY);
+  lua_pushnil(L);
+  while (lua_next(L, -2)) {
+    linf_t **box = lua_touserdata(L, -1);
+    lua_pop(L, 1);
+    if (lua_type(L, -1) == LUA_TNUMBER && box && *box && (*box)->refl)
+      kl_reflector_stop((*box)->refl);
+  }
+  lua_pop(L, 1);
+}
+
 int kl_luaopen_informer(lua_State *L) {
   if (luaL_newmetatable(L, INFORMER_MT)) {
     lua_newtable(L);
@@ -1290,6 +1307,7 @@ int kl_luaopen_informer(lua_State *L) {
   lua_setfield(L, -2, "__mode");
   lua_setmetatable(L, -2);
   lua_setfield(L, LUA_REGISTRYINDEX, LIVE_KEY);
+  kl_rt_on_stop(kl_rt_from(L), stop_watches, NULL);
   /* dispatch(funcs, filter) builds add_handler's one function. */
   luaL_loadbuffer(L, dispatch_src, sizeof dispatch_src - 1, "=dispatch");
   lua_call(L, 0, 1);

@@ -41,7 +41,8 @@ static void usage(FILE *out) {
       "  --log-level LEVEL        debug, info, warn or error (default info)\n"
       "  --v N                    klog's verbosity: 4 and above is debug\n"
       "  --log-format FORMAT      text (default) or json: one object a line\n"
-      "  --shutdown-timeout SECS  how long a graceful stop may take "
+      "  --graceful-shutdown-timeout SECS (or --shutdown-timeout)\n"
+      "                           how long a graceful stop may take "
       "(default 30)\n",
       out);
 }
@@ -169,7 +170,8 @@ static int run_script(int argc, char **argv) {
       ro.election_id = val;
     } else if (strcmp(opt, "--leader-election-namespace") == 0) {
       ro.election_ns = val;
-    } else if (strcmp(opt, "--shutdown-timeout") == 0) {
+    } else if (strcmp(opt, "--shutdown-timeout") == 0 ||
+               strcmp(opt, "--graceful-shutdown-timeout") == 0) {
       char *end;
       shutdown_timeout = strtod(val, &end);
       if (*end || end == val || !(shutdown_timeout >= 0))
