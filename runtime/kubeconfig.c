@@ -1698,6 +1698,7 @@ int kl_kc_load(const kl_kc_opts_t *opts, kl_kc_config_t **out, char *err,
 enum kc_mode { MODE_NONE, MODE_STATIC, MODE_FILE, MODE_EXEC };
 
 struct kl_kc_creds {
+  int refs; /* kl_kc_creds_ref; the last kl_kc_creds_free frees */
   kl_clock_t clock, wall;
   double max_age, timeout;
   char **base_env; /* NULL: the process's environment at run time */
@@ -1752,6 +1753,7 @@ kl_kc_creds_t *kl_kc_creds_new(const kl_kc_config_t *cfg,
   kl_kc_creds_opts_t none = {0};
   const kl_kc_creds_opts_t *o = opts ? opts : &none;
   kl_kc_creds_t *c = kl_xcalloc(1, sizeof *c);
+  c->refs = 1;
   c->clock = o->clock ? *o->clock : kl_clock_system;
   c->wall = o->wall ? *o->wall : (kl_clock_t){wall_now, NULL};
   c->max_age = o->token_max_age > 0 ? o->token_max_age : KL_KC_TOKEN_MAX_AGE;
@@ -1805,8 +1807,17 @@ static void exec_cred_clear(kl_kc_creds_t *c) {
   c->have = false;
 }
 
+kl_kc_creds_t *kl_kc_creds_ref(kl_kc_creds_t *c) {
+  c->refs++;
+  return c;
+}
+
+double kl_kc_creds_now(const kl_kc_creds_t *c) {
+  return kl_clock_now(&c->clock);
+}
+
 void kl_kc_creds_free(kl_kc_creds_t *c) {
-  if (!c) return;
+  if (!c || --c->refs > 0) return;
   if (c->base_env) {
     for (char **e = c->base_env; *e; e++)
       free_secret(*e);

@@ -205,9 +205,17 @@ typedef struct kl_kc_cred {
 kl_kc_creds_t *kl_kc_creds_new(const kl_kc_config_t *cfg,
                                const kl_kc_creds_opts_t *opts);
 
-/* Frees the creds; NULL is a no-op. A plugin started from it and still
- * running must be freed with kl_kc_plugin_free (before or after). */
+/* Drops a reference (kl_kc_creds_new gives one); the last one frees the creds.
+ * NULL is a no-op. A plugin started from it and still running must be freed
+ * with kl_kc_plugin_free (before or after). */
 void kl_kc_creds_free(kl_kc_creds_t *c);
+
+/* Adds a reference, for a second owner (a reflector's credentials outlive
+ * the Lua object they came from); returns c. */
+kl_kc_creds_t *kl_kc_creds_ref(kl_kc_creds_t *c);
+
+/* The creds' clock now: the request_start to give kl_kc_invalidate. */
+double kl_kc_creds_now(const kl_kc_creds_t *c);
 
 /* True when requests need a credential from an exec plugin. */
 bool kl_kc_creds_uses_exec(const kl_kc_creds_t *c);

@@ -30,6 +30,7 @@
 #include "log.h"
 #include "lua_json.h"
 #include "lua_kube.h"
+#include "lua_kubeconfig.h"
 #include "mem.h"
 #include "reflector.h"
 
@@ -58,6 +59,8 @@ typedef struct linf {
   lua_State *cur;
   kl_reflector_t *refl; /* list+watch feeding it, or NULL (fed by hand) */
   kl_http_tls_t *tls;   /* the reflector's TLS settings (owned copies) */
+  kl_kc_creds_t *creds; /* its credentials (a reference), or NULL */
+  double auth_at;       /* when they were last asked, on their clock */
   char name[64];
 } linf_t;
 
@@ -496,8 +499,45 @@ static void free_tls(kl_http_tls_t *tls) {
   free(tls);
 }
 
+/* The reflector's credentials for its next request: the bearer token of
+ * li->creds, a token file re-read as it ages or after a 401, an exec
+ * plugin run when its credential expired (that blocks the loop, at most the
+ * plugin's timeout, as the REST client's requests do). */
+static int watch_auth(kl_reflector_t *r, char *line, size_t cap, void *ud) {
+  linf_t *li = ud;
+  const char *token = NULL;
+  char err[256] = "";
+  (void)r;
+  int rc = kl_kc_token(li->creds, &token, err, sizeof err);
+  li->auth_at = kl_kc_creds_now(li->creds);
+  if (!token && rc != 0) {
+    snprintf(line, cap, "%s", err);
+    return rc;
+  }
+  if (rc != 0) /* a failed re-read: the last good token holds */
+    kl_log(KL_LOG_WARN, "informer %s: %s", li->name, err);
+  if (!token) {
+    line[0] = '\0';
+    return 0;
+  }
+  if ((size_t)snprintf(line, cap, "Authorization: Bearer %s", token) >= cap) {
+    snprintf(line, cap, "the bearer token is too long");
+    return KL_ELIMIT;
+  }
+  return 0;
+}
+
+/* A 401: forget the token the refused request carried. */
+static void watch_unauthorized(kl_reflector_t *r, void *ud) {
+  linf_t *li = ud;
+  (void)r;
+  kl_kc_invalidate(li->creds, li->auth_at);
+}
+
 /* opts.watch = {url =, label_selector =, field_selector =, headers =
- * {name = value}}: a reflector lists and watches url and feeds the cache. */
+ * {name = value}, tls = {…}, creds = C}: a reflector lists and watches url
+ * and feeds the cache; creds (kubelua.kubeconfig's) gives the bearer token
+ * of each request, so rotated tokens are picked up. */
 static void start_watch(lua_State *L, linf_t *li, int idx,
                         const kl_informer_opts_t *io) {
   static const char *fn = "kube.informer";
@@ -537,6 +577,16 @@ static void start_watch(lua_State *L, linf_t *li, int idx,
   lua_getfield(L, idx, "tls");
   if (lua_type(L, -1) == LUA_TTABLE) li->tls = read_tls(L, lua_gettop(L));
   ro.tls = li->tls;
+  lua_getfield(L, idx, "creds");
+  if (!lua_isnil(L, -1)) {
+    kl_kc_creds_t *c = kl_lua_kc_creds(L, -1);
+    if (!c)
+      kl_lua_error(L, fn, "opts.watch.creds must be kubeconfig credentials");
+    li->creds = kl_kc_creds_ref(c);
+    ro.auth = watch_auth;
+    ro.on_unauthorized = watch_unauthorized;
+    ro.auth_ud = li;
+  }
   ro.name = li->name;
   ro.api_version = io->api_version;
   ro.kind = io->kind;
@@ -631,6 +681,7 @@ static int informer_gc(lua_State *L) {
   li->L = li->cur = L;
   kl_reflector_free(li->refl); /* first: it feeds the informer */
   free_tls(li->tls);
+  kl_kc_creds_free(li->creds);
   kl_loop_undefer(kl_rt_loop(li->rt), &li->defer);
   lua_getfield(L, LUA_REGISTRYINDEX, LIVE_KEY);
   lua_pushnil(L);

@@ -24,7 +24,11 @@
  * Retry-After lengthens the backoff (client-go's REST client honours it
  * before the reflector sees the error); and an event that does not decode,
  * an unknown event type included, ends the stream and relists after a
- * backoff where client-go would skip an unknown type.
+ * backoff where client-go would skip an unknown type. Credentials are
+ * asked for before each request (opts.auth) rather than fixed at creation,
+ * so a rotated token reaches the next list or watch, and a 401 makes the
+ * caller forget the refused one before the backoff (client-go's transport
+ * does this under the reflector).
  *
  * Invariants: r->req is the only request in flight and is non-NULL only in
  * LISTING and WATCHING; the wait timer and the step node are armed only in
@@ -54,6 +58,7 @@
 #define URL_MAX (64 * 1024)
 #define VERY_SHORT 1.0       /* a watch shorter than this with no event */
 #define RETRY_AFTER_MAX 60.0 /* a 429's Retry-After honoured up to this */
+#define AUTH_MAX (16 * 1024) /* the credential's header line */
 
 typedef enum state { ST_STOPPED, ST_WAITING, ST_LISTING, ST_WATCHING } state_t;
 typedef enum next { NEXT_LIST, NEXT_WATCH } next_t;
@@ -61,11 +66,12 @@ typedef enum next { NEXT_LIST, NEXT_WATCH } next_t;
 /* A failed request or an ERROR event, classified as apimachinery's errors
  * package does (CLIENTGO.md 2.7). */
 typedef struct failure {
-  bool expired;   /* IsResourceExpired: reason Expired */
-  bool gone;      /* IsGone: reason Gone, or 410 with an unknown reason */
-  bool too_large; /* isTooLargeResourceVersionError */
-  bool too_many;  /* IsTooManyRequests */
-  bool refused;   /* the connection was refused */
+  bool expired;      /* IsResourceExpired: reason Expired */
+  bool gone;         /* IsGone: reason Gone, or 410 with an unknown reason */
+  bool too_large;    /* isTooLargeResourceVersionError */
+  bool too_many;     /* IsTooManyRequests */
+  bool refused;      /* the connection was refused */
+  bool unauthorized; /* 401: the credential was refused */
   double retry_after;
   char msg[512];
 } failure_t;
@@ -87,6 +93,10 @@ struct kl_reflector {
   int page_size;
   kl_reflector_error_fn *on_error;
   void *ud;
+  kl_reflector_auth_fn *auth;
+  kl_reflector_unauthorized_fn *on_unauthorized;
+  void *auth_ud;
+  size_t nheaders; /* in headers, without the NULL */
 
   state_t state;
   next_t next;
@@ -222,6 +232,14 @@ static void backoff_then(kl_reflector_t *r, next_t next, double at_least) {
   go(r, next, d);
 }
 
+/* A 401: the credential is forgotten before the backoff, so that the next
+ * request carries a fresh one (a re-read token file, a new exec run). */
+static void refused_credential(kl_reflector_t *r, const failure_t *f) {
+  if (!f->unauthorized) return;
+  r->st.unauthorized++;
+  if (r->on_unauthorized) r->on_unauthorized(r, r->auth_ud);
+}
+
 /* ListAndWatch returned an error: the error handler, then backoff (at
  * least a 429's Retry-After) and a new round. */
 static void round_failed(kl_reflector_t *r, const char *msg, double at_least) {
@@ -352,6 +370,7 @@ static void failure_from_response(kl_reflector_t *r, failure_t *f,
   }
   classify(f, code, reason, message, status, what);
   f->retry_after = r->retry_after;
+  f->unauthorized = r->status == 401;
 }
 
 /* A transport failure (no response). */
@@ -634,6 +653,7 @@ static void list_failed(kl_reflector_t *r, failure_t *f) {
   r->acc = NULL;
   free(r->cont);
   r->cont = NULL;
+  refused_credential(r, f);
   round_failed(r, f->msg, f->retry_after);
 }
 
@@ -731,6 +751,7 @@ static int on_event(void *ud, const kl_obj_event_t *ev, char *err,
 
 /* The watch's request failed or was refused before any stream. */
 static void watch_setup_failed(kl_reflector_t *r, failure_t *f) {
+  refused_credential(r, f);
   if (f->refused || f->too_many) {
     /* isWatchErrorRetriable: back off and watch again, no relist. */
     r->st.errors++;
@@ -844,11 +865,35 @@ static void on_live(kl_timer_t *t, void *ud) {
   }
 }
 
+/* The fixed headers plus the credential's line, in hdrs (nheaders + 2
+ * slots) and line (cap bytes). Returns 0, or the auth callback's error with
+ * its message in err. */
+static int request_headers(kl_reflector_t *r, const char **hdrs, char *line,
+                           size_t cap, char *err, size_t errlen) {
+  size_t n = 0;
+  for (; n < r->nheaders; n++)
+    hdrs[n] = r->headers[n];
+  hdrs[n] = NULL;
+  if (!r->auth) return 0;
+  line[0] = '\0';
+  int rc = r->auth(r, line, cap, r->auth_ud);
+  if (rc != 0) {
+    snprintf(err, errlen, "%.200s", line[0] ? line : kl_strerror(rc));
+    return rc < 0 ? rc : KL_EIO;
+  }
+  if (line[0]) hdrs[n++] = line;
+  hdrs[n] = NULL;
+  return 0;
+}
+
 static void request_start(kl_reflector_t *r, bool watch, const char *url) {
   kl_http_opts_t o = {0};
   char err[256] = "";
+  char line[AUTH_MAX];
+  const char **hdrs = kl_xcalloc(r->nheaders + 2, sizeof *hdrs);
+  int rc = request_headers(r, hdrs, line, sizeof line, err, sizeof err);
   o.url = url;
-  o.headers = (const char *const *)r->headers;
+  o.headers = hdrs;
   o.tls = r->tls;
   o.on_head = on_head;
   o.on_data = watch ? watch_data : list_data;
@@ -858,10 +903,14 @@ static void request_start(kl_reflector_t *r, bool watch, const char *url) {
   r->elen = 0;
   r->retry_after = 0;
   kl_log(KL_LOG_DEBUG, "reflector %s: GET %s", r->name, url);
-  r->req = kl_http_start(r->http, &o, err, sizeof err);
+  /* curl copies the header lines: the credential is cleared at once. */
+  r->req = rc == 0 ? kl_http_start(r->http, &o, err, sizeof err) : NULL;
+  memset(line, 0, sizeof line);
+  free(hdrs);
   if (!r->req) {
     char msg[400];
-    snprintf(msg, sizeof msg, "%s: %s", watch ? "watch" : "list", err);
+    snprintf(msg, sizeof msg, "%s: %s%s", watch ? "watch" : "list",
+             rc != 0 ? "credentials: " : "", err);
     if (!watch) {
       kl_informer_list_free(r->acc);
       r->acc = NULL;
@@ -916,7 +965,11 @@ kl_reflector_t *kl_reflector_new(kl_loop_t *loop, kl_http_t *http,
   r->headers = kl_xcalloc(nh + 2, sizeof *r->headers);
   for (size_t i = 0; i < nh; i++)
     r->headers[i] = kl_xstrdup(o->headers[i]);
-  if (!accept) r->headers[nh] = kl_xstrdup("Accept: application/json");
+  if (!accept) r->headers[nh++] = kl_xstrdup("Accept: application/json");
+  r->nheaders = nh;
+  r->auth = o->auth;
+  r->on_unauthorized = o->on_unauthorized;
+  r->auth_ud = o->auth_ud;
   r->tls = o->tls;
   r->seed = (uint64_t)(now(r) * 1e6) ^ (uint64_t)(uintptr_t)r;
   r->rand = o->rand ? o->rand : default_rand;

@@ -42,6 +42,21 @@ typedef struct kl_reflector kl_reflector_t;
 typedef void kl_reflector_error_fn(kl_reflector_t *r, const char *msg,
                                    void *ud);
 
+/* Called before each list and watch request, so that credentials that
+ * change (a rotated token file, an exec plugin's expiring token) are picked
+ * up by every new request: writes one header line ("Authorization: Bearer
+ * …") into line (cap bytes), or "" for none, and returns 0; or returns a
+ * negative KL_E* code with a message in line (naming no secret), and the
+ * round fails and is retried after a backoff. The line is a secret: the
+ * reflector sends it and clears it, never logs it. May block briefly (a
+ * token file read, an exec plugin run); must not stop or free r. */
+typedef int kl_reflector_auth_fn(kl_reflector_t *r, char *line, size_t cap,
+                                 void *ud);
+/* Called when a list or watch request was answered 401 Unauthorized: the
+ * credential that auth gave it is to be forgotten, so the retry (after the
+ * usual backoff) gets a fresh one. Must not stop or free r. */
+typedef void kl_reflector_unauthorized_fn(kl_reflector_t *r, void *ud);
+
 typedef struct kl_reflector_opts {
   const char *name; /* for logs; copied; NULL: the informer's name */
   /* The collection's URL without a query, e.g.
@@ -77,6 +92,11 @@ typedef struct kl_reflector_opts {
   int page_size;
   kl_reflector_error_fn *on_error;
   void *ud;
+  /* Credentials asked for before each request (see above); NULL: only
+   * the fixed headers. Both get auth_ud. */
+  kl_reflector_auth_fn *auth;
+  kl_reflector_unauthorized_fn *on_unauthorized;
+  void *auth_ud;
 } kl_reflector_opts_t;
 
 /* Counters since kl_reflector_new, for metrics. */
@@ -89,6 +109,7 @@ typedef struct kl_reflector_stats {
   uint64_t events;         /* watch events received (bookmarks included) */
   uint64_t errors;         /* failed rounds and watch-stream errors */
   uint64_t backoffs;       /* backoff waits */
+  uint64_t unauthorized;   /* requests answered 401 */
 } kl_reflector_stats_t;
 
 /* A stopped reflector feeding inf (borrowed: it must outlive the

@@ -271,7 +271,8 @@ function Client:request(method, path, query, body, content_type)
       if terr then return nil, new_error(0, "Unauthorized", "credentials: " .. tostring(terr)) end
       headers.Authorization = token and "Bearer " .. token or nil
     end
-    local start = now()
+    -- on the creds' own clock when they have one (kubeconfig's: monotonic)
+    local start = creds and creds.now and creds:now() or now()
     r, msg = request(opts)
     if not r then return nil, new_error(0, "Transport", msg) end
     local st = r.status

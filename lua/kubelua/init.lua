@@ -199,7 +199,10 @@ function _M.informer(api_version, resource, opts)
     opts.label_selector or "", opts.field_selector or "" }, "\0")
   local inf = informers[id]
   if inf then return inf end
-  local headers = { Accept = "application/json", Authorization = authorization() }
+  -- credentials that change (token files, exec plugins) are asked before
+  -- each list and watch; a fixed token goes in the headers
+  local headers = { Accept = "application/json",
+                    Authorization = conn.token and "Bearer " .. conn.token or nil }
   local group_kind = resource -- list items carry no kind; the watch names it
   inf = informer.new{
     name = api_version .. "/" .. group_kind .. (opts.namespace and "@" .. opts.namespace or ""),
@@ -207,7 +210,7 @@ function _M.informer(api_version, resource, opts)
     keep_managed_fields = opts.keep_managed_fields,
     watch = { url = collection_url(api_version, resource, opts.namespace),
               label_selector = opts.label_selector, field_selector = opts.field_selector,
-              headers = headers, tls = conn.tls },
+              headers = headers, tls = conn.tls, creds = conn.creds },
   }
   informers[id] = inf
   return inf

@@ -1283,6 +1283,78 @@ static void test_stop_from_on_work(void) {
 }
 
 /* Bad options are refused with a message. */
+/* Credentials are asked for before every request; a 401 on a list or on a
+ * watch's set-up forgets them, backs off and retries with fresh ones; a
+ * credential that cannot be had fails the round, retried after a backoff. */
+static int auth_gen, auth_calls, auth_refused, auth_fail;
+
+static int fake_auth(kl_reflector_t *r, char *line, size_t cap, void *ud) {
+  (void)r;
+  (void)ud;
+  auth_calls++;
+  if (auth_fail) {
+    snprintf(line, cap, "exec plugin x: exited with status 1");
+    return KL_EIO;
+  }
+  snprintf(line, cap, "Authorization: Bearer tok%d", auth_gen);
+  return 0;
+}
+
+static void fake_unauthorized(kl_reflector_t *r, void *ud) {
+  (void)r;
+  (void)ud;
+  auth_refused++;
+  auth_gen++; /* the next read finds a rotated token */
+}
+
+static void test_credentials_per_request(void) {
+  kl_reflector_opts_t o = {0};
+  o.auth = fake_auth;
+  o.on_unauthorized = fake_unauthorized;
+  auth_gen = auth_calls = auth_refused = auth_fail = 0;
+  setup_with(&o);
+  REPLY_(401, STATUS(401, "Unauthorized", "Unauthorized", ""));
+  REPLY_(200, LIST("100", "", CM("a", "90")));
+  STREAM_(NULL);
+  kl_reflector_start(refl);
+  UNTIL(stats().backoffs == 1);
+  KT_EQ_STR(last_auth, "Bearer tok0");
+  KT_EQ_INT(auth_refused, 1);
+  KT_EQ_INT(nerrors, 1);
+  KT_IN(fire_backoff(), 0.8, 1.6);
+  UNTIL(nreq == 3 && wreq != NULL && kl_reflector_watching(refl));
+  KT_EQ_STR(last_auth, "Bearer tok1");
+  KT_EQ_INT(auth_calls, 3);
+  pump();
+  KT_EQ_INT(ncached(), 1);
+
+  /* The watch resumes with the same token, is refused, relists. */
+  REPLY_(401, STATUS(401, "Unauthorized", "Unauthorized", ""));
+  REPLY_(200, LIST("110", "", CM("a", "105")));
+  STREAM_(NULL);
+  advance(2);
+  wend();
+  UNTIL(stats().backoffs == 2);
+  KT_EQ_STR(last_auth, "Bearer tok1");
+  KT_EQ_INT(auth_refused, 2);
+  KT_IN(fire_backoff(), 1.6, 3.2);
+  UNTIL(nreq == 6 && wreq != NULL && kl_reflector_watching(refl));
+  KT_EQ_STR(last_auth, "Bearer tok2");
+  KT_EQ_STR(reqlog[4], "resourceVersion=100");
+  KT_EQ_INT(stats().unauthorized, 2);
+  pump();
+  KT_EQ_STR(cached("ns/a"), "105");
+
+  /* No credential: the round fails before any request. */
+  auth_fail = 1;
+  advance(2);
+  wend();
+  UNTIL(stats().backoffs == 3);
+  KT_EQ_INT(nreq, 6);
+  KT_TRUE(strstr(last_error, "watch: credentials: exec plugin x") != NULL);
+  teardown();
+}
+
 static void test_bad_options(void) {
   char err[256];
   setup();
@@ -1326,6 +1398,7 @@ int main(void) {
   KT_RUN(test_stop_cancels_everything);
   KT_RUN(test_stop_from_on_work);
   KT_RUN(test_converges_after_faults);
+  KT_RUN(test_credentials_per_request);
   KT_RUN(test_bad_options);
   return KT_DONE();
 }
