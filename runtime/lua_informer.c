@@ -470,7 +470,8 @@ static char *dup_field(lua_State *L, int t, const char *k, size_t *len) {
   return copy;
 }
 
-/* Copies a tls = {ca_file, ca, cert_file, cert, key_file, key, insecure}
+/* Copies a tls = {ca_file, ca, cert_file, cert, key_file, key, insecure,
+ * server_name}
  * table into C memory the reflector can borrow for its lifetime. */
 static kl_http_tls_t *read_tls(lua_State *L, int t) {
   kl_http_tls_t *tls = kl_xcalloc(1, sizeof *tls);
@@ -480,6 +481,7 @@ static kl_http_tls_t *read_tls(lua_State *L, int t) {
   tls->cert_pem = dup_field(L, t, "cert", &tls->cert_pem_len);
   tls->key_file = dup_field(L, t, "key_file", NULL);
   tls->key_pem = dup_field(L, t, "key", &tls->key_pem_len);
+  tls->server_name = dup_field(L, t, "server_name", NULL);
   lua_getfield(L, t, "insecure");
   tls->insecure = lua_toboolean(L, -1);
   lua_pop(L, 1);
@@ -493,6 +495,7 @@ static void free_tls(kl_http_tls_t *tls) {
   free((char *)tls->cert_file);
   free((char *)tls->cert_pem);
   free((char *)tls->key_file);
+  free((char *)tls->server_name);
   if (tls->key_pem) /* a secret: cleared before it is freed */
     memset((char *)tls->key_pem, 0, tls->key_pem_len);
   free((char *)tls->key_pem);

@@ -894,6 +894,7 @@ static void request_start(kl_reflector_t *r, bool watch, const char *url) {
   int rc = request_headers(r, hdrs, line, sizeof line, err, sizeof err);
   o.url = url;
   o.headers = hdrs;
+  if (!watch) o.idle_timeout = KL_REFLECTOR_LIST_IDLE;
   o.tls = r->tls;
   o.on_head = on_head;
   o.on_data = watch ? watch_data : list_data;

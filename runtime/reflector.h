@@ -34,6 +34,10 @@ typedef struct kl_reflector kl_reflector_t;
 #define KL_REFLECTOR_BACKOFF_RESET 120.0
 #define KL_REFLECTOR_MIN_WATCH_TIMEOUT 300.0
 #define KL_REFLECTOR_LIVENESS 90.0
+/* A list page that receives nothing for this long fails (and is retried
+ * after a backoff): lists have no overall timeout, a big one can take
+ * minutes, but a silent one is dead. */
+#define KL_REFLECTOR_LIST_IDLE 60.0
 
 /* Called with the error that ended a list-and-watch round (client-go's
  * WatchErrorHandler), before the backoff wait: a failed list or a failed

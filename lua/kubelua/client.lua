@@ -182,8 +182,10 @@ local Client = {}
 Client.__index = Client
 
 -- client.new{ server = URL, token = T?, creds = C?, tls = {…}?, qps = 20,
--- burst = 30, user_agent = "kubelua/VERSION", timeout = 30, namespace =
--- "default", field_manager = nil } -> a client. tls as kube.http.request's.
+-- burst = 30, user_agent = "kubelua/VERSION", timeout = 30,
+-- connect_timeout = 10, idle_timeout = 0 (none), namespace = "default",
+-- field_manager = nil } -> a client. tls (server_name included) and the
+-- timeouts as kube.http.request's.
 -- creds (kubelua.kubeconfig's): creds:token() gives the bearer token of
 -- each request (it overrides token); after a 401, creds:invalidate(start)
 -- and the request is tried once more. namespace is used for namespaced
@@ -201,7 +203,7 @@ function _M.new(opts)
       misuse("client.new", "opts." .. k .. " must be a string, got " .. type(opts[k]))
     end
   end
-  for _, k in pairs({ "qps", "burst", "timeout" }) do
+  for _, k in pairs({ "qps", "burst", "timeout", "connect_timeout", "idle_timeout" }) do
     local v = opts[k]
     if v ~= nil and (type(v) ~= "number" or v ~= v or v < 0) then
       misuse("client.new", "opts." .. k .. " must be a number >= 0, got "
@@ -230,6 +232,7 @@ function _M.new(opts)
     tls = opts.tls,
     creds = opts.creds,
     timeout = opts.timeout or 30,
+    connect_timeout = opts.connect_timeout, idle_timeout = opts.idle_timeout,
     namespace = opts.namespace or "default",
     field_manager = opts.field_manager,
     qps = qps, burst = burst, tokens = burst, last = nil,
@@ -261,7 +264,8 @@ function Client:request(method, path, query, body, content_type)
     for k, v in pairs(self.headers) do headers[k] = v end
   end
   local opts = { method = method, url = self.server .. path .. query_string(query or {}),
-    headers = headers, body = body, timeout = self.timeout, tls = self.tls }
+    headers = headers, body = body, timeout = self.timeout, tls = self.tls,
+    connect_timeout = self.connect_timeout, idle_timeout = self.idle_timeout }
   local r, msg
   local reauthorized = false
   for attempt = 0, MAX_RETRIES do

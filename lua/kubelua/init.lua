@@ -131,7 +131,8 @@ function _M.connect(cfg)
     if not kc then return nil, "kube.connect: " .. creds end
     new = { server = kc.server, creds = creds, namespace = kc.namespace, origin = kc.origin,
             tls = { ca_file = kc.ca_file, ca = kc.ca, cert_file = kc.cert_file, cert = kc.cert,
-                    key_file = kc.key_file, key = kc.key, insecure = kc.insecure } }
+                    key_file = kc.key_file, key = kc.key, insecure = kc.insecure,
+                    server_name = kc.tls_server_name } }
   end
   new.server = new.server:gsub("/+$", "")
   conn = new
