@@ -538,9 +538,11 @@ static void watch_unauthorized(kl_reflector_t *r, void *ud) {
 }
 
 /* opts.watch = {url =, label_selector =, field_selector =, headers =
- * {name = value}, tls = {…}, creds = C}: a reflector lists and watches url
- * and feeds the cache; creds (kubelua.kubeconfig's) gives the bearer token
- * of each request, so rotated tokens are picked up. */
+ * {name = value}, tls = {…}, creds = C, watch_list = bool}: a reflector
+ * lists and watches url and feeds the cache; creds (kubelua.kubeconfig's)
+ * gives the bearer token of each request, so rotated tokens are picked up;
+ * watch_list streams the lists (sendInitialEvents), falling back to
+ * list+watch when the server does not. */
 static void start_watch(lua_State *L, linf_t *li, int idx,
                         const kl_informer_opts_t *io) {
   static const char *fn = "kube.informer";
@@ -558,6 +560,8 @@ static void start_watch(lua_State *L, linf_t *li, int idx,
   ro.label_selector = lua_tostring(L, -1);
   lua_getfield(L, idx, "field_selector");
   ro.field_selector = lua_tostring(L, -1);
+  lua_getfield(L, idx, "watch_list");
+  ro.watch_list = lua_toboolean(L, -1);
   if (!ro.url) kl_lua_error(L, fn, "opts.watch.url is required");
   lua_getfield(L, idx, "headers");
   if (lua_type(L, -1) == LUA_TTABLE) {

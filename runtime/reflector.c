@@ -9,6 +9,12 @@
  *   WATCHING --(429 / refused to set up, ERROR 429)--> WAITING(watch, backoff)
  *   anything else that ends a round --> WAITING(list, backoff)
  *
+ * With watch_list, a round starts WATCHING with sendInitialEvents instead of
+ * LISTING: the initial ADDED events are collected (r->initial) and replace
+ * the informer's content at the end bookmark, then the same stream is an
+ * ordinary watch. A refusal, or a stream that ends without that bookmark,
+ * turns watch_list off (r->wl_off) and the round lists at once.
+ *
  * A round is client-go's ListAndWatch; each round ends with a backoff wait
  * (the Run loop's sliding BackoffUntil), failed or not. One backoff state
  * (ExponentialBackoffManager: reset after backoff_reset without a backoff)
@@ -56,9 +62,11 @@
 #define RV_MAX 64
 #define ERRBODY_MAX (64 * 1024) /* bytes of an error response kept */
 #define URL_MAX (64 * 1024)
-#define VERY_SHORT 1.0       /* a watch shorter than this with no event */
-#define RETRY_AFTER_MAX 60.0 /* a 429's Retry-After honoured up to this */
-#define AUTH_MAX (16 * 1024) /* the credential's header line */
+#define VERY_SHORT 1.0            /* a watch shorter than this with no event */
+#define RETRY_AFTER_MAX 60.0      /* a 429's Retry-After honoured up to this */
+#define AUTH_MAX (16 * 1024)      /* the credential's header line */
+#define WL_MAX ((size_t)16 << 20) /* objects in one streaming list */
+#define INITIAL_EVENTS_END "k8s.io/initial-events-end"
 
 typedef enum state { ST_STOPPED, ST_WAITING, ST_LISTING, ST_WATCHING } state_t;
 typedef enum next { NEXT_LIST, NEXT_WATCH } next_t;
@@ -72,6 +80,7 @@ typedef struct failure {
   bool too_many;     /* IsTooManyRequests */
   bool refused;      /* the connection was refused */
   bool unauthorized; /* 401: the credential was refused */
+  long code;         /* the Status's or HTTP code; 0: no response */
   double retry_after;
   char msg[512];
 } failure_t;
@@ -91,6 +100,9 @@ struct kl_reflector {
   double bo_initial, bo_factor, bo_jitter, bo_max, bo_reset;
   double min_watch, liveness;
   int page_size;
+  bool watch_list; /* opts.watch_list */
+  bool wl_off;     /* the server does not stream lists: list+watch */
+  bool wl_skip;    /* this round lists: its streaming list failed */
   kl_reflector_error_fn *on_error;
   void *ud;
   kl_reflector_auth_fn *auth;
@@ -138,6 +150,12 @@ struct kl_reflector {
   bool streaming; /* the watch answered 200: its stream is open */
   bool propagate, besides_added;
   failure_t evfail; /* the ERROR event that ended the stream */
+
+  /* A streaming list (6.11): the initial ADDED events, collected until the
+   * end bookmark (client-go's temporary store). */
+  bool initial; /* the initial events are coming */
+  kl_obj_t **wl_objs;
+  size_t wl_n, wl_cap;
 
   kl_reflector_stats_t st;
 };
@@ -192,14 +210,14 @@ static double backoff_delay(kl_reflector_t *r) {
 
 static void request_start(kl_reflector_t *r, bool watch, const char *url);
 static void list_begin(kl_reflector_t *r);
-static void watch_begin(kl_reflector_t *r);
+static void watch_begin(kl_reflector_t *r, bool initial);
 
 static void run_next(kl_reflector_t *r) {
   if (r->state != ST_WAITING) return;
   if (r->next == NEXT_LIST)
     list_begin(r);
   else
-    watch_begin(r);
+    watch_begin(r, false);
 }
 
 static void on_step(kl_defer_t *d) {
@@ -337,6 +355,7 @@ static void classify(failure_t *f, long code, const char *reason,
   f->too_large =
       cause_type ||
       (timeout && (cause_msg || strstr(message, "Too large resource version")));
+  f->code = code;
   snprintf(f->msg, sizeof f->msg, "%s: %ld %s: %.300s", what, code,
            reason[0] ? reason : "(no reason)",
            message[0] ? message : "(no message)");
@@ -485,7 +504,15 @@ static void pager_begin(kl_reflector_t *r) {
   list_send(r);
 }
 
+/* A round: a streaming list when asked for and the server does them,
+ * else list() (6.4). */
 static void list_begin(kl_reflector_t *r) {
+  bool stream = r->watch_list && !r->wl_off && !r->wl_skip;
+  r->wl_skip = false;
+  if (stream) {
+    watch_begin(r, true);
+    return;
+  }
   const char *rv = r->unavailable ? "" : r->rv[0] ? r->rv : "0";
   r->retried = false;
   r->at_zero = strcmp(rv, "0") == 0;
@@ -550,7 +577,7 @@ static void list_done(kl_reflector_t *r) {
   kl_log(KL_LOG_DEBUG,
          "reflector %s: caches populated: %zu items at resourceVersion %s",
          r->name, n, r->rv);
-  watch_begin(r);
+  watch_begin(r, false);
 }
 
 static bool span_is(kl_json_span_t s, const char *c) {
@@ -666,10 +693,24 @@ static void arm_live(kl_reflector_t *r) {
   kl_timers_start(r->timers, &r->live, at);
 }
 
-static void watch_begin(kl_reflector_t *r) {
+/* Forgets a streaming list's collected objects. */
+static void wl_clear(kl_reflector_t *r) {
+  for (size_t i = 0; i < r->wl_n; i++)
+    kl_obj_unref(r->wl_objs[i]);
+  free(r->wl_objs);
+  r->wl_objs = NULL;
+  r->wl_n = r->wl_cap = 0;
+  r->initial = false;
+}
+
+/* watch(), or with initial set watchList()'s request (6.6, 6.11): the
+ * initial state streamed as ADDED events, at least as fresh as the last
+ * resourceVersion ("" at first or when it is unavailable). */
+static void watch_begin(kl_reflector_t *r, bool initial) {
   sbuf_t b = {0};
   bool first = true;
   char num[32];
+  const char *rv = initial && r->unavailable ? "" : r->rv;
   int timeout = (int)floor(r->min_watch + rnd(r) * r->min_watch);
   if (timeout >= (int)(2 * r->min_watch)) timeout = (int)(2 * r->min_watch) - 1;
   sb_add(&b, r->url, strlen(r->url));
@@ -678,14 +719,21 @@ static void watch_begin(kl_reflector_t *r) {
     sb_param(&b, &first, "fieldSelector", r->field_selector);
   if (r->label_selector)
     sb_param(&b, &first, "labelSelector", r->label_selector);
-  if (r->rv[0]) sb_param(&b, &first, "resourceVersion", r->rv);
+  if (rv[0]) sb_param(&b, &first, "resourceVersion", rv);
+  if (initial) {
+    sb_param(&b, &first, "resourceVersionMatch", "NotOlderThan");
+    sb_param(&b, &first, "sendInitialEvents", "true");
+  }
   snprintf(num, sizeof num, "%d", timeout);
   sb_param(&b, &first, "timeoutSeconds", num);
   sb_param(&b, &first, "watch", "true");
 
   /* Synthetic ADDED events of a watch from "" or "0" come in key order:
-   * they must not move the resourceVersion (6.9). */
-  r->propagate = r->rv[0] && strcmp(r->rv, "0") != 0;
+   * they must not move the resourceVersion (6.9); a streaming list moves
+   * it at its end bookmark. */
+  r->propagate = !initial && r->rv[0] && strcmp(r->rv, "0") != 0;
+  wl_clear(r);
+  r->initial = initial;
   r->besides_added = false;
   r->w_events = 0;
   memset(&r->evfail, 0, sizeof r->evfail);
@@ -703,6 +751,72 @@ static void watch_begin(kl_reflector_t *r) {
     if (r->state == ST_WATCHING) arm_live(r);
   }
   free(b.p);
+}
+
+/* True when a bookmark carries the annotation that ends a streaming
+ * list's initial events. */
+static bool initial_events_end(const kl_obj_t *o) {
+  kl_json_span_t md, ann, v;
+  return kl_json_member(kl_obj_json(o), "metadata", &md) &&
+         kl_json_member(md, "annotations", &ann) &&
+         kl_json_member(ann, INITIAL_EVENTS_END, &v) && span_is(v, "\"true\"");
+}
+
+/* The end bookmark: Replace with the collected objects at its
+ * resourceVersion, as list() does, and watch on (6.11 step 5). Returns 1
+ * (nothing to queue), or an error that ends the stream. */
+static int wl_commit(kl_reflector_t *r, const kl_obj_t *bookmark, char *err,
+                     size_t errlen) {
+  char rv[RV_MAX];
+  kl_json_span_t s = kl_obj_resource_version(bookmark);
+  unsigned gen = r->gen;
+  kl_obj_t **objs = r->wl_objs;
+  size_t n = r->wl_n;
+  copy_rv(rv, s.p, s.n);
+  r->wl_objs = NULL; /* the informer's on_work may stop us meanwhile */
+  r->wl_n = r->wl_cap = 0;
+  r->initial = false;
+  int rc = kl_informer_replace(r->inf, objs, n, rv, err, errlen);
+  for (size_t i = 0; i < n; i++)
+    kl_obj_unref(objs[i]);
+  free(objs);
+  if (r->gen != gen) return KL_ESHUTDOWN;
+  if (rc != 0) return rc;
+  r->unavailable = false;
+  snprintf(r->rv, sizeof r->rv, "%s", rv);
+  r->listed = true;
+  r->propagate = true; /* past the initial events: every RV counts */
+  r->st.watch_lists++;
+  if (++r->st.lists > 1) r->st.relists++;
+  kl_log(KL_LOG_DEBUG,
+         "reflector %s: caches populated: %zu items at resourceVersion %s "
+         "(streaming list)",
+         r->name, n, r->rv);
+  return 1;
+}
+
+/* An event of a streaming list's initial part: collected, not queued. */
+static int initial_event(kl_reflector_t *r, const kl_obj_event_t *ev, char *err,
+                         size_t errlen) {
+  if (ev->type == KL_OBJ_ADDED) {
+    if (r->wl_n == WL_MAX) {
+      snprintf(err, errlen, "more than %zu objects in a streaming list",
+               WL_MAX);
+      return KL_ELIMIT;
+    }
+    if (r->wl_n == r->wl_cap) {
+      r->wl_cap = r->wl_cap ? r->wl_cap * 2 : 64;
+      r->wl_objs = kl_xrealloc(r->wl_objs, r->wl_cap * sizeof *r->wl_objs);
+    }
+    r->wl_objs[r->wl_n++] = kl_obj_ref(ev->obj);
+    return 1;
+  }
+  if (ev->type != KL_OBJ_BOOKMARK) {
+    snprintf(err, errlen, "a %s event among a streaming list's initial events",
+             kl_obj_event_type_name(ev->type));
+    return KL_EPARSE;
+  }
+  return initial_events_end(ev->obj) ? wl_commit(r, ev->obj, err, errlen) : 1;
 }
 
 /* Sees each event before the informer queues it (6.7). */
@@ -740,6 +854,7 @@ static int on_event(void *ud, const kl_obj_event_t *ev, char *err,
            r->name);
     return 1;
   }
+  if (r->initial) return initial_event(r, ev, err, errlen);
   if (ev->type != KL_OBJ_ADDED) r->besides_added = true;
   kl_json_span_t rv = kl_obj_resource_version(ev->obj);
   if ((r->propagate || r->besides_added) && rv.n) {
@@ -747,6 +862,52 @@ static int on_event(void *ud, const kl_obj_event_t *ev, char *err,
     kl_informer_set_rv(r->inf, r->rv);
   }
   return 0;
+}
+
+/* A streaming list ended without its end bookmark (a server that ignores
+ * sendInitialEvents, or a proxy in the way): list+watch from now on, at
+ * once. client-go would stream again forever, never synced (14.3). */
+static void wl_no_bookmark(kl_reflector_t *r, const char *why) {
+  wl_clear(r);
+  r->wl_off = true;
+  r->st.errors++;
+  kl_log(KL_LOG_WARN,
+         "reflector %s: streaming list: %s without the %s bookmark: "
+         "falling back to list and watch",
+         r->name, why, INITIAL_EVENTS_END);
+  go(r, NEXT_LIST, 0);
+}
+
+/* watchList() failed to set up, or with an ERROR event (6.11 step 3):
+ * back off and stream again, stream again at once at "" when the
+ * resourceVersion is gone, or list at once (6.4 step 1) — for good when
+ * the server refuses streaming lists (a server older than 1.27 answers a
+ * watch with resourceVersionMatch 422, so does one with the WatchList gate
+ * off; 400, 405 and 501 are refusals too). */
+static void wl_failed(kl_reflector_t *r, failure_t *f) {
+  wl_clear(r);
+  refused_credential(r, f);
+  if (f->refused || f->too_many) {
+    r->st.errors++;
+    kl_log(KL_LOG_WARN, "reflector %s: %s: streaming again after a backoff",
+           r->name, f->msg);
+    backoff_then(r, NEXT_LIST, f->retry_after);
+  } else if ((f->expired || f->gone || f->too_large) && !r->unavailable) {
+    kl_log(KL_LOG_DEBUG, "reflector %s: %s: streaming at the latest version",
+           r->name, f->msg);
+    r->unavailable = true;
+    go(r, NEXT_LIST, 0);
+  } else if (f->unauthorized) {
+    round_failed(r, f->msg, f->retry_after);
+  } else {
+    long c = f->code;
+    r->wl_off = c == 400 || c == 405 || c == 422 || c == 501;
+    r->wl_skip = true;
+    r->st.errors++;
+    kl_log(KL_LOG_WARN, "reflector %s: streaming list: %s: listing%s", r->name,
+           f->msg, r->wl_off ? " and watching from now on" : " instead");
+    go(r, NEXT_LIST, 0);
+  }
 }
 
 /* The watch's request failed or was refused before any stream. */
@@ -766,6 +927,12 @@ static void watch_setup_failed(kl_reflector_t *r, failure_t *f) {
 /* The stream ended with an ERROR event or an undecodable event. */
 static void watch_stream_failed(kl_reflector_t *r, int rc, const char *err) {
   failure_t *f = &r->evfail;
+  bool initial = r->initial;
+  wl_clear(r);
+  if (initial && rc == KL_EIO) {
+    wl_failed(r, f);
+    return;
+  }
   r->st.errors++;
   if (rc != KL_EIO) {
     kl_log(KL_LOG_ERROR,
@@ -817,12 +984,23 @@ static void watch_response(kl_http_req_t *req, int err, const char *msg,
   kl_timers_stop(r->timers, &r->live);
   if (r->status == 0 && err != 0) {
     failure_from_transport(&f, msg, "watch");
-    watch_setup_failed(r, &f);
+    (r->initial ? wl_failed : watch_setup_failed)(r, &f);
     return;
   }
   if (r->status != 200) {
     failure_from_response(r, &f, "watch");
-    watch_setup_failed(r, &f);
+    (r->initial ? wl_failed : watch_setup_failed)(r, &f);
+    return;
+  }
+  if (r->initial && err == 0) {
+    wl_no_bookmark(r, "the stream ended");
+    return;
+  }
+  if (r->initial) { /* the connection broke: stream again after a backoff */
+    wl_clear(r);
+    r->st.errors++;
+    kl_log(KL_LOG_WARN, "reflector %s: streaming list: %s", r->name, msg);
+    round_over(r);
     return;
   }
   /* The stream ended: at its timeout, or the connection went (client-go
@@ -848,7 +1026,10 @@ static void on_live(kl_timer_t *t, void *ud) {
   (void)t;
   if (r->state != ST_WATCHING || !r->req) return;
   double at = now(r);
-  if (at >= r->w_end) {
+  if (r->initial && at >= r->w_end) {
+    drop_request(r);
+    wl_no_bookmark(r, "timeoutSeconds passed");
+  } else if (at >= r->w_end) {
     /* timeoutSeconds passed on our side too: a normal end. */
     drop_request(r);
     go(r, NEXT_WATCH, 0);
@@ -859,7 +1040,10 @@ static void on_live(kl_timer_t *t, void *ud) {
            "reflector %s: the watch received nothing for %.0fs: restarting "
            "it from resourceVersion %s",
            r->name, at - r->w_last, r->rv[0] ? r->rv : "\"\"");
-    go(r, NEXT_WATCH, 0);
+    /* a streaming list that went silent starts over */
+    next_t next = r->initial ? NEXT_LIST : NEXT_WATCH;
+    wl_clear(r);
+    go(r, next, 0);
   } else {
     arm_live(r);
   }
@@ -987,6 +1171,7 @@ kl_reflector_t *kl_reflector_new(kl_loop_t *loop, kl_http_t *http,
                 : o->liveness_timeout > 0 ? o->liveness_timeout
                                           : KL_REFLECTOR_LIVENESS;
   r->page_size = o->page_size > 0 ? o->page_size : 0;
+  r->watch_list = o->watch_list;
   r->on_error = o->on_error;
   r->ud = o->ud;
   /* NewExponentialBackoffManager: Steps = ceil(max / initial). */
@@ -1015,6 +1200,7 @@ void kl_reflector_stop(kl_reflector_t *r) {
   r->acc = NULL;
   free(r->cont);
   r->cont = NULL;
+  wl_clear(r);
   /* The informer's watch decoder is reset when the next watch starts: the
    * stop may come from inside its feed. */
 }
@@ -1038,6 +1224,7 @@ void kl_reflector_free(kl_reflector_t *r) {
 int kl_reflector_start(kl_reflector_t *r) {
   if (r->state != ST_STOPPED) return KL_EINVAL;
   r->gen++;
+  r->wl_off = false;
   r->listed = false;
   go(r, NEXT_LIST, 0);
   return 0;

@@ -94,6 +94,15 @@ typedef struct kl_reflector_opts {
    * 0 chooses as client-go does (500, or one unpaginated list when listing
    * at a known resourceVersion from the watch cache). */
   int page_size;
+  /* Streaming lists (watch-list, KEP-3157; CLIENTGO.md 2.6 and 6.11): each
+   * round opens a watch with sendInitialEvents=true instead of listing,
+   * collects the initial ADDED events, and replaces the informer's content
+   * at the bookmark annotated k8s.io/initial-events-end, then goes on
+   * watching on the same stream. A server that refuses it (400, 422 …) or
+   * whose stream ends or times out without that bookmark makes the
+   * reflector fall back to list+watch for as long as it runs; another
+   * failure (a 500, a broken connection) lists for that round only. */
+  bool watch_list;
   kl_reflector_error_fn *on_error;
   void *ud;
   /* Credentials asked for before each request (see above); NULL: only
@@ -107,6 +116,7 @@ typedef struct kl_reflector_opts {
 typedef struct kl_reflector_stats {
   uint64_t list_requests;  /* list requests sent (each page counts) */
   uint64_t lists;          /* lists completed (Replace calls) */
+  uint64_t watch_lists;    /* of which streaming lists */
   uint64_t relists;        /* lists completed after the first */
   uint64_t watches;        /* watch requests sent */
   uint64_t watch_restarts; /* watches deemed dead by the liveness timeout */

@@ -189,7 +189,10 @@ local informers = {}
 -- kube.informer(api_version, resource, opts) -> a shared informer: the same
 -- arguments give the same informer (one watch, one cache). resource is the
 -- plural name ("configmaps"); opts: namespace, label_selector,
--- field_selector, resync, indexers, transform, keep_managed_fields.
+-- field_selector, resync, indexers, transform, keep_managed_fields,
+-- watch_list (default true: stream the initial list as watch events,
+-- sendInitialEvents, as client-go does from 1.35; a server that refuses it
+-- gets list+watch; false: always list+watch).
 function _M.informer(api_version, resource, opts)
   if type(api_version) ~= "string" or type(resource) ~= "string" then
     error("kube.informer: expected an apiVersion and a resource name", 2)
@@ -211,7 +214,8 @@ function _M.informer(api_version, resource, opts)
     keep_managed_fields = opts.keep_managed_fields,
     watch = { url = collection_url(api_version, resource, opts.namespace),
               label_selector = opts.label_selector, field_selector = opts.field_selector,
-              headers = headers, tls = conn.tls, creds = conn.creds },
+              headers = headers, tls = conn.tls, creds = conn.creds,
+              watch_list = opts.watch_list ~= false },
   }
   informers[id] = inf
   return inf

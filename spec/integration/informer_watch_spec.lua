@@ -57,7 +57,7 @@ describe("kube.informer", function()
 
   it("lists, syncs, then follows the watch in order", function()
     for i = 1, 3 do call("POST", "/api/v1/namespaces/w1/configmaps", cm("w1", "c" .. i, { i = "" .. i })) end
-    local inf = kube.informer("v1", "configmaps", { namespace = "w1" })
+    local inf = kube.informer("v1", "configmaps", { namespace = "w1", watch_list = false })
     local events = {}
     inf:add_handler{
       add = function(ev) events[#events + 1] = { "add", ev.key, ev.initial or false } end,
@@ -125,6 +125,29 @@ describe("kube.informer", function()
     end))
     assert.same({ "k3", "k4", "k5", "k6" }, cache_names(inf, "w3"))
     assert.truthy(deleted["w3/k2"])
+  end)
+
+  it("streams its lists (watch_list, the default), and converges after faults", function()
+    call("POST", "/api/v1/namespaces", { apiVersion = "v1", kind = "Namespace",
+                                         metadata = { name = "w4" } })
+    for i = 1, 3 do call("POST", "/api/v1/namespaces/w4/configmaps", cm("w4", "s" .. i, {})) end
+    local inf = kube.informer("v1", "configmaps", { namespace = "w4" })
+    local adds = {}
+    inf:on_add(function(ev) adds[#adds + 1] = ev.key end)
+    assert.is_true(kube.wait_for_sync(inf, 5))
+    assert.same({ "s1", "s2", "s3" }, cache_names(inf, "w4"))
+    assert.equal(inf:last_sync_resource_version(), sim:inject{}.resourceVersion)
+    call("POST", "/api/v1/namespaces/w4/configmaps", cm("w4", "s4", {}))
+    assert.is_true(eventually(function() return inf:get("w4/s4") ~= nil end))
+
+    sim:inject{ drop_watches = true }
+    call("DELETE", "/api/v1/namespaces/w4/configmaps/s1")
+    sim:inject{ compact = true }
+    call("POST", "/api/v1/namespaces/w4/configmaps", cm("w4", "s5", {}))
+    assert.is_true(eventually(function()
+      return table.concat(cache_names(inf, "w4"), ",") == table.concat(server_names("w4"), ",")
+    end))
+    assert.same({ "s2", "s3", "s4", "s5" }, cache_names(inf, "w4"))
   end)
 
   it("reports no sync for a resource the server does not have", function()
