@@ -131,11 +131,20 @@ describe("kube.informer", function()
     call("POST", "/api/v1/namespaces", { apiVersion = "v1", kind = "Namespace",
                                          metadata = { name = "w4" } })
     for i = 1, 3 do call("POST", "/api/v1/namespaces/w4/configmaps", cm("w4", "s" .. i, {})) end
+    -- the reflector's requests for w4's configmaps (the spec's own have no
+    -- Accept header), as the simulator sees them
+    local seen, handle = {}, sim.handle
+    sim.handle = function(self, req)
+      if req:path():find("/namespaces/w4/configmaps", 1, true)
+          and req:header("Accept") == "application/json" then
+        seen[#seen + 1] = req:query() or ""
+      end
+      return handle(self, req)
+    end
     local inf = kube.informer("v1", "configmaps", { namespace = "w4" })
-    local adds = {}
-    inf:on_add(function(ev) adds[#adds + 1] = ev.key end)
     assert.is_true(kube.wait_for_sync(inf, 5))
     assert.same({ "s1", "s2", "s3" }, cache_names(inf, "w4"))
+    assert.matches("sendInitialEvents=true", seen[1], 1, true)
     assert.equal(inf:last_sync_resource_version(), sim:inject{}.resourceVersion)
     call("POST", "/api/v1/namespaces/w4/configmaps", cm("w4", "s4", {}))
     assert.is_true(eventually(function() return inf:get("w4/s4") ~= nil end))
@@ -148,6 +157,8 @@ describe("kube.informer", function()
       return table.concat(cache_names(inf, "w4"), ",") == table.concat(server_names("w4"), ",")
     end))
     assert.same({ "s2", "s3", "s4", "s5" }, cache_names(inf, "w4"))
+    sim.handle = nil -- the class's again
+    for _, q in ipairs(seen) do assert.matches("watch=true", q, 1, true) end -- never a list
   end)
 
   it("reports no sync for a resource the server does not have", function()
