@@ -217,11 +217,13 @@ describe("credentials that change", function()
     assert.equal("a", assert(kube.get("v1", "configmaps", "creds", "a")).metadata.name)
   end)
 
-  it("runs an exec plugin once, until its credential expires or is refused", function()
-    -- The plugin prints the token in exec-token, valid for `ttl` seconds,
-    -- and counts its runs.
-    write(dir .. "/exec-token", "new-token")
+  -- An exec plugin that prints the token in exec-token, valid for the
+  -- seconds in ttl, and counts its runs; a kubeconfig that uses it.
+  -- Returns the count of runs so far, as a function.
+  local function exec_plugin(token)
+    write(dir .. "/exec-token", token)
     write(dir .. "/ttl", "3600")
+    write(dir .. "/runs", "")
     write(dir .. "/plugin.sh", ([[#!/bin/sh
 echo run >> %s/runs
 exp=$(date -u -d "+$(cat %s/ttl) seconds" +%%Y-%%m-%%dT%%H:%%M:%%SZ)
@@ -234,10 +236,29 @@ printf '"status":{"token":"%%s","expirationTimestamp":"%%s"}}\n' "$(cat %s/exec-
       apiVersion: client.authentication.k8s.io/v1
       command: %s/plugin.sh
       interactiveMode: Never]]):format(dir), "creds"))
-    local runs = function()
+    return function()
       local _, n = (read(dir .. "/runs") or ""):gsub("run", "")
       return n
     end
+  end
+
+  it("an informer runs its exec plugin again after a 401", function()
+    local runs = exec_plugin(sim.opts.token)
+    assert(kube.connect{ kubeconfig = dir .. "/exec-config" })
+    local inf = kube.informer("v1", "configmaps", { namespace = "creds", label_selector = "x!=y" })
+    assert.is_true(kube.wait_for_sync(inf, 5))
+    assert.equal(1, runs())
+    write(dir .. "/exec-token", "exec-token-x")
+    sim.opts.token = "exec-token-x"
+    sim:inject{ drop_watches = true }
+    assert.equal(201, call(base, "exec-token-x", "POST", "/api/v1/namespaces/creds/configmaps",
+      cm("x")))
+    assert.is_true(eventually(function() return inf:get("creds/x") ~= nil end, 10))
+    assert.equal(2, runs())
+  end)
+
+  it("runs an exec plugin once, until its credential expires or is refused", function()
+    local runs = exec_plugin(sim.opts.token)
     local cfg, creds = kubeconfig.load{ kubeconfig = dir .. "/exec-config" }
     assert(cfg, creds)
     local c = kube.client.new{ server = base, creds = creds }
