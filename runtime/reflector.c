@@ -1026,9 +1026,13 @@ static void on_live(kl_timer_t *t, void *ud) {
   (void)t;
   if (r->state != ST_WATCHING || !r->req) return;
   double at = now(r);
-  if (r->initial && at >= r->w_end) {
+  if (r->initial &&
+      (at >= r->w_end || (r->liveness >= 0 && at - r->w_last >= r->liveness))) {
+    /* Streaming the initial events again would meet the same silence:
+     * client-go's never-synced informer (CLIENTGO.md 14.3). */
     drop_request(r);
-    wl_no_bookmark(r, "timeoutSeconds passed");
+    wl_no_bookmark(r, at >= r->w_end ? "timeoutSeconds passed"
+                                     : "the stream went silent");
   } else if (at >= r->w_end) {
     /* timeoutSeconds passed on our side too: a normal end. */
     drop_request(r);
@@ -1040,10 +1044,7 @@ static void on_live(kl_timer_t *t, void *ud) {
            "reflector %s: the watch received nothing for %.0fs: restarting "
            "it from resourceVersion %s",
            r->name, at - r->w_last, r->rv[0] ? r->rv : "\"\"");
-    /* a streaming list that went silent starts over */
-    next_t next = r->initial ? NEXT_LIST : NEXT_WATCH;
-    wl_clear(r);
-    go(r, next, 0);
+    go(r, NEXT_WATCH, 0);
   } else {
     arm_live(r);
   }

@@ -99,9 +99,10 @@ typedef struct kl_reflector_opts {
    * collects the initial ADDED events, and replaces the informer's content
    * at the bookmark annotated k8s.io/initial-events-end, then goes on
    * watching on the same stream. A server that refuses it (400, 422 …) or
-   * whose stream ends or times out without that bookmark makes the
-   * reflector fall back to list+watch for as long as it runs; another
-   * failure (a 500, a broken connection) lists for that round only. */
+   * whose stream ends, times out or goes silent (liveness_timeout) without
+   * that bookmark makes the reflector fall back to list+watch for as long
+   * as it runs; another failure (a 500, a broken connection) lists for
+   * that round only. */
   bool watch_list;
   kl_reflector_error_fn *on_error;
   void *ud;

@@ -1414,6 +1414,16 @@ static void test_watch_list(void) {
   teardown();
 }
 
+/* A streaming list that gets one ADDED event (and nothing more, in these
+ * tests), with a list and a watch scripted after it. */
+static void stream_initial_then_list(void) {
+  STREAM_(EVT("ADDED", "a", "90"));
+  REPLY_(200, LIST("100", "", CM("a", "90")));
+  STREAM_(NULL);
+  kl_reflector_start(refl);
+  UNTIL(nreq == 1 && stats().events == 1);
+}
+
 /* A server that refuses streaming lists, or streams without the end
  * bookmark: the round lists at once, and later rounds too. */
 static void test_watch_list_falls_back(void) {
@@ -1452,11 +1462,7 @@ static void test_watch_list_falls_back(void) {
 
   /* The initial events, then the stream ends with no end bookmark. */
   setup_with(&o);
-  STREAM_(EVT("ADDED", "a", "90"));
-  REPLY_(200, LIST("100", "", CM("a", "90")));
-  STREAM_(NULL);
-  kl_reflector_start(refl);
-  UNTIL(nreq == 1 && stats().events == 1);
+  stream_initial_then_list();
   advance(2);
   wend();
   UNTIL(nreq == 3 && wreq != NULL && kl_reflector_watching(refl));
@@ -1465,6 +1471,14 @@ static void test_watch_list_falls_back(void) {
   pump();
   KT_EQ_STR(cached("ns/a"), "90");
   KT_EQ_INT(nnotes, 1);
+  teardown();
+
+  /* The initial events, then silence: no waiting for ever. */
+  setup_with(&o);
+  stream_initial_then_list();
+  advance(KL_REFLECTOR_LIVENESS);
+  UNTIL(nreq == 3 && wreq != NULL && kl_reflector_watching(refl));
+  KT_EQ_STR(reqlog[1], "limit=500&resourceVersion=0");
   teardown();
 }
 
