@@ -1718,6 +1718,7 @@ struct kl_kc_creds {
   char *x_token, *x_cert, *x_key;
   size_t x_cert_len, x_key_len;
   double x_obtained, x_expiry;
+  kl_kc_plugin_t *run; /* kl_kc_token_nowait's run in progress */
 };
 
 static double wall_now(void *ud) {
@@ -1833,6 +1834,7 @@ void kl_kc_creds_free(kl_kc_creds_t *c) {
   free_secret(c->proxy_url);
   free_pem(&c->ca, false);
   exec_cred_clear(c);
+  kl_kc_plugin_free(c->run);
   free(c);
 }
 
@@ -1890,20 +1892,60 @@ int kl_kc_creds_get(kl_kc_creds_t *c, kl_kc_cred_t *out, char *err,
   return KL_OK;
 }
 
+/* The token after a plugin run that returned KL_OK: the credential it
+ * cached, or KL_EIO when that had already expired. */
+static int token_after_run(kl_kc_creds_t *c, kl_kc_cred_t *cred, char *err,
+                           size_t errlen) {
+  int rc = kl_kc_creds_get(c, cred, err, errlen);
+  if (rc == KL_EAGAIN) {
+    seterr(err, errlen, "exec plugin %s: returned an expired credential",
+           c->exec->command);
+    rc = KL_EIO;
+  }
+  return rc;
+}
+
 int kl_kc_token(kl_kc_creds_t *c, const char **token, char *err,
                 size_t errlen) {
   kl_kc_cred_t cred;
   int rc = kl_kc_creds_get(c, &cred, err, errlen);
   if (rc == KL_EAGAIN) {
+    kl_kc_plugin_free(c->run); /* one run at a time: this one */
+    c->run = NULL;
     rc = kl_kc_plugin_run(c, err, errlen);
-    if (rc == KL_OK) rc = kl_kc_creds_get(c, &cred, err, errlen);
-    if (rc == KL_EAGAIN) { /* already expired when it arrived */
-      seterr(err, errlen, "exec plugin %s: returned an expired credential",
-             c->exec->command);
-      rc = KL_EIO;
-    }
+    if (rc == KL_OK) rc = token_after_run(c, &cred, err, errlen);
   }
   *token = rc == KL_OK || rc == KL_EIO ? cred.token : NULL;
+  return rc;
+}
+
+int kl_kc_token_nowait(kl_kc_creds_t *c, const char **token, char *err,
+                       size_t errlen) {
+  kl_kc_cred_t cred;
+  int rc;
+  *token = NULL;
+  if (!c->run) {
+    rc = kl_kc_creds_get(c, &cred, err, errlen);
+    if (rc != KL_EAGAIN) {
+      *token = rc == KL_OK || rc == KL_EIO ? cred.token : NULL;
+      return rc;
+    }
+    rc = kl_kc_plugin_start(c, &c->run, err, errlen);
+    if (rc != KL_OK) {
+      c->run = NULL;
+      return rc;
+    }
+  }
+  if (kl_kc_plugin_poll(c->run) != KL_OK &&
+      kl_clock_now(&c->clock) < kl_kc_plugin_deadline(c->run)) {
+    seterr(err, errlen, "exec plugin %s: running", c->exec->command);
+    return KL_EAGAIN;
+  }
+  kl_kc_plugin_t *p = c->run;
+  c->run = NULL;
+  rc = kl_kc_plugin_finish(c, p, err, errlen);
+  if (rc == KL_OK) rc = token_after_run(c, &cred, err, errlen);
+  *token = rc == KL_OK ? cred.token : NULL;
   return rc;
 }
 

@@ -241,6 +241,17 @@ int kl_kc_creds_get(kl_kc_creds_t *c, kl_kc_cred_t *out, char *err,
  * with *token NULL. */
 int kl_kc_token(kl_kc_creds_t *c, const char **token, char *err, size_t errlen);
 
+/* kl_kc_token for an event loop, never blocking: when an exec plugin must
+ * run, starts it (one run per creds; the creds own it) and returns
+ * KL_EAGAIN with "exec plugin CMD: running" in err; each later call polls
+ * the run (reads its pipes, reaps it) and returns KL_EAGAIN until it has
+ * ended, then the token as kl_kc_token would. A run past the exec timeout is
+ * killed and fails. Call again soon after KL_EAGAIN (every 50 ms or so).
+ * Sets *token only with KL_OK, and with KL_EIO after a failed token file
+ * re-read (the last good token, as kl_kc_creds_get). */
+int kl_kc_token_nowait(kl_kc_creds_t *c, const char **token, char *err,
+                       size_t errlen);
+
 /* After a 401 to a request that started at clock time request_start:
  * forgets the file token and the exec credential if they were obtained at
  * or before that time, so the next kl_kc_creds_get re-reads the file or

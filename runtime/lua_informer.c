@@ -504,14 +504,14 @@ static void free_tls(kl_http_tls_t *tls) {
 
 /* The reflector's credentials for its next request: the bearer token of
  * li->creds, a token file re-read as it ages or after a 401, an exec
- * plugin run when its credential expired (that blocks the loop, at most the
- * plugin's timeout, as the REST client's requests do). */
+ * plugin run when its credential expired — without blocking the loop: while
+ * the plugin runs this says KL_EAGAIN and the reflector asks again. */
 static int watch_auth(kl_reflector_t *r, char *line, size_t cap, void *ud) {
   linf_t *li = ud;
   const char *token = NULL;
   char err[256] = "";
   (void)r;
-  int rc = kl_kc_token(li->creds, &token, err, sizeof err);
+  int rc = kl_kc_token_nowait(li->creds, &token, err, sizeof err);
   li->auth_at = kl_kc_creds_now(li->creds);
   if (!token && rc != 0) {
     snprintf(line, cap, "%s", err);

@@ -9,10 +9,10 @@
  * static token when the kubeconfig holds them; creds is a userdata whose
  * :token() returns the current bearer token — re-reading a token file as it
  * ages and running an exec plugin when needed (a plugin run blocks the loop,
- * bounded by its 30 s timeout) — :invalidate(start) drops it after a 401
- * to a request that started at :now(), and informers take it
- * (opts.watch.creds) to ask it before each list and watch.
- * Nothing here logs a secret; error messages never quote one. env and
+ * bounded by its 30 s timeout; :poll_token() is the same without blocking) —
+ * :invalidate(start) drops it after a 401 to a request that started at :now(),
+ * and informers take it (opts.watch.creds) to ask it before each list and
+ * watch. Nothing here logs a secret; error messages never quote one. env and
  * sa_dir exist for tests: by default the process environment and the
  * service-account directory are read. */
 #include <stdlib.h>
@@ -79,6 +79,26 @@ static int creds_token(lua_State *L) {
   if (rc == 0) return 1;
   lua_pushstring(L, err);
   return 2;
+}
+
+/* creds:poll_token() -> token | nil (no token auth) | nil, message |
+ * nil, message, "pending" while an exec plugin runs (ask again soon): the
+ * non-blocking :token(), for tasks, which sleep between asks. */
+static int creds_poll_token(lua_State *L) {
+  creds_box_t *b = luaL_checkudata(L, 1, CREDS_MT);
+  const char *token = NULL;
+  char err[256];
+  int rc = kl_kc_token_nowait(b->c, &token, err, sizeof err);
+  if (token) {
+    lua_pushstring(L, token);
+    return 1;
+  }
+  lua_pushnil(L);
+  if (rc == 0) return 1;
+  lua_pushstring(L, err);
+  if (rc != KL_EAGAIN) return 2;
+  lua_pushliteral(L, "pending");
+  return 3;
 }
 
 /* creds:invalidate([request_start]) after a 401; request_start is a
@@ -161,6 +181,8 @@ int kl_luaopen_kubeconfig(lua_State *L) {
     lua_setfield(L, -2, "invalidate");
     lua_pushcfunction(L, creds_now);
     lua_setfield(L, -2, "now");
+    lua_pushcfunction(L, creds_poll_token);
+    lua_setfield(L, -2, "poll_token");
     lua_setfield(L, -2, "__index");
     lua_pushliteral(L, "kubeconfig credentials");
     lua_setfield(L, -2, "__metatable");

@@ -62,9 +62,10 @@
 #define RV_MAX 64
 #define ERRBODY_MAX (64 * 1024) /* bytes of an error response kept */
 #define URL_MAX (64 * 1024)
-#define VERY_SHORT 1.0            /* a watch shorter than this with no event */
-#define RETRY_AFTER_MAX 60.0      /* a 429's Retry-After honoured up to this */
-#define AUTH_MAX (16 * 1024)      /* the credential's header line */
+#define VERY_SHORT 1.0       /* a watch shorter than this with no event */
+#define RETRY_AFTER_MAX 60.0 /* a 429's Retry-After honoured up to this */
+#define AUTH_MAX (16 * 1024) /* the credential's header line */
+#define AUTH_POLL 0.05       /* seconds between asks while auth says EAGAIN */
 #define WL_MAX ((size_t)16 << 20) /* objects in one streaming list */
 #define INITIAL_EVENTS_END "k8s.io/initial-events-end"
 
@@ -1100,6 +1101,11 @@ static void request_start(kl_reflector_t *r, bool watch, const char *url) {
     if (!watch) {
       kl_informer_list_free(r->acc);
       r->acc = NULL;
+    }
+    if (rc == KL_EAGAIN) { /* an exec plugin runs: this step, a bit later */
+      kl_log(KL_LOG_DEBUG, "reflector %s: %s", r->name, msg);
+      go(r, watch && !r->initial ? NEXT_WATCH : NEXT_LIST, AUTH_POLL);
+      return;
     }
     round_failed(r, msg, 0);
   }

@@ -51,9 +51,11 @@ typedef void kl_reflector_error_fn(kl_reflector_t *r, const char *msg,
  * up by every new request: writes one header line ("Authorization: Bearer
  * …") into line (cap bytes), or "" for none, and returns 0; or returns a
  * negative KL_E* code with a message in line (naming no secret), and the
- * round fails and is retried after a backoff. The line is a secret: the
- * reflector sends it and clears it, never logs it. May block briefly (a
- * token file read, an exec plugin run); must not stop or free r. */
+ * round fails and is retried after a backoff; KL_EAGAIN means the
+ * credential is on its way (an exec plugin runs): the reflector asks again
+ * 50 ms later for the same step, with no error counted. The line is a
+ * secret: the reflector sends it and clears it, never logs it. May block
+ * briefly (a token file read); must not stop or free r. */
 typedef int kl_reflector_auth_fn(kl_reflector_t *r, char *line, size_t cap,
                                  void *ud);
 /* Called when a list or watch request was answered 401 Unauthorized: the

@@ -240,6 +240,18 @@ function _M.new(opts)
   }, Client)
 end
 
+-- The bearer token of the next request from creds: without blocking the
+-- loop when they can tell (kubeconfig's poll_token: an exec plugin runs
+-- while this task sleeps), else with their token method.
+local function creds_token(creds)
+  if not creds.poll_token then return creds:token() end
+  while true do
+    local token, err, pending = creds:poll_token()
+    if not pending then return token, err end
+    sleep(0.05)
+  end
+end
+
 -- Waits for a token of the bucket (reserving it first, so tasks that wait
 -- together are served in turn, each at its own due time).
 function Client:take_token()
@@ -271,7 +283,7 @@ function Client:request(method, path, query, body, content_type)
   for attempt = 0, MAX_RETRIES do
     self:take_token()
     if creds then
-      local token, terr = creds:token()
+      local token, terr = creds_token(creds)
       if terr then return nil, new_error(0, "Unauthorized", "credentials: " .. tostring(terr)) end
       headers.Authorization = token and "Bearer " .. token or nil
     end

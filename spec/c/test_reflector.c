@@ -1290,12 +1290,17 @@ static void test_stop_from_on_work(void) {
 /* Credentials are asked for before every request; a 401 on a list or on a
  * watch's set-up forgets them, backs off and retries with fresh ones; a
  * credential that cannot be had fails the round, retried after a backoff. */
-static int auth_gen, auth_calls, auth_refused, auth_fail;
+static int auth_gen, auth_calls, auth_refused, auth_fail, auth_pending;
 
 static int fake_auth(kl_reflector_t *r, char *line, size_t cap, void *ud) {
   (void)r;
   (void)ud;
   auth_calls++;
+  if (auth_pending > 0) {
+    auth_pending--;
+    snprintf(line, cap, "exec plugin x: running");
+    return KL_EAGAIN;
+  }
   if (auth_fail) {
     snprintf(line, cap, "exec plugin x: exited with status 1");
     return KL_EIO;
@@ -1315,7 +1320,7 @@ static void test_credentials_per_request(void) {
   kl_reflector_opts_t o = {0};
   o.auth = fake_auth;
   o.on_unauthorized = fake_unauthorized;
-  auth_gen = auth_calls = auth_refused = auth_fail = 0;
+  auth_gen = auth_calls = auth_refused = auth_fail = auth_pending = 0;
   setup_with(&o);
   REPLY_(401, STATUS(401, "Unauthorized", "Unauthorized", ""));
   REPLY_(200, LIST("100", "", CM("a", "90")));
@@ -1356,6 +1361,41 @@ static void test_credentials_per_request(void) {
   UNTIL(stats().backoffs == 3);
   KT_EQ_INT(nreq, 6);
   KT_TRUE(strstr(last_error, "watch: credentials: exec plugin x") != NULL);
+  teardown();
+}
+
+/* A credential on its way (an exec plugin runs): the same step 50 ms
+ * later, no error, no backoff; then the request. */
+static void test_credentials_pending(void) {
+  kl_reflector_opts_t o = {0};
+  o.auth = fake_auth;
+  o.on_unauthorized = fake_unauthorized;
+  auth_gen = auth_calls = auth_refused = auth_fail = 0;
+  auth_pending = 2;
+  setup_with(&o);
+  REPLY_(200, LIST("100", "", CM("a", "90")));
+  STREAM_(NULL);
+  kl_reflector_start(refl);
+  UNTIL(auth_calls == 1);
+  KT_EQ_DBL(kl_timers_next(fts) - kt_now, 0.05, 1e-9);
+  advance(0.05);
+  UNTIL(auth_calls == 2);
+  KT_EQ_INT(nreq, 0);
+  advance(0.05);
+  UNTIL(nreq == 2 && wreq != NULL && kl_reflector_watching(refl));
+  KT_EQ_STR(last_auth, "Bearer tok0");
+  KT_EQ_INT(nerrors, 0);
+  KT_EQ_INT(stats().errors, 0);
+  KT_EQ_INT(stats().backoffs, 0);
+  /* A watch waits the same way, and stays a watch. */
+  auth_pending = 1;
+  advance(2);
+  wend();
+  UNTIL(auth_calls == 5);
+  advance(0.05);
+  UNTIL(nreq == 3 && wreq != NULL && kl_reflector_watching(refl));
+  KT_EQ_STR(reqlog[2], "allowWatchBookmarks=true&resourceVersion=100&"
+                       "timeoutSeconds=450&watch=true");
   teardown();
 }
 
@@ -1526,6 +1566,7 @@ int main(void) {
   KT_RUN(test_stop_from_on_work);
   KT_RUN(test_converges_after_faults);
   KT_RUN(test_credentials_per_request);
+  KT_RUN(test_credentials_pending);
   KT_RUN(test_watch_list);
   KT_RUN(test_watch_list_falls_back);
   KT_RUN(test_bad_options);

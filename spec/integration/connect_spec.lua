@@ -219,17 +219,19 @@ describe("credentials that change", function()
 
   -- An exec plugin that prints the token in exec-token, valid for the
   -- seconds in ttl, and counts its runs; a kubeconfig that uses it.
-  -- Returns the count of runs so far, as a function.
-  local function exec_plugin(token)
+  -- It sleeps `delay` seconds first, if given. Returns the count of runs so
+  -- far, as a function.
+  local function exec_plugin(token, delay)
     write(dir .. "/exec-token", token)
     write(dir .. "/ttl", "3600")
     write(dir .. "/runs", "")
     write(dir .. "/plugin.sh", ([[#!/bin/sh
+sleep %s
 echo run >> %s/runs
 exp=$(date -u -d "+$(cat %s/ttl) seconds" +%%Y-%%m-%%dT%%H:%%M:%%SZ)
 printf '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential",'
 printf '"status":{"token":"%%s","expirationTimestamp":"%%s"}}\n' "$(cat %s/exec-token)" "$exp"
-]]):format(dir, dir, dir))
+]]):format(delay or 0, dir, dir, dir))
     os.execute("chmod +x " .. dir .. "/plugin.sh")
     write(dir .. "/exec-config", kubeconfig_text(base, ([[
     exec:
@@ -241,6 +243,23 @@ printf '"status":{"token":"%%s","expirationTimestamp":"%%s"}}\n' "$(cat %s/exec-
       return n
     end
   end
+
+  it("keeps the loop running while an exec plugin runs", function()
+    local runs = exec_plugin(sim.opts.token, 0.3)
+    local _, creds = kubeconfig.load{ kubeconfig = dir .. "/exec-config" }
+    local c = kube.client.new{ server = base, creds = creds }
+    local ticks, done = 0, false
+    kube.spawn(function()
+      while not done do
+        ticks = ticks + 1
+        kube.sleep(0.01)
+      end
+    end)
+    assert(c:get("v1", "configmaps", "creds", "a"))
+    done = true
+    assert.equal(1, runs())
+    assert.is_true(ticks >= 10, "the loop stalled: " .. ticks .. " ticks")
+  end)
 
   it("an informer runs its exec plugin again after a 401", function()
     local runs = exec_plugin(sim.opts.token)
