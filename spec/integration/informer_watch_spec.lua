@@ -161,6 +161,42 @@ describe("kube.informer", function()
     for _, q in ipairs(seen) do assert.matches("watch=true", q, 1, true) end -- never a list
   end)
 
+  it("lists and watches where the server refuses streaming lists", function()
+    call("POST", "/api/v1/namespaces", { apiVersion = "v1", kind = "Namespace",
+                                         metadata = { name = "w5" } })
+    call("POST", "/api/v1/namespaces/w5/configmaps", cm("w5", "t1", {}))
+    -- a server older than 1.27: resourceVersionMatch on a watch is invalid
+    local seen, handle = {}, sim.handle
+    sim.handle = function(self, req)
+      local q = req:query() or ""
+      if req:path():find("/namespaces/w5/configmaps", 1, true)
+          and req:header("Accept") == "application/json" then
+        seen[#seen + 1] = q
+        if q:find("sendInitialEvents", 1, true) then
+          return req:reply(422, { ["Content-Type"] = "application/json" }, kube.json.encode{
+            kind = "Status", apiVersion = "v1", metadata = {}, status = "Failure", code = 422,
+            reason = "Invalid", message = "resourceVersionMatch: Forbidden: "
+              .. "resourceVersionMatch is forbidden for watch" })
+        end
+      end
+      return handle(self, req)
+    end
+    local inf = kube.informer("v1", "configmaps", { namespace = "w5" })
+    assert.is_true(kube.wait_for_sync(inf, 5))
+    call("POST", "/api/v1/namespaces/w5/configmaps", cm("w5", "t2", {}))
+    assert.is_true(eventually(function() return inf:get("w5/t2") ~= nil end))
+    sim:inject{ drop_watches = true } -- the resume is an ordinary watch
+    call("POST", "/api/v1/namespaces/w5/configmaps", cm("w5", "t3", {}))
+    assert.is_true(eventually(function() return inf:get("w5/t3") ~= nil end))
+    sim.handle = nil
+    assert.same({ "t1", "t2", "t3" }, cache_names(inf, "w5"))
+    assert.matches("sendInitialEvents=true", seen[1], 1, true)
+    assert.equal("limit=500&resourceVersion=0", seen[2])
+    for i = 3, #seen do
+      assert.is_nil(seen[i]:find("sendInitialEvents", 1, true))
+    end
+  end)
+
   it("reports no sync for a resource the server does not have", function()
     local inf = kube.informer("v1", "nosuchthings", { namespace = "w1" })
     assert.is_false(kube.wait_for_sync(inf, 0.2))
