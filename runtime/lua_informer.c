@@ -502,6 +502,26 @@ static void free_tls(kl_http_tls_t *tls) {
   free(tls);
 }
 
+/* Replaces a PEM copy (a secret: cleared before it is freed). */
+static void set_pem(const char **dst, size_t *dlen, const char *p, size_t n) {
+  if (*dst && *dlen == n && memcmp(*dst, p, n) == 0) return;
+  if (*dst) memset((char *)*dst, 0, *dlen);
+  free((char *)*dst);
+  *dst = kl_xstrndup(p, n);
+  *dlen = n;
+}
+
+/* An exec plugin's client certificate goes into the reflector's TLS
+ * settings, which every request copies when it starts. */
+static void watch_client_cert(linf_t *li) {
+  kl_kc_cred_t cred;
+  char err[256];
+  int rc = kl_kc_creds_get(li->creds, &cred, err, sizeof err);
+  if ((rc != 0 && rc != KL_EIO) || !cred.cert || !cred.key) return;
+  set_pem(&li->tls->cert_pem, &li->tls->cert_pem_len, cred.cert, cred.cert_len);
+  set_pem(&li->tls->key_pem, &li->tls->key_pem_len, cred.key, cred.key_len);
+}
+
 /* The reflector's credentials for its next request: the bearer token of
  * li->creds, a token file re-read as it ages or after a 401, an exec
  * plugin run when its credential expired — without blocking the loop: while
@@ -519,6 +539,7 @@ static int watch_auth(kl_reflector_t *r, char *line, size_t cap, void *ud) {
   }
   if (rc != 0) /* a failed re-read: the last good token holds */
     kl_log(KL_LOG_WARN, "informer %s: %s", li->name, err);
+  watch_client_cert(li);
   if (!token) {
     line[0] = '\0';
     return 0;
@@ -590,6 +611,8 @@ static void start_watch(lua_State *L, linf_t *li, int idx,
     if (!c)
       kl_lua_error(L, fn, "opts.watch.creds must be kubeconfig credentials");
     li->creds = kl_kc_creds_ref(c);
+    if (!li->tls) li->tls = kl_xcalloc(1, sizeof *li->tls);
+    ro.tls = li->tls;
     ro.auth = watch_auth;
     ro.on_unauthorized = watch_unauthorized;
     ro.auth_ud = li;

@@ -101,6 +101,24 @@ static int creds_poll_token(lua_State *L) {
   return 3;
 }
 
+/* creds:client_cert() -> cert, key (PEM) | nil: the client certificate an
+ * exec plugin returned with the current credential (ask after :token() or
+ * :poll_token(), which run the plugin). A kubeconfig's own client
+ * certificate is in the config instead. */
+static int creds_client_cert(lua_State *L) {
+  creds_box_t *b = luaL_checkudata(L, 1, CREDS_MT);
+  kl_kc_cred_t cred;
+  char err[256];
+  int rc = kl_kc_creds_get(b->c, &cred, err, sizeof err);
+  if ((rc != 0 && rc != KL_EIO) || !cred.cert || !cred.key) {
+    lua_pushnil(L);
+    return 1;
+  }
+  lua_pushlstring(L, cred.cert, cred.cert_len);
+  lua_pushlstring(L, cred.key, cred.key_len);
+  return 2;
+}
+
 /* creds:invalidate([request_start]) after a 401; request_start is a
  * creds:now() reading taken when the refused request started. */
 static int creds_invalidate(lua_State *L) {
@@ -183,6 +201,8 @@ int kl_luaopen_kubeconfig(lua_State *L) {
     lua_setfield(L, -2, "now");
     lua_pushcfunction(L, creds_poll_token);
     lua_setfield(L, -2, "poll_token");
+    lua_pushcfunction(L, creds_client_cert);
+    lua_setfield(L, -2, "client_cert");
     lua_setfield(L, -2, "__index");
     lua_pushliteral(L, "kubeconfig credentials");
     lua_setfield(L, -2, "__metatable");

@@ -252,6 +252,22 @@ local function creds_token(creds)
   end
 end
 
+-- The TLS options with the client certificate that the creds' exec plugin
+-- returned, if any (kept while the certificate stays the same).
+function Client:creds_tls()
+  local creds = self.creds
+  local cert, key
+  if creds.client_cert then cert, key = creds:client_cert() end
+  if not cert then return self.tls end
+  local cached = self.cert_tls
+  if cached and cached.cert == cert and cached.key == key then return cached end
+  cached = {}
+  for k, v in pairs(self.tls or {}) do cached[k] = v end
+  cached.cert_file, cached.key_file, cached.cert, cached.key = nil, nil, cert, key
+  self.cert_tls = cached
+  return cached
+end
+
 -- Waits for a token of the bucket (reserving it first, so tasks that wait
 -- together are served in turn, each at its own due time).
 function Client:take_token()
@@ -286,6 +302,7 @@ function Client:request(method, path, query, body, content_type)
       local token, terr = creds_token(creds)
       if terr then return nil, new_error(0, "Unauthorized", "credentials: " .. tostring(terr)) end
       headers.Authorization = token and "Bearer " .. token or nil
+      opts.tls = self:creds_tls()
     end
     -- on the creds' own clock when they have one (kubeconfig's: monotonic)
     local start = creds and creds.now and creds:now() or now()

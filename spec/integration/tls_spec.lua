@@ -69,7 +69,38 @@ local function kubeconfig(file, clusters, contexts)
   return dir .. "/" .. file
 end
 
-local sim, base, named_base, sserver
+local sim, base, named_base, sserver, sserver_url
+
+-- `openssl s_server -Verify 1 -www` on a free port, once: a server that
+-- requires a client certificate signed by ca and answers any request with
+-- an HTML page describing it. Returns its URL.
+local function s_server()
+  if sserver_url then return sserver_url end
+  local log = dir .. "/s_server.log"
+  local p = io.popen("sh -c 'exec openssl s_server -accept 127.0.0.1:0 -www -Verify 1 "
+    .. "-cert " .. dir .. "/server.crt -key " .. dir .. "/server.key -CAfile " .. dir
+    .. "/ca.crt >" .. log .. " 2>&1 & echo $!'")
+  sserver = p:read("*l")
+  p:close()
+  local port
+  for _ = 1, 200 do
+    local f = io.open(log)
+    port = f and f:read("*a"):match("ACCEPT [^\n]*:(%d+)")
+    if f then f:close() end
+    if port then break end
+    kube.sleep(0.02)
+  end
+  assert(port, "openssl s_server did not start")
+  sserver_url = "https://127.0.0.1:" .. port .. "/"
+  return sserver_url
+end
+
+local function slurp(name)
+  local f = assert(io.open(dir .. "/" .. name))
+  local s = f:read("*a")
+  f:close()
+  return s
+end
 
 describe("TLS and configuration", function()
   setup(function()
@@ -173,34 +204,13 @@ describe("TLS and configuration", function()
   end)
 
   it("presents the client certificate to a server that requires one", function()
-    local log = dir .. "/s_server.log"
-    local p = io.popen("sh -c 'exec openssl s_server -accept 127.0.0.1:0 -www -Verify 1 "
-      .. "-cert " .. dir .. "/server.crt -key " .. dir .. "/server.key -CAfile " .. dir
-      .. "/ca.crt >" .. log .. " 2>&1 & echo $!'")
-    sserver = p:read("*l")
-    p:close()
-    local port
-    for _ = 1, 200 do
-      local f = io.open(log)
-      port = f and f:read("*a"):match("ACCEPT [^\n]*:(%d+)")
-      if f then f:close() end
-      if port then break end
-      kube.sleep(0.02)
-    end
-    assert(port, "openssl s_server did not start")
-    local url = "https://127.0.0.1:" .. port .. "/"
+    local url = s_server()
     local tls = { ca_file = dir .. "/ca.crt", cert_file = dir .. "/client.crt",
                   key_file = dir .. "/client.key" }
     local r = assert(http.request{ url = url, tls = tls })
     assert.equal(200, r.status)
     assert.matches("Subject: CN=client", r.body, 1, true)
     -- the same as PEM data, as kubeconfig's client-certificate-data gives it
-    local function slurp(name)
-      local f = assert(io.open(dir .. "/" .. name))
-      local s = f:read("*a")
-      f:close()
-      return s
-    end
     r = assert(http.request{ url = url, tls = { ca_file = dir .. "/ca.crt",
       cert = slurp("client.crt"), key = slurp("client.key") } })
     assert.matches("Subject: CN=client", r.body, 1, true)
@@ -208,5 +218,64 @@ describe("TLS and configuration", function()
     local none, err = http.request{ url = url, tls = { ca_file = dir .. "/ca.crt" } }
     assert.is_nil(none)
     assert.is_string(err)
+  end)
+
+  it("presents the client certificate an exec plugin returns", function()
+    local url = s_server()
+    write("cert-cred.json", kube.json.encode{
+      apiVersion = "client.authentication.k8s.io/v1", kind = "ExecCredential",
+      status = { clientCertificateData = slurp("client.crt"),
+                 clientKeyData = slurp("client.key") } })
+    write("cert-plugin.sh", "#!/bin/sh\ncat " .. dir .. "/cert-cred.json\n")
+    sh("chmod +x " .. dir .. "/cert-plugin.sh")
+    write("cert-config", ([[
+apiVersion: v1
+kind: Config
+current-context: c
+clusters:
+- name: s
+  cluster:
+    server: %s
+    certificate-authority: %s/ca.crt
+users:
+- name: u
+  user:
+    exec:
+      apiVersion: client.authentication.k8s.io/v1
+      command: %s/cert-plugin.sh
+      interactiveMode: Never
+contexts:
+- name: c
+  context: {cluster: s, user: u}
+]]):format(url:sub(1, -2), dir, dir))
+    local cfg, creds = require("kubelua.kubeconfig").load{ kubeconfig = dir .. "/cert-config" }
+    assert(cfg, creds)
+    local c = kube.client.new{ server = cfg.server, creds = creds, tls = { ca_file = cfg.ca_file } }
+    -- the handshake passes: s_server answers 200 (with HTML, not JSON)
+    local obj, err = c:request("GET", "/")
+    assert.is_nil(obj)
+    assert.equal(200, err.code)
+    -- without the plugin's certificate it does not
+    c = kube.client.new{ server = cfg.server, tls = { ca_file = cfg.ca_file } }
+    obj, err = c:request("GET", "/")
+    assert.is_nil(obj)
+    assert.equal("Transport", err.reason)
+  end)
+
+  it("gives an informer the client certificate an exec plugin returns", function()
+    -- (continues the test above) in a process of its own: s_server's
+    -- HTML cannot be decoded, so the reflector's log tells whether the
+    -- handshake passed
+    local status, out = require("spec.support").run_script([[
+      local kube = require "kubelua"
+      kube.spawn(function()
+        kube.informer("v1", "configmaps")
+        kube.sleep(1)
+        kube.stop()
+      end)
+    ]], "", "--kubeconfig " .. dir .. "/cert-config")
+    assert.equal(0, status)
+    assert.matches("decoding", out, 1, true) -- the streaming list got an answer
+    assert.is_nil(out:find("SSL", 1, true))
   end)
 end)
