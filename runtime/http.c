@@ -23,6 +23,7 @@
 
 #include <curl/curl.h>
 #include <ev.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,6 +62,7 @@ struct kl_http_req {
   kl_http_t *h;
   CURL *easy;
   struct curl_slist *headers;
+  struct curl_slist *connect_to; /* for tls->server_name, or NULL */
   char *body;
   kl_http_head_fn *on_head;
   kl_http_data_fn *on_data;
@@ -89,6 +91,7 @@ static void req_free(kl_http_req_t *r) {
   if (r->added) curl_multi_remove_handle(h->multi, r->easy);
   curl_easy_cleanup(r->easy);
   curl_slist_free_all(r->headers);
+  curl_slist_free_all(r->connect_to);
   if (r->prev)
     r->prev->next = r->next;
   else
@@ -406,6 +409,56 @@ static int apply_tls(CURL *e, const kl_http_tls_t *t, char *err,
   return bad ? -1 : 0;
 }
 
+/* kubeconfig's tls-server-name: the TLS handshake (SNI) and the
+ * certificate check use `name` while the connection goes to the URL's host,
+ * as Go's tls.Config.ServerName does for kubectl. libcurl 7.88 has no option
+ * for that alone, so the URL gets `name` as its host, CURLOPT_CONNECT_TO
+ * sends the connection to the real host and port, and the Host header keeps
+ * the real host (unless the caller set one). Returns 0, or -1 with a
+ * message. */
+static int apply_server_name(kl_http_req_t *r, const char *url,
+                             const char *name, int has_host, char *err,
+                             size_t errlen) {
+  CURLU *u = curl_url();
+  char *host = NULL, *port = NULL, *nurl = NULL, line[1100];
+  int rc = -1;
+  if (!u) {
+    snprintf(err, errlen, "out of memory");
+    return -1;
+  }
+  if (!*name || strlen(name) > 253 || strpbrk(name, ":/?#[]@ \t\r\n")) {
+    snprintf(err, errlen, "bad TLS server name");
+    goto out;
+  }
+  if (curl_url_set(u, CURLUPART_URL, url, 0) ||
+      curl_url_get(u, CURLUPART_HOST, &host, 0) ||
+      curl_url_get(u, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT) ||
+      curl_url_set(u, CURLUPART_HOST, name, 0) ||
+      curl_url_get(u, CURLUPART_URL, &nurl, 0) || strlen(host) > 256) {
+    snprintf(err, errlen, "bad URL");
+    goto out;
+  }
+  snprintf(line, sizeof line, "%s:%s:%s:%s", name, port, host, port);
+  r->connect_to = curl_slist_append(NULL, line);
+  if (!has_host) {
+    snprintf(line, sizeof line, "Host: %s:%s", host, port);
+    r->headers = curl_slist_append(r->headers, line);
+  }
+  if (!r->connect_to ||
+      curl_easy_setopt(r->easy, CURLOPT_CONNECT_TO, r->connect_to) ||
+      curl_easy_setopt(r->easy, CURLOPT_URL, nurl)) {
+    snprintf(err, errlen, "TLS server name not supported by libcurl");
+    goto out;
+  }
+  rc = 0;
+out:
+  curl_free(host);
+  curl_free(port);
+  curl_free(nurl);
+  curl_url_cleanup(u);
+  return rc;
+}
+
 /* A line that goes into the request head must not carry CR or LF: a token
  * read with its trailing newline would otherwise split the head. */
 static int has_crlf(const char *s) { return strpbrk(s, "\r\n") != NULL; }
@@ -481,6 +534,12 @@ kl_http_req_t *kl_http_start(kl_http_t *h, const kl_http_opts_t *o, char *err,
   curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)(ct * 1000 + 0.999));
   if (o->timeout > 0) /* rounded up: a tiny timeout is not "none" */
     curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)(o->timeout * 1000 + 0.999));
+  /* Idle: under one byte a second, on average, for that many (whole)
+   * seconds; curl checks it about once a second. */
+  if (o->idle_timeout > 0) {
+    curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, (long)ceil(o->idle_timeout));
+  }
   /* TCP keepalive on every connection, as client-go's dialer does: a
    * connection is set up by whichever request opens it and then shared, so
    * a watch often rides one opened by a GET — keepalive asked for by the
@@ -507,16 +566,21 @@ kl_http_req_t *kl_http_start(kl_http_t *h, const kl_http_opts_t *o, char *err,
   }
   /* No "Expect: 100-continue" round trip for bodies. */
   r->headers = curl_slist_append(r->headers, "Expect:");
-  int caller_ctype = 0;
+  int caller_ctype = 0, caller_host = 0;
   for (const char *const *hd = o->headers; hd && *hd; hd++) {
     r->headers = curl_slist_append(r->headers, *hd);
     caller_ctype |= is_content_type(*hd);
+    caller_host |= strncasecmp(*hd, "Host:", 5) == 0;
   }
   /* curl labels a body application/x-www-form-urlencoded unless told
    * otherwise; the API server would refuse that. No type unless the
    * caller gives one. */
   if (with_body && !caller_ctype)
     r->headers = curl_slist_append(r->headers, "Content-Type:");
+  if (tls && o->tls && o->tls->server_name &&
+      apply_server_name(r, o->url, o->tls->server_name, caller_host, err,
+                        errlen) != 0)
+    goto fail;
   curl_easy_setopt(e, CURLOPT_HTTPHEADER, r->headers);
   if (o->tls && apply_tls(e, o->tls, err, errlen) != 0) goto fail;
 
@@ -538,6 +602,7 @@ kl_http_req_t *kl_http_start(kl_http_t *h, const kl_http_opts_t *o, char *err,
 fail:
   curl_easy_cleanup(e);
   curl_slist_free_all(r->headers);
+  curl_slist_free_all(r->connect_to);
   free(r->body);
   free(r);
   return NULL;

@@ -49,6 +49,10 @@ typedef struct kl_http_tls {
   const char *key_pem;
   size_t key_pem_len;
   int insecure; /* skip verification: only when configured so */
+  /* kubeconfig's tls-server-name: the name sent in SNI and checked against
+   * the server's certificate, while the connection still goes to the URL's
+   * host (which the Host header keeps); NULL: the URL's host. */
+  const char *server_name;
 } kl_http_tls_t;
 
 typedef struct kl_http_opts {
@@ -64,6 +68,11 @@ typedef struct kl_http_opts {
   size_t body_len;
   double timeout;         /* whole exchange, seconds; 0 = none (watches) */
   double connect_timeout; /* seconds; 0 = 10 */
+  /* Fails the request (KL_ETIMEDOUT) when it receives under one byte a
+   * second, on average, for this many seconds (rounded up; checked about
+   * once a second); 0 = never. For requests other than watches, whose
+   * silence is the reflector's liveness timeout's business. */
+  double idle_timeout;
   /* Ignored: every connection has TCP keepalive (30 s idle, 15 s between
    * probes, as client-go's dialer), because connections are shared and a
    * watch often rides one that another request opened. */

@@ -1698,6 +1698,7 @@ int kl_kc_load(const kl_kc_opts_t *opts, kl_kc_config_t **out, char *err,
 enum kc_mode { MODE_NONE, MODE_STATIC, MODE_FILE, MODE_EXEC };
 
 struct kl_kc_creds {
+  int refs; /* kl_kc_creds_ref; the last kl_kc_creds_free frees */
   kl_clock_t clock, wall;
   double max_age, timeout;
   char **base_env; /* NULL: the process's environment at run time */
@@ -1717,6 +1718,7 @@ struct kl_kc_creds {
   char *x_token, *x_cert, *x_key;
   size_t x_cert_len, x_key_len;
   double x_obtained, x_expiry;
+  kl_kc_plugin_t *run; /* kl_kc_token_nowait's run in progress */
 };
 
 static double wall_now(void *ud) {
@@ -1752,6 +1754,7 @@ kl_kc_creds_t *kl_kc_creds_new(const kl_kc_config_t *cfg,
   kl_kc_creds_opts_t none = {0};
   const kl_kc_creds_opts_t *o = opts ? opts : &none;
   kl_kc_creds_t *c = kl_xcalloc(1, sizeof *c);
+  c->refs = 1;
   c->clock = o->clock ? *o->clock : kl_clock_system;
   c->wall = o->wall ? *o->wall : (kl_clock_t){wall_now, NULL};
   c->max_age = o->token_max_age > 0 ? o->token_max_age : KL_KC_TOKEN_MAX_AGE;
@@ -1805,8 +1808,17 @@ static void exec_cred_clear(kl_kc_creds_t *c) {
   c->have = false;
 }
 
+kl_kc_creds_t *kl_kc_creds_ref(kl_kc_creds_t *c) {
+  c->refs++;
+  return c;
+}
+
+double kl_kc_creds_now(const kl_kc_creds_t *c) {
+  return kl_clock_now(&c->clock);
+}
+
 void kl_kc_creds_free(kl_kc_creds_t *c) {
-  if (!c) return;
+  if (!c || --c->refs > 0) return;
   if (c->base_env) {
     for (char **e = c->base_env; *e; e++)
       free_secret(*e);
@@ -1822,6 +1834,7 @@ void kl_kc_creds_free(kl_kc_creds_t *c) {
   free_secret(c->proxy_url);
   free_pem(&c->ca, false);
   exec_cred_clear(c);
+  kl_kc_plugin_free(c->run);
   free(c);
 }
 
@@ -1879,20 +1892,60 @@ int kl_kc_creds_get(kl_kc_creds_t *c, kl_kc_cred_t *out, char *err,
   return KL_OK;
 }
 
+/* The token after a plugin run that returned KL_OK: the credential it
+ * cached, or KL_EIO when that had already expired. */
+static int token_after_run(kl_kc_creds_t *c, kl_kc_cred_t *cred, char *err,
+                           size_t errlen) {
+  int rc = kl_kc_creds_get(c, cred, err, errlen);
+  if (rc == KL_EAGAIN) {
+    seterr(err, errlen, "exec plugin %s: returned an expired credential",
+           c->exec->command);
+    rc = KL_EIO;
+  }
+  return rc;
+}
+
 int kl_kc_token(kl_kc_creds_t *c, const char **token, char *err,
                 size_t errlen) {
   kl_kc_cred_t cred;
   int rc = kl_kc_creds_get(c, &cred, err, errlen);
   if (rc == KL_EAGAIN) {
+    kl_kc_plugin_free(c->run); /* one run at a time: this one */
+    c->run = NULL;
     rc = kl_kc_plugin_run(c, err, errlen);
-    if (rc == KL_OK) rc = kl_kc_creds_get(c, &cred, err, errlen);
-    if (rc == KL_EAGAIN) { /* already expired when it arrived */
-      seterr(err, errlen, "exec plugin %s: returned an expired credential",
-             c->exec->command);
-      rc = KL_EIO;
-    }
+    if (rc == KL_OK) rc = token_after_run(c, &cred, err, errlen);
   }
   *token = rc == KL_OK || rc == KL_EIO ? cred.token : NULL;
+  return rc;
+}
+
+int kl_kc_token_nowait(kl_kc_creds_t *c, const char **token, char *err,
+                       size_t errlen) {
+  kl_kc_cred_t cred;
+  int rc;
+  *token = NULL;
+  if (!c->run) {
+    rc = kl_kc_creds_get(c, &cred, err, errlen);
+    if (rc != KL_EAGAIN) {
+      *token = rc == KL_OK || rc == KL_EIO ? cred.token : NULL;
+      return rc;
+    }
+    rc = kl_kc_plugin_start(c, &c->run, err, errlen);
+    if (rc != KL_OK) {
+      c->run = NULL;
+      return rc;
+    }
+  }
+  if (kl_kc_plugin_poll(c->run) != KL_OK &&
+      kl_clock_now(&c->clock) < kl_kc_plugin_deadline(c->run)) {
+    seterr(err, errlen, "exec plugin %s: running", c->exec->command);
+    return KL_EAGAIN;
+  }
+  kl_kc_plugin_t *p = c->run;
+  c->run = NULL;
+  rc = kl_kc_plugin_finish(c, p, err, errlen);
+  if (rc == KL_OK) rc = token_after_run(c, &cred, err, errlen);
+  *token = rc == KL_OK ? cred.token : NULL;
   return rc;
 }
 

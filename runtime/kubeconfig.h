@@ -205,9 +205,17 @@ typedef struct kl_kc_cred {
 kl_kc_creds_t *kl_kc_creds_new(const kl_kc_config_t *cfg,
                                const kl_kc_creds_opts_t *opts);
 
-/* Frees the creds; NULL is a no-op. A plugin started from it and still
- * running must be freed with kl_kc_plugin_free (before or after). */
+/* Drops a reference (kl_kc_creds_new gives one); the last one frees the creds.
+ * NULL is a no-op. A plugin started from it and still running must be freed
+ * with kl_kc_plugin_free (before or after). */
 void kl_kc_creds_free(kl_kc_creds_t *c);
+
+/* Adds a reference, for a second owner (a reflector's credentials outlive
+ * the Lua object they came from); returns c. */
+kl_kc_creds_t *kl_kc_creds_ref(kl_kc_creds_t *c);
+
+/* The creds' clock now: the request_start to give kl_kc_invalidate. */
+double kl_kc_creds_now(const kl_kc_creds_t *c);
 
 /* True when requests need a credential from an exec plugin. */
 bool kl_kc_creds_uses_exec(const kl_kc_creds_t *c);
@@ -232,6 +240,17 @@ int kl_kc_creds_get(kl_kc_creds_t *c, kl_kc_cred_t *out, char *err,
  * KL_EINVAL; also KL_EIO when it returned an already expired credential)
  * with *token NULL. */
 int kl_kc_token(kl_kc_creds_t *c, const char **token, char *err, size_t errlen);
+
+/* kl_kc_token for an event loop, never blocking: when an exec plugin must
+ * run, starts it (one run per creds; the creds own it) and returns
+ * KL_EAGAIN with "exec plugin CMD: running" in err; each later call polls
+ * the run (reads its pipes, reaps it) and returns KL_EAGAIN until it has
+ * ended, then the token as kl_kc_token would. A run past the exec timeout is
+ * killed and fails. Call again soon after KL_EAGAIN (every 50 ms or so).
+ * Sets *token only with KL_OK, and with KL_EIO after a failed token file
+ * re-read (the last good token, as kl_kc_creds_get). */
+int kl_kc_token_nowait(kl_kc_creds_t *c, const char **token, char *err,
+                       size_t errlen);
 
 /* After a 401 to a request that started at clock time request_start:
  * forgets the file token and the exec credential if they were obtained at

@@ -159,7 +159,8 @@ static const char *opt_str(lua_State *L, const char *k, size_t *len) {
 }
 
 /* kube.http.request{method=, url=, headers={name=value…}, body=, timeout=,
- * tls={ca_file=, ca=, cert_file=, cert=, key_file=, key=, insecure=}}
+ * connect_timeout=, idle_timeout=, tls={ca_file=, ca=, cert_file=, cert=,
+ * key_file=, key=, insecure=, server_name=}}
  * -> {status=, headers={lower-case name=value}, body=} | nil, msg, code.
  * Only inside a task; HTTP statuses are results, not errors. */
 static int l_request(lua_State *L) {
@@ -183,7 +184,11 @@ static int l_request(lua_State *L) {
   o.body = opt_str(L, "body", &o.body_len);
   lua_getfield(L, 1, "timeout");
   o.timeout = lua_isnumber(L, -1) ? lua_tonumber(L, -1) : 30;
-  lua_pop(L, 1);
+  lua_getfield(L, 1, "connect_timeout");
+  o.connect_timeout = lua_isnumber(L, -1) ? lua_tonumber(L, -1) : 0;
+  lua_getfield(L, 1, "idle_timeout");
+  o.idle_timeout = lua_isnumber(L, -1) ? lua_tonumber(L, -1) : 0;
+  lua_pop(L, 3);
 
   /* Header lines live in Lua strings on the stack until the call returns
    * (kl_http_start copies them). */
@@ -231,6 +236,8 @@ static int l_request(lua_State *L) {
     tls.key_pem = lua_tolstring(L, -1, &tls.key_pem_len);
     lua_getfield(L, tt, "insecure");
     tls.insecure = lua_toboolean(L, -1);
+    lua_getfield(L, tt, "server_name");
+    tls.server_name = lua_tostring(L, -1);
     o.tls = &tls;
   }
 

@@ -30,6 +30,7 @@
 #include "log.h"
 #include "lua_json.h"
 #include "lua_kube.h"
+#include "lua_kubeconfig.h"
 #include "mem.h"
 #include "reflector.h"
 
@@ -58,6 +59,8 @@ typedef struct linf {
   lua_State *cur;
   kl_reflector_t *refl;     /* list+watch feeding it, or NULL (fed by hand) */
   kl_http_tls_t *tls;       /* the reflector's TLS settings (owned copies) */
+  kl_kc_creds_t *creds;     /* its credentials (a reference), or NULL */
+  double auth_at;           /* when they were last asked, on their clock */
   struct handler *handlers; /* registered, for retiring by generation */
   char name[64];
 } linf_t;
@@ -478,7 +481,8 @@ static char *dup_field(lua_State *L, int t, const char *k, size_t *len) {
   return copy;
 }
 
-/* Copies a tls = {ca_file, ca, cert_file, cert, key_file, key, insecure}
+/* Copies a tls = {ca_file, ca, cert_file, cert, key_file, key, insecure,
+ * server_name}
  * table into C memory the reflector can borrow for its lifetime. */
 static kl_http_tls_t *read_tls(lua_State *L, int t) {
   kl_http_tls_t *tls = kl_xcalloc(1, sizeof *tls);
@@ -488,6 +492,7 @@ static kl_http_tls_t *read_tls(lua_State *L, int t) {
   tls->cert_pem = dup_field(L, t, "cert", &tls->cert_pem_len);
   tls->key_file = dup_field(L, t, "key_file", NULL);
   tls->key_pem = dup_field(L, t, "key", &tls->key_pem_len);
+  tls->server_name = dup_field(L, t, "server_name", NULL);
   lua_getfield(L, t, "insecure");
   tls->insecure = lua_toboolean(L, -1);
   lua_pop(L, 1);
@@ -501,14 +506,75 @@ static void free_tls(kl_http_tls_t *tls) {
   free((char *)tls->cert_file);
   free((char *)tls->cert_pem);
   free((char *)tls->key_file);
+  free((char *)tls->server_name);
   if (tls->key_pem) /* a secret: cleared before it is freed */
     memset((char *)tls->key_pem, 0, tls->key_pem_len);
   free((char *)tls->key_pem);
   free(tls);
 }
 
+/* Replaces a PEM copy (a secret: cleared before it is freed). */
+static void set_pem(const char **dst, size_t *dlen, const char *p, size_t n) {
+  if (*dst && *dlen == n && memcmp(*dst, p, n) == 0) return;
+  if (*dst) memset((char *)*dst, 0, *dlen);
+  free((char *)*dst);
+  *dst = kl_xstrndup(p, n);
+  *dlen = n;
+}
+
+/* An exec plugin's client certificate goes into the reflector's TLS
+ * settings, which every request copies when it starts. */
+static void watch_client_cert(linf_t *li) {
+  kl_kc_cred_t cred;
+  char err[256];
+  int rc = kl_kc_creds_get(li->creds, &cred, err, sizeof err);
+  if ((rc != 0 && rc != KL_EIO) || !cred.cert || !cred.key) return;
+  set_pem(&li->tls->cert_pem, &li->tls->cert_pem_len, cred.cert, cred.cert_len);
+  set_pem(&li->tls->key_pem, &li->tls->key_pem_len, cred.key, cred.key_len);
+}
+
+/* The reflector's credentials for its next request: the bearer token of
+ * li->creds, a token file re-read as it ages or after a 401, an exec
+ * plugin run when its credential expired — without blocking the loop: while
+ * the plugin runs this says KL_EAGAIN and the reflector asks again. */
+static int watch_auth(kl_reflector_t *r, char *line, size_t cap, void *ud) {
+  linf_t *li = ud;
+  const char *token = NULL;
+  char err[256] = "";
+  (void)r;
+  int rc = kl_kc_token_nowait(li->creds, &token, err, sizeof err);
+  li->auth_at = kl_kc_creds_now(li->creds);
+  if (!token && rc != 0) {
+    snprintf(line, cap, "%s", err);
+    return rc;
+  }
+  if (rc != 0) /* a failed re-read: the last good token holds */
+    kl_log(KL_LOG_WARN, "informer %s: %s", li->name, err);
+  watch_client_cert(li);
+  if (!token) {
+    line[0] = '\0';
+    return 0;
+  }
+  if ((size_t)snprintf(line, cap, "Authorization: Bearer %s", token) >= cap) {
+    snprintf(line, cap, "the bearer token is too long");
+    return KL_ELIMIT;
+  }
+  return 0;
+}
+
+/* A 401: forget the token the refused request carried. */
+static void watch_unauthorized(kl_reflector_t *r, void *ud) {
+  linf_t *li = ud;
+  (void)r;
+  kl_kc_invalidate(li->creds, li->auth_at);
+}
+
 /* opts.watch = {url =, label_selector =, field_selector =, headers =
- * {name = value}}: a reflector lists and watches url and feeds the cache. */
+ * {name = value}, tls = {…}, creds = C, watch_list = bool}: a reflector
+ * lists and watches url and feeds the cache; creds (kubelua.kubeconfig's)
+ * gives the bearer token of each request, so rotated tokens are picked up;
+ * watch_list streams the lists (sendInitialEvents), falling back to
+ * list+watch when the server does not. */
 static void start_watch(lua_State *L, linf_t *li, int idx,
                         const kl_informer_opts_t *io) {
   static const char *fn = "kube.informer";
@@ -526,6 +592,8 @@ static void start_watch(lua_State *L, linf_t *li, int idx,
   ro.label_selector = lua_tostring(L, -1);
   lua_getfield(L, idx, "field_selector");
   ro.field_selector = lua_tostring(L, -1);
+  lua_getfield(L, idx, "watch_list");
+  ro.watch_list = lua_toboolean(L, -1);
   if (!ro.url) kl_lua_error(L, fn, "opts.watch.url is required");
   lua_getfield(L, idx, "headers");
   if (lua_type(L, -1) == LUA_TTABLE) {
@@ -548,6 +616,18 @@ static void start_watch(lua_State *L, linf_t *li, int idx,
   lua_getfield(L, idx, "tls");
   if (lua_type(L, -1) == LUA_TTABLE) li->tls = read_tls(L, lua_gettop(L));
   ro.tls = li->tls;
+  lua_getfield(L, idx, "creds");
+  if (!lua_isnil(L, -1)) {
+    kl_kc_creds_t *c = kl_lua_kc_creds(L, -1);
+    if (!c)
+      kl_lua_error(L, fn, "opts.watch.creds must be kubeconfig credentials");
+    li->creds = kl_kc_creds_ref(c);
+    if (!li->tls) li->tls = kl_xcalloc(1, sizeof *li->tls);
+    ro.tls = li->tls;
+    ro.auth = watch_auth;
+    ro.on_unauthorized = watch_unauthorized;
+    ro.auth_ud = li;
+  }
   ro.name = li->name;
   ro.api_version = io->api_version;
   ro.kind = io->kind;
@@ -642,6 +722,7 @@ static int informer_gc(lua_State *L) {
   li->L = li->cur = L;
   kl_reflector_free(li->refl); /* first: it feeds the informer */
   free_tls(li->tls);
+  kl_kc_creds_free(li->creds);
   kl_loop_undefer(kl_rt_loop(li->rt), &li->defer);
   lua_getfield(L, LUA_REGISTRYINDEX, LIVE_KEY);
   lua_pushnil(L);

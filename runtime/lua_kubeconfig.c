@@ -9,8 +9,10 @@
  * static token when the kubeconfig holds them; creds is a userdata whose
  * :token() returns the current bearer token — re-reading a token file as it
  * ages and running an exec plugin when needed (a plugin run blocks the loop,
- * bounded by its 30 s timeout) — and :invalidate() drops it after a 401.
- * Nothing here logs a secret; error messages never quote one. env and
+ * bounded by its 30 s timeout; :poll_token() is the same without blocking) —
+ * :invalidate(start) drops it after a 401 to a request that started at :now(),
+ * and informers take it (opts.watch.creds) to ask it before each list and
+ * watch. Nothing here logs a secret; error messages never quote one. env and
  * sa_dir exist for tests: by default the process environment and the
  * service-account directory are read. */
 #include <stdlib.h>
@@ -19,6 +21,7 @@
 #include "error.h"
 #include "kubeconfig.h"
 #include "lua_kube.h"
+#include "lua_kubeconfig.h"
 
 #define CREDS_MT "kubelua.kubeconfig.creds"
 
@@ -78,11 +81,62 @@ static int creds_token(lua_State *L) {
   return 2;
 }
 
-/* creds:invalidate([request_start]) after a 401. */
+/* creds:poll_token() -> token | nil (no token auth) | nil, message |
+ * nil, message, "pending" while an exec plugin runs (ask again soon): the
+ * non-blocking :token(), for tasks, which sleep between asks. */
+static int creds_poll_token(lua_State *L) {
+  creds_box_t *b = luaL_checkudata(L, 1, CREDS_MT);
+  const char *token = NULL;
+  char err[256];
+  int rc = kl_kc_token_nowait(b->c, &token, err, sizeof err);
+  if (token) {
+    lua_pushstring(L, token);
+    return 1;
+  }
+  lua_pushnil(L);
+  if (rc == 0) return 1;
+  lua_pushstring(L, err);
+  if (rc != KL_EAGAIN) return 2;
+  lua_pushliteral(L, "pending");
+  return 3;
+}
+
+/* creds:client_cert() -> cert, key (PEM) | nil: the client certificate an
+ * exec plugin returned with the current credential (ask after :token() or
+ * :poll_token(), which run the plugin). A kubeconfig's own client
+ * certificate is in the config instead. */
+static int creds_client_cert(lua_State *L) {
+  creds_box_t *b = luaL_checkudata(L, 1, CREDS_MT);
+  kl_kc_cred_t cred;
+  char err[256];
+  int rc = kl_kc_creds_get(b->c, &cred, err, sizeof err);
+  if ((rc != 0 && rc != KL_EIO) || !cred.cert || !cred.key) {
+    lua_pushnil(L);
+    return 1;
+  }
+  lua_pushlstring(L, cred.cert, cred.cert_len);
+  lua_pushlstring(L, cred.key, cred.key_len);
+  return 2;
+}
+
+/* creds:invalidate([request_start]) after a 401; request_start is a
+ * creds:now() reading taken when the refused request started. */
 static int creds_invalidate(lua_State *L) {
   creds_box_t *b = luaL_checkudata(L, 1, CREDS_MT);
-  kl_kc_invalidate(b->c, luaL_optnumber(L, 2, kl_clock_now(&kl_clock_system)));
+  kl_kc_invalidate(b->c, luaL_optnumber(L, 2, kl_kc_creds_now(b->c)));
   return 0;
+}
+
+/* creds:now() -> the credentials' clock (monotonic seconds). */
+static int creds_now(lua_State *L) {
+  creds_box_t *b = luaL_checkudata(L, 1, CREDS_MT);
+  lua_pushnumber(L, kl_kc_creds_now(b->c));
+  return 1;
+}
+
+kl_kc_creds_t *kl_lua_kc_creds(lua_State *L, int idx) {
+  creds_box_t *b = luaL_testudata(L, idx, CREDS_MT);
+  return b ? b->c : NULL;
 }
 
 static int l_load(lua_State *L) {
@@ -143,6 +197,12 @@ int kl_luaopen_kubeconfig(lua_State *L) {
     lua_setfield(L, -2, "token");
     lua_pushcfunction(L, creds_invalidate);
     lua_setfield(L, -2, "invalidate");
+    lua_pushcfunction(L, creds_now);
+    lua_setfield(L, -2, "now");
+    lua_pushcfunction(L, creds_poll_token);
+    lua_setfield(L, -2, "poll_token");
+    lua_pushcfunction(L, creds_client_cert);
+    lua_setfield(L, -2, "client_cert");
     lua_setfield(L, -2, "__index");
     lua_pushliteral(L, "kubeconfig credentials");
     lua_setfield(L, -2, "__metatable");

@@ -9,6 +9,12 @@
  *   WATCHING --(429 / refused to set up, ERROR 429)--> WAITING(watch, backoff)
  *   anything else that ends a round --> WAITING(list, backoff)
  *
+ * With watch_list, a round starts WATCHING with sendInitialEvents instead of
+ * LISTING: the initial ADDED events are collected (r->initial) and replace
+ * the informer's content at the end bookmark, then the same stream is an
+ * ordinary watch. A refusal, or a stream that ends without that bookmark,
+ * turns watch_list off (r->wl_off) and the round lists at once.
+ *
  * A round is client-go's ListAndWatch; each round ends with a backoff wait
  * (the Run loop's sliding BackoffUntil), failed or not. One backoff state
  * (ExponentialBackoffManager: reset after backoff_reset without a backoff)
@@ -24,7 +30,11 @@
  * Retry-After lengthens the backoff (client-go's REST client honours it
  * before the reflector sees the error); and an event that does not decode,
  * an unknown event type included, ends the stream and relists after a
- * backoff where client-go would skip an unknown type.
+ * backoff where client-go would skip an unknown type. Credentials are
+ * asked for before each request (opts.auth) rather than fixed at creation,
+ * so a rotated token reaches the next list or watch, and a 401 makes the
+ * caller forget the refused one before the backoff (client-go's transport
+ * does this under the reflector).
  *
  * Invariants: r->req is the only request in flight and is non-NULL only in
  * LISTING and WATCHING; the wait timer and the step node are armed only in
@@ -54,6 +64,10 @@
 #define URL_MAX (64 * 1024)
 #define VERY_SHORT 1.0       /* a watch shorter than this with no event */
 #define RETRY_AFTER_MAX 60.0 /* a 429's Retry-After honoured up to this */
+#define AUTH_MAX (16 * 1024) /* the credential's header line */
+#define AUTH_POLL 0.05       /* seconds between asks while auth says EAGAIN */
+#define WL_MAX ((size_t)16 << 20) /* objects in one streaming list */
+#define INITIAL_EVENTS_END "k8s.io/initial-events-end"
 
 typedef enum state { ST_STOPPED, ST_WAITING, ST_LISTING, ST_WATCHING } state_t;
 typedef enum next { NEXT_LIST, NEXT_WATCH } next_t;
@@ -61,11 +75,13 @@ typedef enum next { NEXT_LIST, NEXT_WATCH } next_t;
 /* A failed request or an ERROR event, classified as apimachinery's errors
  * package does (CLIENTGO.md 2.7). */
 typedef struct failure {
-  bool expired;   /* IsResourceExpired: reason Expired */
-  bool gone;      /* IsGone: reason Gone, or 410 with an unknown reason */
-  bool too_large; /* isTooLargeResourceVersionError */
-  bool too_many;  /* IsTooManyRequests */
-  bool refused;   /* the connection was refused */
+  bool expired;      /* IsResourceExpired: reason Expired */
+  bool gone;         /* IsGone: reason Gone, or 410 with an unknown reason */
+  bool too_large;    /* isTooLargeResourceVersionError */
+  bool too_many;     /* IsTooManyRequests */
+  bool refused;      /* the connection was refused */
+  bool unauthorized; /* 401: the credential was refused */
+  long code;         /* the Status's or HTTP code; 0: no response */
   double retry_after;
   char msg[512];
 } failure_t;
@@ -85,8 +101,15 @@ struct kl_reflector {
   double bo_initial, bo_factor, bo_jitter, bo_max, bo_reset;
   double min_watch, liveness;
   int page_size;
+  bool watch_list; /* opts.watch_list */
+  bool wl_off;     /* the server does not stream lists: list+watch */
+  bool wl_skip;    /* this round lists: its streaming list failed */
   kl_reflector_error_fn *on_error;
   void *ud;
+  kl_reflector_auth_fn *auth;
+  kl_reflector_unauthorized_fn *on_unauthorized;
+  void *auth_ud;
+  size_t nheaders; /* in headers, without the NULL */
 
   state_t state;
   next_t next;
@@ -128,6 +151,12 @@ struct kl_reflector {
   bool streaming; /* the watch answered 200: its stream is open */
   bool propagate, besides_added;
   failure_t evfail; /* the ERROR event that ended the stream */
+
+  /* A streaming list (6.11): the initial ADDED events, collected until the
+   * end bookmark (client-go's temporary store). */
+  bool initial; /* the initial events are coming */
+  kl_obj_t **wl_objs;
+  size_t wl_n, wl_cap;
 
   kl_reflector_stats_t st;
 };
@@ -182,14 +211,14 @@ static double backoff_delay(kl_reflector_t *r) {
 
 static void request_start(kl_reflector_t *r, bool watch, const char *url);
 static void list_begin(kl_reflector_t *r);
-static void watch_begin(kl_reflector_t *r);
+static void watch_begin(kl_reflector_t *r, bool initial);
 
 static void run_next(kl_reflector_t *r) {
   if (r->state != ST_WAITING) return;
   if (r->next == NEXT_LIST)
     list_begin(r);
   else
-    watch_begin(r);
+    watch_begin(r, false);
 }
 
 static void on_step(kl_defer_t *d) {
@@ -220,6 +249,14 @@ static void backoff_then(kl_reflector_t *r, next_t next, double at_least) {
   kl_log(KL_LOG_DEBUG, "reflector %s: %s in %.3fs", r->name,
          next == NEXT_LIST ? "listing" : "watching", d);
   go(r, next, d);
+}
+
+/* A 401: the credential is forgotten before the backoff, so that the next
+ * request carries a fresh one (a re-read token file, a new exec run). */
+static void refused_credential(kl_reflector_t *r, const failure_t *f) {
+  if (!f->unauthorized) return;
+  r->st.unauthorized++;
+  if (r->on_unauthorized) r->on_unauthorized(r, r->auth_ud);
 }
 
 /* ListAndWatch returned an error: the error handler, then backoff (at
@@ -319,6 +356,7 @@ static void classify(failure_t *f, long code, const char *reason,
   f->too_large =
       cause_type ||
       (timeout && (cause_msg || strstr(message, "Too large resource version")));
+  f->code = code;
   snprintf(f->msg, sizeof f->msg, "%s: %ld %s: %.300s", what, code,
            reason[0] ? reason : "(no reason)",
            message[0] ? message : "(no message)");
@@ -352,6 +390,7 @@ static void failure_from_response(kl_reflector_t *r, failure_t *f,
   }
   classify(f, code, reason, message, status, what);
   f->retry_after = r->retry_after;
+  f->unauthorized = r->status == 401;
 }
 
 /* A transport failure (no response). */
@@ -466,7 +505,15 @@ static void pager_begin(kl_reflector_t *r) {
   list_send(r);
 }
 
+/* A round: a streaming list when asked for and the server does them,
+ * else list() (6.4). */
 static void list_begin(kl_reflector_t *r) {
+  bool stream = r->watch_list && !r->wl_off && !r->wl_skip;
+  r->wl_skip = false;
+  if (stream) {
+    watch_begin(r, true);
+    return;
+  }
   const char *rv = r->unavailable ? "" : r->rv[0] ? r->rv : "0";
   r->retried = false;
   r->at_zero = strcmp(rv, "0") == 0;
@@ -531,7 +578,7 @@ static void list_done(kl_reflector_t *r) {
   kl_log(KL_LOG_DEBUG,
          "reflector %s: caches populated: %zu items at resourceVersion %s",
          r->name, n, r->rv);
-  watch_begin(r);
+  watch_begin(r, false);
 }
 
 static bool span_is(kl_json_span_t s, const char *c) {
@@ -634,6 +681,7 @@ static void list_failed(kl_reflector_t *r, failure_t *f) {
   r->acc = NULL;
   free(r->cont);
   r->cont = NULL;
+  refused_credential(r, f);
   round_failed(r, f->msg, f->retry_after);
 }
 
@@ -646,10 +694,24 @@ static void arm_live(kl_reflector_t *r) {
   kl_timers_start(r->timers, &r->live, at);
 }
 
-static void watch_begin(kl_reflector_t *r) {
+/* Forgets a streaming list's collected objects. */
+static void wl_clear(kl_reflector_t *r) {
+  for (size_t i = 0; i < r->wl_n; i++)
+    kl_obj_unref(r->wl_objs[i]);
+  free(r->wl_objs);
+  r->wl_objs = NULL;
+  r->wl_n = r->wl_cap = 0;
+  r->initial = false;
+}
+
+/* watch(), or with initial set watchList()'s request (6.6, 6.11): the
+ * initial state streamed as ADDED events, at least as fresh as the last
+ * resourceVersion ("" at first or when it is unavailable). */
+static void watch_begin(kl_reflector_t *r, bool initial) {
   sbuf_t b = {0};
   bool first = true;
   char num[32];
+  const char *rv = initial && r->unavailable ? "" : r->rv;
   int timeout = (int)floor(r->min_watch + rnd(r) * r->min_watch);
   if (timeout >= (int)(2 * r->min_watch)) timeout = (int)(2 * r->min_watch) - 1;
   sb_add(&b, r->url, strlen(r->url));
@@ -658,14 +720,21 @@ static void watch_begin(kl_reflector_t *r) {
     sb_param(&b, &first, "fieldSelector", r->field_selector);
   if (r->label_selector)
     sb_param(&b, &first, "labelSelector", r->label_selector);
-  if (r->rv[0]) sb_param(&b, &first, "resourceVersion", r->rv);
+  if (rv[0]) sb_param(&b, &first, "resourceVersion", rv);
+  if (initial) {
+    sb_param(&b, &first, "resourceVersionMatch", "NotOlderThan");
+    sb_param(&b, &first, "sendInitialEvents", "true");
+  }
   snprintf(num, sizeof num, "%d", timeout);
   sb_param(&b, &first, "timeoutSeconds", num);
   sb_param(&b, &first, "watch", "true");
 
   /* Synthetic ADDED events of a watch from "" or "0" come in key order:
-   * they must not move the resourceVersion (6.9). */
-  r->propagate = r->rv[0] && strcmp(r->rv, "0") != 0;
+   * they must not move the resourceVersion (6.9); a streaming list moves
+   * it at its end bookmark. */
+  r->propagate = !initial && r->rv[0] && strcmp(r->rv, "0") != 0;
+  wl_clear(r);
+  r->initial = initial;
   r->besides_added = false;
   r->w_events = 0;
   memset(&r->evfail, 0, sizeof r->evfail);
@@ -683,6 +752,72 @@ static void watch_begin(kl_reflector_t *r) {
     if (r->state == ST_WATCHING) arm_live(r);
   }
   free(b.p);
+}
+
+/* True when a bookmark carries the annotation that ends a streaming
+ * list's initial events. */
+static bool initial_events_end(const kl_obj_t *o) {
+  kl_json_span_t md, ann, v;
+  return kl_json_member(kl_obj_json(o), "metadata", &md) &&
+         kl_json_member(md, "annotations", &ann) &&
+         kl_json_member(ann, INITIAL_EVENTS_END, &v) && span_is(v, "\"true\"");
+}
+
+/* The end bookmark: Replace with the collected objects at its
+ * resourceVersion, as list() does, and watch on (6.11 step 5). Returns 1
+ * (nothing to queue), or an error that ends the stream. */
+static int wl_commit(kl_reflector_t *r, const kl_obj_t *bookmark, char *err,
+                     size_t errlen) {
+  char rv[RV_MAX];
+  kl_json_span_t s = kl_obj_resource_version(bookmark);
+  unsigned gen = r->gen;
+  kl_obj_t **objs = r->wl_objs;
+  size_t n = r->wl_n;
+  copy_rv(rv, s.p, s.n);
+  r->wl_objs = NULL; /* the informer's on_work may stop us meanwhile */
+  r->wl_n = r->wl_cap = 0;
+  r->initial = false;
+  int rc = kl_informer_replace(r->inf, objs, n, rv, err, errlen);
+  for (size_t i = 0; i < n; i++)
+    kl_obj_unref(objs[i]);
+  free(objs);
+  if (r->gen != gen) return KL_ESHUTDOWN;
+  if (rc != 0) return rc;
+  r->unavailable = false;
+  snprintf(r->rv, sizeof r->rv, "%s", rv);
+  r->listed = true;
+  r->propagate = true; /* past the initial events: every RV counts */
+  r->st.watch_lists++;
+  if (++r->st.lists > 1) r->st.relists++;
+  kl_log(KL_LOG_DEBUG,
+         "reflector %s: caches populated: %zu items at resourceVersion %s "
+         "(streaming list)",
+         r->name, n, r->rv);
+  return 1;
+}
+
+/* An event of a streaming list's initial part: collected, not queued. */
+static int initial_event(kl_reflector_t *r, const kl_obj_event_t *ev, char *err,
+                         size_t errlen) {
+  if (ev->type == KL_OBJ_ADDED) {
+    if (r->wl_n == WL_MAX) {
+      snprintf(err, errlen, "more than %zu objects in a streaming list",
+               WL_MAX);
+      return KL_ELIMIT;
+    }
+    if (r->wl_n == r->wl_cap) {
+      r->wl_cap = r->wl_cap ? r->wl_cap * 2 : 64;
+      r->wl_objs = kl_xrealloc(r->wl_objs, r->wl_cap * sizeof *r->wl_objs);
+    }
+    r->wl_objs[r->wl_n++] = kl_obj_ref(ev->obj);
+    return 1;
+  }
+  if (ev->type != KL_OBJ_BOOKMARK) {
+    snprintf(err, errlen, "a %s event among a streaming list's initial events",
+             kl_obj_event_type_name(ev->type));
+    return KL_EPARSE;
+  }
+  return initial_events_end(ev->obj) ? wl_commit(r, ev->obj, err, errlen) : 1;
 }
 
 /* Sees each event before the informer queues it (6.7). */
@@ -720,6 +855,7 @@ static int on_event(void *ud, const kl_obj_event_t *ev, char *err,
            r->name);
     return 1;
   }
+  if (r->initial) return initial_event(r, ev, err, errlen);
   if (ev->type != KL_OBJ_ADDED) r->besides_added = true;
   kl_json_span_t rv = kl_obj_resource_version(ev->obj);
   if ((r->propagate || r->besides_added) && rv.n) {
@@ -729,8 +865,55 @@ static int on_event(void *ud, const kl_obj_event_t *ev, char *err,
   return 0;
 }
 
+/* A streaming list ended without its end bookmark (a server that ignores
+ * sendInitialEvents, or a proxy in the way): list+watch from now on, at
+ * once. client-go would stream again forever, never synced (14.3). */
+static void wl_no_bookmark(kl_reflector_t *r, const char *why) {
+  wl_clear(r);
+  r->wl_off = true;
+  r->st.errors++;
+  kl_log(KL_LOG_WARN,
+         "reflector %s: streaming list: %s without the %s bookmark: "
+         "falling back to list and watch",
+         r->name, why, INITIAL_EVENTS_END);
+  go(r, NEXT_LIST, 0);
+}
+
+/* watchList() failed to set up, or with an ERROR event (6.11 step 3):
+ * back off and stream again, stream again at once at "" when the
+ * resourceVersion is gone, or list at once (6.4 step 1) — for good when
+ * the server refuses streaming lists (a server older than 1.27 answers a
+ * watch with resourceVersionMatch 422, so does one with the WatchList gate
+ * off; 400, 405 and 501 are refusals too). */
+static void wl_failed(kl_reflector_t *r, failure_t *f) {
+  wl_clear(r);
+  refused_credential(r, f);
+  if (f->refused || f->too_many) {
+    r->st.errors++;
+    kl_log(KL_LOG_WARN, "reflector %s: %s: streaming again after a backoff",
+           r->name, f->msg);
+    backoff_then(r, NEXT_LIST, f->retry_after);
+  } else if ((f->expired || f->gone || f->too_large) && !r->unavailable) {
+    kl_log(KL_LOG_DEBUG, "reflector %s: %s: streaming at the latest version",
+           r->name, f->msg);
+    r->unavailable = true;
+    go(r, NEXT_LIST, 0);
+  } else if (f->unauthorized) {
+    round_failed(r, f->msg, f->retry_after);
+  } else {
+    long c = f->code;
+    r->wl_off = c == 400 || c == 405 || c == 422 || c == 501;
+    r->wl_skip = true;
+    r->st.errors++;
+    kl_log(KL_LOG_WARN, "reflector %s: streaming list: %s: listing%s", r->name,
+           f->msg, r->wl_off ? " and watching from now on" : " instead");
+    go(r, NEXT_LIST, 0);
+  }
+}
+
 /* The watch's request failed or was refused before any stream. */
 static void watch_setup_failed(kl_reflector_t *r, failure_t *f) {
+  refused_credential(r, f);
   if (f->refused || f->too_many) {
     /* isWatchErrorRetriable: back off and watch again, no relist. */
     r->st.errors++;
@@ -745,6 +928,12 @@ static void watch_setup_failed(kl_reflector_t *r, failure_t *f) {
 /* The stream ended with an ERROR event or an undecodable event. */
 static void watch_stream_failed(kl_reflector_t *r, int rc, const char *err) {
   failure_t *f = &r->evfail;
+  bool initial = r->initial;
+  wl_clear(r);
+  if (initial && rc == KL_EIO) {
+    wl_failed(r, f);
+    return;
+  }
   r->st.errors++;
   if (rc != KL_EIO) {
     kl_log(KL_LOG_ERROR,
@@ -796,12 +985,23 @@ static void watch_response(kl_http_req_t *req, int err, const char *msg,
   kl_timers_stop(r->timers, &r->live);
   if (r->status == 0 && err != 0) {
     failure_from_transport(&f, msg, "watch");
-    watch_setup_failed(r, &f);
+    (r->initial ? wl_failed : watch_setup_failed)(r, &f);
     return;
   }
   if (r->status != 200) {
     failure_from_response(r, &f, "watch");
-    watch_setup_failed(r, &f);
+    (r->initial ? wl_failed : watch_setup_failed)(r, &f);
+    return;
+  }
+  if (r->initial && err == 0) {
+    wl_no_bookmark(r, "the stream ended");
+    return;
+  }
+  if (r->initial) { /* the connection broke: stream again after a backoff */
+    wl_clear(r);
+    r->st.errors++;
+    kl_log(KL_LOG_WARN, "reflector %s: streaming list: %s", r->name, msg);
+    round_over(r);
     return;
   }
   /* The stream ended: at its timeout, or the connection went (client-go
@@ -827,7 +1027,14 @@ static void on_live(kl_timer_t *t, void *ud) {
   (void)t;
   if (r->state != ST_WATCHING || !r->req) return;
   double at = now(r);
-  if (at >= r->w_end) {
+  if (r->initial &&
+      (at >= r->w_end || (r->liveness >= 0 && at - r->w_last >= r->liveness))) {
+    /* Streaming the initial events again would meet the same silence:
+     * client-go's never-synced informer (CLIENTGO.md 14.3). */
+    drop_request(r);
+    wl_no_bookmark(r, at >= r->w_end ? "timeoutSeconds passed"
+                                     : "the stream went silent");
+  } else if (at >= r->w_end) {
     /* timeoutSeconds passed on our side too: a normal end. */
     drop_request(r);
     go(r, NEXT_WATCH, 0);
@@ -844,11 +1051,36 @@ static void on_live(kl_timer_t *t, void *ud) {
   }
 }
 
+/* The fixed headers plus the credential's line, in hdrs (nheaders + 2
+ * slots) and line (cap bytes). Returns 0, or the auth callback's error with
+ * its message in err. */
+static int request_headers(kl_reflector_t *r, const char **hdrs, char *line,
+                           size_t cap, char *err, size_t errlen) {
+  size_t n = 0;
+  for (; n < r->nheaders; n++)
+    hdrs[n] = r->headers[n];
+  hdrs[n] = NULL;
+  if (!r->auth) return 0;
+  line[0] = '\0';
+  int rc = r->auth(r, line, cap, r->auth_ud);
+  if (rc != 0) {
+    snprintf(err, errlen, "%.200s", line[0] ? line : kl_strerror(rc));
+    return rc < 0 ? rc : KL_EIO;
+  }
+  if (line[0]) hdrs[n++] = line;
+  hdrs[n] = NULL;
+  return 0;
+}
+
 static void request_start(kl_reflector_t *r, bool watch, const char *url) {
   kl_http_opts_t o = {0};
   char err[256] = "";
+  char line[AUTH_MAX];
+  const char **hdrs = kl_xcalloc(r->nheaders + 2, sizeof *hdrs);
+  int rc = request_headers(r, hdrs, line, sizeof line, err, sizeof err);
   o.url = url;
-  o.headers = (const char *const *)r->headers;
+  o.headers = hdrs;
+  if (!watch) o.idle_timeout = KL_REFLECTOR_LIST_IDLE;
   o.tls = r->tls;
   o.on_head = on_head;
   o.on_data = watch ? watch_data : list_data;
@@ -858,13 +1090,22 @@ static void request_start(kl_reflector_t *r, bool watch, const char *url) {
   r->elen = 0;
   r->retry_after = 0;
   kl_log(KL_LOG_DEBUG, "reflector %s: GET %s", r->name, url);
-  r->req = kl_http_start(r->http, &o, err, sizeof err);
+  /* curl copies the header lines: the credential is cleared at once. */
+  r->req = rc == 0 ? kl_http_start(r->http, &o, err, sizeof err) : NULL;
+  memset(line, 0, sizeof line);
+  free(hdrs);
   if (!r->req) {
     char msg[400];
-    snprintf(msg, sizeof msg, "%s: %s", watch ? "watch" : "list", err);
+    snprintf(msg, sizeof msg, "%s: %s%s", watch ? "watch" : "list",
+             rc != 0 ? "credentials: " : "", err);
     if (!watch) {
       kl_informer_list_free(r->acc);
       r->acc = NULL;
+    }
+    if (rc == KL_EAGAIN) { /* an exec plugin runs: this step, a bit later */
+      kl_log(KL_LOG_DEBUG, "reflector %s: %s", r->name, msg);
+      go(r, watch && !r->initial ? NEXT_WATCH : NEXT_LIST, AUTH_POLL);
+      return;
     }
     round_failed(r, msg, 0);
   }
@@ -916,7 +1157,11 @@ kl_reflector_t *kl_reflector_new(kl_loop_t *loop, kl_http_t *http,
   r->headers = kl_xcalloc(nh + 2, sizeof *r->headers);
   for (size_t i = 0; i < nh; i++)
     r->headers[i] = kl_xstrdup(o->headers[i]);
-  if (!accept) r->headers[nh] = kl_xstrdup("Accept: application/json");
+  if (!accept) r->headers[nh++] = kl_xstrdup("Accept: application/json");
+  r->nheaders = nh;
+  r->auth = o->auth;
+  r->on_unauthorized = o->on_unauthorized;
+  r->auth_ud = o->auth_ud;
   r->tls = o->tls;
   r->seed = (uint64_t)(now(r) * 1e6) ^ (uint64_t)(uintptr_t)r;
   r->rand = o->rand ? o->rand : default_rand;
@@ -933,6 +1178,7 @@ kl_reflector_t *kl_reflector_new(kl_loop_t *loop, kl_http_t *http,
                 : o->liveness_timeout > 0 ? o->liveness_timeout
                                           : KL_REFLECTOR_LIVENESS;
   r->page_size = o->page_size > 0 ? o->page_size : 0;
+  r->watch_list = o->watch_list;
   r->on_error = o->on_error;
   r->ud = o->ud;
   /* NewExponentialBackoffManager: Steps = ceil(max / initial). */
@@ -961,6 +1207,7 @@ void kl_reflector_stop(kl_reflector_t *r) {
   r->acc = NULL;
   free(r->cont);
   r->cont = NULL;
+  wl_clear(r);
   /* The informer's watch decoder is reset when the next watch starts: the
    * stop may come from inside its feed. */
 }
@@ -984,6 +1231,7 @@ void kl_reflector_free(kl_reflector_t *r) {
 int kl_reflector_start(kl_reflector_t *r) {
   if (r->state != ST_STOPPED) return KL_EINVAL;
   r->gen++;
+  r->wl_off = false;
   r->listed = false;
   go(r, NEXT_LIST, 0);
   return 0;

@@ -34,6 +34,10 @@ typedef struct kl_reflector kl_reflector_t;
 #define KL_REFLECTOR_BACKOFF_RESET 120.0
 #define KL_REFLECTOR_MIN_WATCH_TIMEOUT 300.0
 #define KL_REFLECTOR_LIVENESS 90.0
+/* A list page that receives nothing for this long fails (and is retried
+ * after a backoff): lists have no overall timeout, a big one can take
+ * minutes, but a silent one is dead. */
+#define KL_REFLECTOR_LIST_IDLE 60.0
 
 /* Called with the error that ended a list-and-watch round (client-go's
  * WatchErrorHandler), before the backoff wait: a failed list or a failed
@@ -41,6 +45,23 @@ typedef struct kl_reflector kl_reflector_t;
  * only logs. It may call kl_reflector_stop, not kl_reflector_free. */
 typedef void kl_reflector_error_fn(kl_reflector_t *r, const char *msg,
                                    void *ud);
+
+/* Called before each list and watch request, so that credentials that
+ * change (a rotated token file, an exec plugin's expiring token) are picked
+ * up by every new request: writes one header line ("Authorization: Bearer
+ * …") into line (cap bytes), or "" for none, and returns 0; or returns a
+ * negative KL_E* code with a message in line (naming no secret), and the
+ * round fails and is retried after a backoff; KL_EAGAIN means the
+ * credential is on its way (an exec plugin runs): the reflector asks again
+ * 50 ms later for the same step, with no error counted. The line is a
+ * secret: the reflector sends it and clears it, never logs it. May block
+ * briefly (a token file read); must not stop or free r. */
+typedef int kl_reflector_auth_fn(kl_reflector_t *r, char *line, size_t cap,
+                                 void *ud);
+/* Called when a list or watch request was answered 401 Unauthorized: the
+ * credential that auth gave it is to be forgotten, so the retry (after the
+ * usual backoff) gets a fresh one. Must not stop or free r. */
+typedef void kl_reflector_unauthorized_fn(kl_reflector_t *r, void *ud);
 
 typedef struct kl_reflector_opts {
   const char *name; /* for logs; copied; NULL: the informer's name */
@@ -75,20 +96,37 @@ typedef struct kl_reflector_opts {
    * 0 chooses as client-go does (500, or one unpaginated list when listing
    * at a known resourceVersion from the watch cache). */
   int page_size;
+  /* Streaming lists (watch-list, KEP-3157; CLIENTGO.md 2.6 and 6.11): each
+   * round opens a watch with sendInitialEvents=true instead of listing,
+   * collects the initial ADDED events, and replaces the informer's content
+   * at the bookmark annotated k8s.io/initial-events-end, then goes on
+   * watching on the same stream. A server that refuses it (400, 422 …) or
+   * whose stream ends, times out or goes silent (liveness_timeout) without
+   * that bookmark makes the reflector fall back to list+watch for as long
+   * as it runs; another failure (a 500, a broken connection) lists for
+   * that round only. */
+  bool watch_list;
   kl_reflector_error_fn *on_error;
   void *ud;
+  /* Credentials asked for before each request (see above); NULL: only
+   * the fixed headers. Both get auth_ud. */
+  kl_reflector_auth_fn *auth;
+  kl_reflector_unauthorized_fn *on_unauthorized;
+  void *auth_ud;
 } kl_reflector_opts_t;
 
 /* Counters since kl_reflector_new, for metrics. */
 typedef struct kl_reflector_stats {
   uint64_t list_requests;  /* list requests sent (each page counts) */
   uint64_t lists;          /* lists completed (Replace calls) */
+  uint64_t watch_lists;    /* of which streaming lists */
   uint64_t relists;        /* lists completed after the first */
   uint64_t watches;        /* watch requests sent */
   uint64_t watch_restarts; /* watches deemed dead by the liveness timeout */
   uint64_t events;         /* watch events received (bookmarks included) */
   uint64_t errors;         /* failed rounds and watch-stream errors */
   uint64_t backoffs;       /* backoff waits */
+  uint64_t unauthorized;   /* requests answered 401 */
 } kl_reflector_stats_t;
 
 /* A stopped reflector feeding inf (borrowed: it must outlive the

@@ -182,8 +182,10 @@ local Client = {}
 Client.__index = Client
 
 -- client.new{ server = URL, token = T?, creds = C?, tls = {…}?, qps = 20,
--- burst = 30, user_agent = "kubelua/VERSION", timeout = 30, namespace =
--- "default", field_manager = nil } -> a client. tls as kube.http.request's.
+-- burst = 30, user_agent = "kubelua/VERSION", timeout = 30,
+-- connect_timeout = 10, idle_timeout = 0 (none), namespace = "default",
+-- field_manager = nil } -> a client. tls (server_name included) and the
+-- timeouts as kube.http.request's.
 -- creds (kubelua.kubeconfig's): creds:token() gives the bearer token of
 -- each request (it overrides token); after a 401, creds:invalidate(start)
 -- and the request is tried once more. namespace is used for namespaced
@@ -201,7 +203,7 @@ function _M.new(opts)
       misuse("client.new", "opts." .. k .. " must be a string, got " .. type(opts[k]))
     end
   end
-  for _, k in pairs({ "qps", "burst", "timeout" }) do
+  for _, k in pairs({ "qps", "burst", "timeout", "connect_timeout", "idle_timeout" }) do
     local v = opts[k]
     if v ~= nil and (type(v) ~= "number" or v ~= v or v < 0) then
       misuse("client.new", "opts." .. k .. " must be a number >= 0, got "
@@ -230,11 +232,40 @@ function _M.new(opts)
     tls = opts.tls,
     creds = opts.creds,
     timeout = opts.timeout or 30,
+    connect_timeout = opts.connect_timeout, idle_timeout = opts.idle_timeout,
     namespace = opts.namespace or "default",
     field_manager = opts.field_manager,
     qps = qps, burst = burst, tokens = burst, last = nil,
     discovery = {}, discovering = {},
   }, Client)
+end
+
+-- The bearer token of the next request from creds: without blocking the
+-- loop when they can tell (kubeconfig's poll_token: an exec plugin runs
+-- while this task sleeps), else with their token method.
+local function creds_token(creds)
+  if not creds.poll_token then return creds:token() end
+  while true do
+    local token, err, pending = creds:poll_token()
+    if not pending then return token, err end
+    sleep(0.05)
+  end
+end
+
+-- The TLS options with the client certificate that the creds' exec plugin
+-- returned, if any (kept while the certificate stays the same).
+function Client:creds_tls()
+  local creds = self.creds
+  local cert, key
+  if creds.client_cert then cert, key = creds:client_cert() end
+  if not cert then return self.tls end
+  local cached = self.cert_tls
+  if cached and cached.cert == cert and cached.key == key then return cached end
+  cached = {}
+  for k, v in pairs(self.tls or {}) do cached[k] = v end
+  cached.cert_file, cached.key_file, cached.cert, cached.key = nil, nil, cert, key
+  self.cert_tls = cached
+  return cached
 end
 
 -- Waits for a token of the bucket (reserving it first, so tasks that wait
@@ -261,17 +292,20 @@ function Client:request(method, path, query, body, content_type)
     for k, v in pairs(self.headers) do headers[k] = v end
   end
   local opts = { method = method, url = self.server .. path .. query_string(query or {}),
-    headers = headers, body = body, timeout = self.timeout, tls = self.tls }
+    headers = headers, body = body, timeout = self.timeout, tls = self.tls,
+    connect_timeout = self.connect_timeout, idle_timeout = self.idle_timeout }
   local r, msg
   local reauthorized = false
   for attempt = 0, MAX_RETRIES do
     self:take_token()
     if creds then
-      local token, terr = creds:token()
+      local token, terr = creds_token(creds)
       if terr then return nil, new_error(0, "Unauthorized", "credentials: " .. tostring(terr)) end
       headers.Authorization = token and "Bearer " .. token or nil
+      opts.tls = self:creds_tls()
     end
-    local start = now()
+    -- on the creds' own clock when they have one (kubeconfig's: monotonic)
+    local start = creds and creds.now and creds:now() or now()
     r, msg = request(opts)
     if not r then return nil, new_error(0, "Transport", msg) end
     local st = r.status

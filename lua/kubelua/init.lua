@@ -146,7 +146,8 @@ function _M.connect(cfg)
     if not kc then return nil, "kube.connect: " .. creds end
     new = { server = kc.server, creds = creds, namespace = kc.namespace, origin = kc.origin,
             tls = { ca_file = kc.ca_file, ca = kc.ca, cert_file = kc.cert_file, cert = kc.cert,
-                    key_file = kc.key_file, key = kc.key, insecure = kc.insecure } }
+                    key_file = kc.key_file, key = kc.key, insecure = kc.insecure,
+                    server_name = kc.tls_server_name } }
   end
   new.server = new.server:gsub("/+$", "")
   conn = new
@@ -227,7 +228,10 @@ local function shared_informer(api_version, resource, opts, kind)
     opts.label_selector or "", opts.field_selector or "" }, "\0")
   local inf = informers[id]
   if inf then return use_informer(id, inf) end
-  local headers = { Accept = "application/json", Authorization = authorization() }
+  -- credentials that change (token files, exec plugins) are asked before
+  -- each list and watch; a fixed token goes in the headers
+  local headers = { Accept = "application/json",
+                    Authorization = conn.token and "Bearer " .. conn.token or nil }
   local group_kind = resource -- list items carry no kind; the watch names it
   inf = informer.new{
     name = api_version .. "/" .. group_kind .. (opts.namespace and "@" .. opts.namespace or ""),
@@ -236,7 +240,8 @@ local function shared_informer(api_version, resource, opts, kind)
     api_version = kind and api_version, kind = kind,
     watch = { url = collection_url(api_version, resource, opts.namespace),
               label_selector = opts.label_selector, field_selector = opts.field_selector,
-              headers = headers, tls = conn.tls },
+              headers = headers, tls = conn.tls, creds = conn.creds,
+              watch_list = opts.watch_list ~= false },
   }
   informers[id] = inf
   return use_informer(id, inf)
@@ -295,7 +300,9 @@ end
 -- kind_or_resource is the plural resource ("configmaps") or a Kind
 -- ("ConfigMap", a CRD's kind), found by discovery. opts: namespace or
 -- namespaces, label_selector, field_selector, resync, indexers, transform,
--- keep_managed_fields.
+-- keep_managed_fields, watch_list (default true: stream the initial list as
+-- watch events, sendInitialEvents, as client-go does from 1.35; a server
+-- that refuses it gets list+watch; false: always list+watch).
 --
 -- opts.namespaces = {"a", "b"} watches each namespace and returns one
 -- object spanning them (kubelua.informer_group). A Kind is resolved at once

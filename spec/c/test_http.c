@@ -53,7 +53,7 @@ static int nheld, nhandled, ncloses, last_close_reason;
 /* What the server saw of the last request. */
 static struct {
   char method[16], path[256], ua[128], xtest[128], ctype[128], expect[64];
-  char accept[128], auth[128];
+  char accept[128], auth[128], host[128];
   int has_ctype, has_expect;
   char *body;
   size_t body_len;
@@ -96,6 +96,7 @@ static void handler(kl_httpd_req_t *r, void *ud) {
   copy_header(r, "Expect", seen.expect, sizeof seen.expect, &seen.has_expect);
   copy_header(r, "Accept", seen.accept, sizeof seen.accept, NULL);
   copy_header(r, "Authorization", seen.auth, sizeof seen.auth, NULL);
+  copy_header(r, "Host", seen.host, sizeof seen.host, NULL);
   free(seen.body);
   seen.body = kl_xmalloc(blen + 1);
   memcpy(seen.body, body, blen);
@@ -1074,6 +1075,17 @@ static void test_per_request_timeout(void) {
   KT_EQ_INT(c.err, KL_ETIMEDOUT);
   UNTIL(held_count() == 0);
 
+  /* Idle: a request that receives nothing for a second fails. */
+  call_reset(&c);
+  url(&c, "/hold");
+  o = opts_for(&c);
+  o.idle_timeout = 0.5; /* rounded up to 1 s */
+  start_opts(&c, &o);
+  UNTIL(c.dones == 1);
+  KT_EQ_INT(c.err, KL_ETIMEDOUT);
+  printf("  # idle: %s\n", c.msg);
+  UNTIL(held_count() == 0);
+
   /* A deadline far away does not disturb a quick request. */
   call_reset(&c);
   url(&c, "/hello");
@@ -1429,6 +1441,28 @@ static void test_tls_verification(void) {
   KT_EQ_INT(tls_get(&c, &cc), KL_EIO);
   printf("  # bad key: %s\n", c.msg);
   free(okey);
+
+  /* tls-server-name: the certificate is checked against it while the
+   * connection goes to the URL's host, which the Host header keeps. */
+  kl_http_tls_t sn = t;
+  char want_host[64];
+  snprintf(want_host, sizeof want_host, "127.0.0.1:%d", port);
+  sn.server_name = "localhost";
+  KT_EQ_INT(tls_get(&c, &sn), 0);
+  KT_EQ_MEM(c.data, c.len, "hello");
+  KT_EQ_STR(seen.host, want_host);
+  sn.server_name = "kubernetes.test";
+  KT_EQ_INT(tls_get(&c, &sn), KL_EIO);
+  KT_TRUE(strstr(c.msg, "kubernetes.test") != NULL);
+  printf("  # a server name the certificate lacks: %s\n", c.msg);
+  call_reset(&c);
+  snprintf(c.url, sizeof c.url, "https://127.0.0.1:%d/hello", port);
+  kl_http_opts_t so = opts_for(&c);
+  sn.server_name = "a:b";
+  so.tls = &sn;
+  char serr[128];
+  KT_TRUE(kl_http_start(http, &so, serr, sizeof serr) == NULL);
+  KT_EQ_STR(serr, "bad TLS server name");
 
   /* Many TLS requests at once, all verified. */
   static call_t cs[20];

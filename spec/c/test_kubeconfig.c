@@ -1559,6 +1559,39 @@ static void test_exec_nonblocking_and_timeout(void) {
   kl_kc_cred_t cred;
   KT_EQ_INT(kl_kc_creds_get(c, &cred, err, sizeof err), KL_EAGAIN);
 
+  /* kl_kc_token_nowait: KL_EAGAIN while the plugin runs, then its token;
+   * past the deadline (the creds' clock) the run is killed. */
+  char wnb[512];
+  kl_kc_invalidate(c, kt_now);
+  write_script(
+      "plugin.sh",
+      "sleep 0.2\n"
+      "printf '{\"apiVersion\":\"client.authentication.k8s.io/v1\",'\n"
+      "printf "
+      "'\"kind\":\"ExecCredential\",\"status\":{\"token\":\"later\"}}'\n");
+  KT_EQ_INT(kl_kc_token_nowait(c, &tok, err, sizeof err), KL_EAGAIN);
+  KT_TRUE(tok == NULL);
+  snprintf(wnb, sizeof wnb, "exec plugin %s: running", P("plugin.sh"));
+  KT_EQ_STR(err, wnb);
+  int rc;
+  spins = 0;
+  while ((rc = kl_kc_token_nowait(c, &tok, err, sizeof err)) == KL_EAGAIN &&
+         spins++ < 2000)
+    poll(NULL, 0, 5);
+  KT_EQ_INT(rc, KL_OK);
+  KT_EQ_STR(tok, "later");
+  KT_EQ_INT(kl_kc_token_nowait(c, &tok, err, sizeof err), KL_OK); /* cached */
+  KT_EQ_STR(tok, "later");
+  kl_kc_invalidate(c, kt_now);
+  write_script("plugin.sh", "exec sleep 5\n");
+  KT_EQ_INT(kl_kc_token_nowait(c, &tok, err, sizeof err), KL_EAGAIN);
+  kt_now += 0.5;
+  KT_EQ_INT(kl_kc_token_nowait(c, &tok, err, sizeof err), KL_EIO);
+  KT_TRUE(tok == NULL);
+  KT_TRUE(strstr(err, "timed out") != NULL);
+  /* A run left in progress is the creds': freed with them. */
+  KT_EQ_INT(kl_kc_token_nowait(c, &tok, err, sizeof err), KL_EAGAIN);
+
   /* A plugin that outlives the timeout is killed with what it started. */
   write_script("plugin.sh", "sleep 5 &\nsleep 5\n");
   double t0 = kl_clock_monotonic(NULL);

@@ -50,6 +50,10 @@
 #define BOOKMARK(rv)                                                           \
   "{\"type\":\"BOOKMARK\",\"object\":{\"kind\":\"ConfigMap\",\"apiVersion\":"  \
   "\"v1\",\"metadata\":{\"resourceVersion\":\"" rv "\"}}}\n"
+#define BOOKMARK_END(rv)                                                       \
+  "{\"type\":\"BOOKMARK\",\"object\":{\"kind\":\"ConfigMap\",\"apiVersion\":"  \
+  "\"v1\",\"metadata\":{\"resourceVersion\":\"" rv "\",\"annotations\":{"      \
+  "\"k8s.io/initial-events-end\":\"true\"}}}}\n"
 #define STATUS(code, reason, msg, more)                                        \
   "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":"     \
   "\"Failure\",\"message\":\"" msg "\",\"reason\":\"" reason                   \
@@ -1283,6 +1287,241 @@ static void test_stop_from_on_work(void) {
 }
 
 /* Bad options are refused with a message. */
+/* Credentials are asked for before every request; a 401 on a list or on a
+ * watch's set-up forgets them, backs off and retries with fresh ones; a
+ * credential that cannot be had fails the round, retried after a backoff. */
+static int auth_gen, auth_calls, auth_refused, auth_fail, auth_pending;
+
+static int fake_auth(kl_reflector_t *r, char *line, size_t cap, void *ud) {
+  (void)r;
+  (void)ud;
+  auth_calls++;
+  if (auth_pending > 0) {
+    auth_pending--;
+    snprintf(line, cap, "exec plugin x: running");
+    return KL_EAGAIN;
+  }
+  if (auth_fail) {
+    snprintf(line, cap, "exec plugin x: exited with status 1");
+    return KL_EIO;
+  }
+  snprintf(line, cap, "Authorization: Bearer tok%d", auth_gen);
+  return 0;
+}
+
+static void fake_unauthorized(kl_reflector_t *r, void *ud) {
+  (void)r;
+  (void)ud;
+  auth_refused++;
+  auth_gen++; /* the next read finds a rotated token */
+}
+
+static void test_credentials_per_request(void) {
+  kl_reflector_opts_t o = {0};
+  o.auth = fake_auth;
+  o.on_unauthorized = fake_unauthorized;
+  auth_gen = auth_calls = auth_refused = auth_fail = auth_pending = 0;
+  setup_with(&o);
+  REPLY_(401, STATUS(401, "Unauthorized", "Unauthorized", ""));
+  REPLY_(200, LIST("100", "", CM("a", "90")));
+  STREAM_(NULL);
+  kl_reflector_start(refl);
+  UNTIL(stats().backoffs == 1);
+  KT_EQ_STR(last_auth, "Bearer tok0");
+  KT_EQ_INT(auth_refused, 1);
+  KT_EQ_INT(nerrors, 1);
+  KT_IN(fire_backoff(), 0.8, 1.6);
+  UNTIL(nreq == 3 && wreq != NULL && kl_reflector_watching(refl));
+  KT_EQ_STR(last_auth, "Bearer tok1");
+  KT_EQ_INT(auth_calls, 3);
+  pump();
+  KT_EQ_INT(ncached(), 1);
+
+  /* The watch resumes with the same token, is refused, relists. */
+  REPLY_(401, STATUS(401, "Unauthorized", "Unauthorized", ""));
+  REPLY_(200, LIST("110", "", CM("a", "105")));
+  STREAM_(NULL);
+  advance(2);
+  wend();
+  UNTIL(stats().backoffs == 2);
+  KT_EQ_STR(last_auth, "Bearer tok1");
+  KT_EQ_INT(auth_refused, 2);
+  KT_IN(fire_backoff(), 1.6, 3.2);
+  UNTIL(nreq == 6 && wreq != NULL && kl_reflector_watching(refl));
+  KT_EQ_STR(last_auth, "Bearer tok2");
+  KT_EQ_STR(reqlog[4], "resourceVersion=100");
+  KT_EQ_INT(stats().unauthorized, 2);
+  pump();
+  KT_EQ_STR(cached("ns/a"), "105");
+
+  /* No credential: the round fails before any request. */
+  auth_fail = 1;
+  advance(2);
+  wend();
+  UNTIL(stats().backoffs == 3);
+  KT_EQ_INT(nreq, 6);
+  KT_TRUE(strstr(last_error, "watch: credentials: exec plugin x") != NULL);
+  teardown();
+}
+
+/* A credential on its way (an exec plugin runs): the same step 50 ms
+ * later, no error, no backoff; then the request. */
+static void test_credentials_pending(void) {
+  kl_reflector_opts_t o = {0};
+  o.auth = fake_auth;
+  o.on_unauthorized = fake_unauthorized;
+  auth_gen = auth_calls = auth_refused = auth_fail = 0;
+  auth_pending = 2;
+  setup_with(&o);
+  REPLY_(200, LIST("100", "", CM("a", "90")));
+  STREAM_(NULL);
+  kl_reflector_start(refl);
+  UNTIL(auth_calls == 1);
+  KT_EQ_DBL(kl_timers_next(fts) - kt_now, 0.05, 1e-9);
+  advance(0.05);
+  UNTIL(auth_calls == 2);
+  KT_EQ_INT(nreq, 0);
+  advance(0.05);
+  UNTIL(nreq == 2 && wreq != NULL && kl_reflector_watching(refl));
+  KT_EQ_STR(last_auth, "Bearer tok0");
+  KT_EQ_INT(nerrors, 0);
+  KT_EQ_INT(stats().errors, 0);
+  KT_EQ_INT(stats().backoffs, 0);
+  /* A watch waits the same way, and stays a watch. */
+  auth_pending = 1;
+  advance(2);
+  wend();
+  UNTIL(auth_calls == 5);
+  advance(0.05);
+  UNTIL(nreq == 3 && wreq != NULL && kl_reflector_watching(refl));
+  KT_EQ_STR(reqlog[2], "allowWatchBookmarks=true&resourceVersion=100&"
+                       "timeoutSeconds=450&watch=true");
+  teardown();
+}
+
+/* Streaming lists (6.11): the initial events replace the cache at the end
+ * bookmark and the stream goes on as a watch; a normal close resumes with
+ * an ordinary watch; a 410 on the watch streams again from the last RV, and
+ * a 410 on that streams once more at "". */
+#define WL_Q                                                                   \
+  "resourceVersionMatch=NotOlderThan&sendInitialEvents=true&"                  \
+  "timeoutSeconds=450&watch=true"
+static void test_watch_list(void) {
+  kl_reflector_opts_t o = {0};
+  o.watch_list = true;
+  setup_with(&o);
+  STREAM_(EVT("ADDED", "a", "90") EVT("ADDED", "b", "95"));
+  kl_reflector_start(refl);
+  UNTIL(nreq == 1 && stats().events == 2);
+  KT_EQ_STR(reqlog[0], "allowWatchBookmarks=true&" WL_Q);
+  KT_EQ_INT(kl_fifo_len(kl_informer_fifo(inf)), 0); /* collected, not queued */
+  KT_TRUE(!kl_reflector_listed(refl));
+  KT_EQ_STR(kl_reflector_last_rv(refl), "");
+  wsend(BOOKMARK_END("100") EVT("MODIFIED", "a", "105"));
+  UNTIL(stats().events == 4);
+  KT_TRUE(kl_reflector_listed(refl));
+  pump();
+  KT_TRUE(kl_informer_has_synced(inf));
+  KT_EQ_STR(cached("ns/a"), "105");
+  KT_EQ_STR(cached("ns/b"), "95");
+  KT_EQ_STR(kl_reflector_last_rv(refl), "105");
+  KT_EQ_INT(stats().lists, 1);
+  KT_EQ_INT(stats().watch_lists, 1);
+  KT_EQ_INT(stats().list_requests, 0);
+
+  /* A normal close: an ordinary watch from the last RV. */
+  advance(2);
+  wend();
+  UNTIL(nreq == 2 && wreq != NULL && kl_reflector_watching(refl));
+  KT_EQ_STR(reqlog[1], "allowWatchBookmarks=true&resourceVersion=105&"
+                       "timeoutSeconds=450&watch=true");
+  /* 410 there: a new round streams from 105; 410 again: at "". */
+  STREAM_(ERROR_EV(410, "Expired", "too old resource version: 105 (200)"));
+  STREAM_(EVT("ADDED", "a", "210") BOOKMARK_END("220"));
+  wsend(ERROR_EV(410, "Expired", "too old resource version: 105 (200)"));
+  UNTIL(stats().backoffs == 1);
+  KT_IN(fire_backoff(), 0.8, 1.6);
+  UNTIL(nreq == 4 && stats().lists == 2);
+  KT_EQ_STR(reqlog[2], "allowWatchBookmarks=true&resourceVersion=105&" WL_Q);
+  KT_EQ_STR(reqlog[3], "allowWatchBookmarks=true&" WL_Q);
+  pump();
+  KT_EQ_STR(cached("ns/a"), "210");
+  KT_EQ_STR(cached("ns/b"), "-"); /* gone while we were away: a tombstone */
+  KT_EQ_STR(notes[nnotes - 1], "DELETE ns/b 95 tombstone");
+  KT_EQ_STR(kl_reflector_last_rv(refl), "220");
+  KT_EQ_INT(stats().relists, 1);
+  KT_EQ_INT(stats().list_requests, 0);
+  teardown();
+}
+
+/* A streaming list that gets one ADDED event (and nothing more, in these
+ * tests), with a list and a watch scripted after it. */
+static void stream_initial_then_list(void) {
+  STREAM_(EVT("ADDED", "a", "90"));
+  REPLY_(200, LIST("100", "", CM("a", "90")));
+  STREAM_(NULL);
+  kl_reflector_start(refl);
+  UNTIL(nreq == 1 && stats().events == 1);
+}
+
+/* A server that refuses streaming lists, or streams without the end
+ * bookmark: the round lists at once, and later rounds too. */
+static void test_watch_list_falls_back(void) {
+  kl_reflector_opts_t o = {0};
+  o.watch_list = true;
+  setup_with(&o);
+  REPLY_(422, STATUS(422, "Invalid", "sendInitialEvents: Forbidden", ""));
+  REPLY_(200, LIST("100", "", CM("a", "90")));
+  STREAM_(ERROR_EV(410, "Expired", "too old resource version: 100 (150)"));
+  REPLY_(200, LIST("160", "", CM("a", "150")));
+  STREAM_(NULL);
+  kl_reflector_start(refl);
+  UNTIL(nreq == 3 && stats().backoffs == 1);
+  KT_EQ_STR(reqlog[0], "allowWatchBookmarks=true&" WL_Q);
+  KT_EQ_STR(reqlog[1], "limit=500&resourceVersion=0");
+  KT_IN(fire_backoff(), 0.8, 1.6);
+  UNTIL(nreq == 5 && wreq != NULL && kl_reflector_watching(refl));
+  KT_EQ_STR(reqlog[3], "resourceVersion=100");
+  KT_EQ_INT(stats().watch_lists, 0);
+  KT_EQ_INT(nerrors, 0);
+  teardown();
+
+  /* Another failure (a 500) lists this round only. */
+  setup_with(&o);
+  REPLY_(500, STATUS(500, "InternalError", "etcd is down", ""));
+  REPLY_(200, LIST("100", "", CM("a", "90")));
+  STREAM_(ERROR_EV(410, "Expired", "too old resource version: 100 (150)"));
+  STREAM_(EVT("ADDED", "a", "150") BOOKMARK_END("160"));
+  kl_reflector_start(refl);
+  UNTIL(nreq == 3 && stats().backoffs == 1);
+  KT_EQ_STR(reqlog[1], "limit=500&resourceVersion=0");
+  KT_IN(fire_backoff(), 0.8, 1.6);
+  UNTIL(nreq == 4 && stats().watch_lists == 1);
+  KT_EQ_STR(reqlog[3], "allowWatchBookmarks=true&resourceVersion=100&" WL_Q);
+  teardown();
+
+  /* The initial events, then the stream ends with no end bookmark. */
+  setup_with(&o);
+  stream_initial_then_list();
+  advance(2);
+  wend();
+  UNTIL(nreq == 3 && wreq != NULL && kl_reflector_watching(refl));
+  KT_EQ_STR(reqlog[1], "limit=500&resourceVersion=0");
+  KT_EQ_INT(stats().backoffs, 0);
+  pump();
+  KT_EQ_STR(cached("ns/a"), "90");
+  KT_EQ_INT(nnotes, 1);
+  teardown();
+
+  /* The initial events, then silence: no waiting for ever. */
+  setup_with(&o);
+  stream_initial_then_list();
+  advance(KL_REFLECTOR_LIVENESS);
+  UNTIL(nreq == 3 && wreq != NULL && kl_reflector_watching(refl));
+  KT_EQ_STR(reqlog[1], "limit=500&resourceVersion=0");
+  teardown();
+}
+
 static void test_bad_options(void) {
   char err[256];
   setup();
@@ -1326,6 +1565,10 @@ int main(void) {
   KT_RUN(test_stop_cancels_everything);
   KT_RUN(test_stop_from_on_work);
   KT_RUN(test_converges_after_faults);
+  KT_RUN(test_credentials_per_request);
+  KT_RUN(test_credentials_pending);
+  KT_RUN(test_watch_list);
+  KT_RUN(test_watch_list_falls_back);
   KT_RUN(test_bad_options);
   return KT_DONE();
 }

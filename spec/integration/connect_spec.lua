@@ -1,6 +1,10 @@
--- Connecting: kubeconfig files, in-cluster service accounts, and
+-- Connecting: kubeconfig files, in-cluster service accounts, credentials
+-- that change (token files, exec plugins), and
 -- `kubelua run --kubeconfig` against a simulator that wants a token.
+local kube = require "kubelua"
+local http = require "kubelua.http"
 local kubeconfig = require "kubelua.kubeconfig"
+local simulator = require "kubelua.sim"
 local sim_helper = require "spec.integration.sim_helper"
 local support = require "spec.support"
 
@@ -10,6 +14,14 @@ local function write(path, text)
   f:close()
 end
 
+local function read(path)
+  local f = io.open(path)
+  if not f then return nil end
+  local s = f:read("*a")
+  f:close()
+  return s
+end
+
 local function tmpdir()
   local d = os.tmpname()
   os.remove(d)
@@ -17,7 +29,10 @@ local function tmpdir()
   return d
 end
 
-local function kubeconfig_text(server, token, ns)
+-- A kubeconfig with contexts "dev" (current, namespace ns) and "other";
+-- user is the YAML of the user's fields, or a token.
+local function kubeconfig_text(server, user, ns)
+  if not user:find(":", 1, true) then user = "    token: " .. user end
   return ([[
 apiVersion: v1
 kind: Config
@@ -29,7 +44,7 @@ clusters:
 users:
 - name: me
   user:
-    token: %s
+%s
 contexts:
 - name: dev
   context:
@@ -40,7 +55,7 @@ contexts:
   context:
     cluster: sim
     user: me
-]]):format(server, token, ns)
+]]):format(server, user, ns)
 end
 
 describe("kubelua.kubeconfig.load", function()
@@ -128,5 +143,171 @@ describe("kubelua run --kubeconfig", function()
     assert.matches("false\t0\t", out)
     assert.matches("401", out)
     assert.is_nil(out:find("wrong", 1, true))
+  end)
+end)
+
+-- Waits until fn() is true (the loop runs meanwhile), at most `secs`.
+local function eventually(fn, secs)
+  local deadline = kube.monotonic() + (secs or 5)
+  while kube.monotonic() < deadline do
+    if fn() then return true end
+    kube.sleep(0.02)
+  end
+  return fn()
+end
+
+-- A request with a given token, past any credentials object.
+local function call(base, token, method, path, obj)
+  local r = assert(http.request{
+    method = method, url = base .. path,
+    headers = { Authorization = "Bearer " .. token, ["Content-Type"] = "application/json" },
+    body = obj and kube.json.encode(obj) or nil,
+  })
+  return r.status
+end
+
+local function cm(name)
+  return { apiVersion = "v1", kind = "ConfigMap",
+           metadata = { name = name, namespace = "creds" }, data = { k = name } }
+end
+
+-- Credentials that change while informers watch and requests flow: a token
+-- file rotated under a running informer, and an exec credential plugin
+-- cached until its expirationTimestamp and run again after a 401. The
+-- simulator runs in this process; the test changes the token it accepts.
+describe("credentials that change", function()
+  local sim, base, dir
+
+  setup(function()
+    dir = tmpdir()
+    sim = simulator.new{ token = "old-token" }
+    local srv = assert(sim:listen{ host = "127.0.0.1", port = 0 })
+    base = "http://127.0.0.1:" .. srv:port()
+    assert.equal(201, call(base, "old-token", "POST", "/api/v1/namespaces",
+      { apiVersion = "v1", kind = "Namespace", metadata = { name = "creds" } }))
+  end)
+  teardown(function() os.execute("rm -rf " .. dir) end)
+
+  it("an informer re-lists and re-watches with a rotated token file", function()
+    write(dir .. "/token", "old-token\n")
+    write(dir .. "/config", kubeconfig_text(base, "    tokenFile: " .. dir .. "/token", "creds"))
+    assert(kube.connect{ kubeconfig = dir .. "/config" })
+    assert.equal(201, call(base, "old-token", "POST", "/api/v1/namespaces/creds/configmaps",
+      cm("a")))
+    local inf = kube.informer("v1", "configmaps", { namespace = "creds" })
+    assert.is_true(kube.wait_for_sync(inf, 5))
+    assert.is_true(eventually(function() return inf:get("creds/a") ~= nil end))
+
+    -- The token rotates: the server accepts only the new one, the file
+    -- holds it, and the watch breaks. The reflector's next watch carries
+    -- the cached old token, is refused, and the retry re-reads the file.
+    write(dir .. "/token", "new-token\n")
+    sim.opts.token = "new-token"
+    sim:inject{ drop_watches = true }
+    assert.equal(401, call(base, "old-token", "POST", "/api/v1/namespaces/creds/configmaps",
+      cm("b")))
+    assert.equal(201, call(base, "new-token", "POST", "/api/v1/namespaces/creds/configmaps",
+      cm("b")))
+    assert.is_true(eventually(function() return inf:get("creds/b") ~= nil end, 10))
+    -- and it keeps following the watch
+    assert.equal(201, call(base, "new-token", "POST", "/api/v1/namespaces/creds/configmaps",
+      cm("c")))
+    assert.is_true(eventually(function() return inf:get("creds/c") ~= nil end))
+    -- the REST client shares the credentials
+    assert.equal("a", assert(kube.get("v1", "configmaps", "creds", "a")).metadata.name)
+  end)
+
+  -- An exec plugin that prints the token in exec-token, valid for the
+  -- seconds in ttl, and counts its runs; a kubeconfig that uses it.
+  -- It sleeps `delay` seconds first, if given. Returns the count of runs so
+  -- far, as a function.
+  local function exec_plugin(token, delay)
+    write(dir .. "/exec-token", token)
+    write(dir .. "/ttl", "3600")
+    write(dir .. "/runs", "")
+    write(dir .. "/plugin.sh", ([[#!/bin/sh
+sleep %s
+echo run >> %s/runs
+exp=$(date -u -d "+$(cat %s/ttl) seconds" +%%Y-%%m-%%dT%%H:%%M:%%SZ)
+printf '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential",'
+printf '"status":{"token":"%%s","expirationTimestamp":"%%s"}}\n' "$(cat %s/exec-token)" "$exp"
+]]):format(delay or 0, dir, dir, dir))
+    os.execute("chmod +x " .. dir .. "/plugin.sh")
+    write(dir .. "/exec-config", kubeconfig_text(base, ([[
+    exec:
+      apiVersion: client.authentication.k8s.io/v1
+      command: %s/plugin.sh
+      interactiveMode: Never]]):format(dir), "creds"))
+    return function()
+      local _, n = (read(dir .. "/runs") or ""):gsub("run", "")
+      return n
+    end
+  end
+
+  it("keeps the loop running while an exec plugin runs", function()
+    local runs = exec_plugin(sim.opts.token, 0.3)
+    local _, creds = kubeconfig.load{ kubeconfig = dir .. "/exec-config" }
+    local c = kube.client.new{ server = base, creds = creds }
+    local ticks, done = 0, false
+    kube.spawn(function()
+      while not done do
+        ticks = ticks + 1
+        kube.sleep(0.01)
+      end
+    end)
+    assert(c:get("v1", "configmaps", "creds", "a"))
+    done = true
+    assert.equal(1, runs())
+    assert.is_true(ticks >= 10, "the loop stalled: " .. ticks .. " ticks")
+  end)
+
+  it("an informer runs its exec plugin again after a 401", function()
+    local runs = exec_plugin(sim.opts.token)
+    assert(kube.connect{ kubeconfig = dir .. "/exec-config" })
+    local inf = kube.informer("v1", "configmaps", { namespace = "creds", label_selector = "x!=y" })
+    assert.is_true(kube.wait_for_sync(inf, 5))
+    assert.equal(1, runs())
+    write(dir .. "/exec-token", "exec-token-x")
+    sim.opts.token = "exec-token-x"
+    sim:inject{ drop_watches = true }
+    assert.equal(201, call(base, "exec-token-x", "POST", "/api/v1/namespaces/creds/configmaps",
+      cm("x")))
+    assert.is_true(eventually(function() return inf:get("creds/x") ~= nil end, 10))
+    assert.equal(2, runs())
+  end)
+
+  it("runs an exec plugin once, until its credential expires or is refused", function()
+    local runs = exec_plugin(sim.opts.token)
+    local cfg, creds = kubeconfig.load{ kubeconfig = dir .. "/exec-config" }
+    assert(cfg, creds)
+    local c = kube.client.new{ server = base, creds = creds }
+    assert(c:get("v1", "configmaps", "creds", "a"))
+    assert(c:get("v1", "configmaps", "creds", "a"))
+    assert.equal(1, runs()) -- cached
+
+    -- refused: run again, and the request is retried with the new token
+    write(dir .. "/exec-token", "exec-token-2")
+    sim.opts.token = "exec-token-2"
+    assert(c:get("v1", "configmaps", "creds", "a"))
+    assert.equal(2, runs())
+
+    -- expired: run again before the request
+    write(dir .. "/ttl", "2") -- the next run's credential expires soon
+    sim.opts.token = "exec-token-3"
+    write(dir .. "/exec-token", "exec-token-3")
+    assert(c:get("v1", "configmaps", "creds", "a"))
+    assert.equal(3, runs())
+    kube.sleep(2.2)
+    assert(c:get("v1", "configmaps", "creds", "a"))
+    assert.equal(4, runs())
+
+    -- a plugin that fails: the error names the plugin, never a token
+    write(dir .. "/plugin.sh", "#!/bin/sh\necho 'no login' >&2\nexit 3\n")
+    sim.opts.token = "exec-token-5"
+    local res, err = c:get("v1", "configmaps", "creds", "a")
+    assert.is_nil(res)
+    assert.is_true(kube.is_unauthorized(err))
+    assert.matches("plugin.sh", tostring(err), 1, true)
+    assert.is_nil(tostring(err):find("exec-token", 1, true))
   end)
 end)

@@ -57,7 +57,7 @@ describe("kube.informer", function()
 
   it("lists, syncs, then follows the watch in order", function()
     for i = 1, 3 do call("POST", "/api/v1/namespaces/w1/configmaps", cm("w1", "c" .. i, { i = "" .. i })) end
-    local inf = kube.informer("v1", "configmaps", { namespace = "w1" })
+    local inf = kube.informer("v1", "configmaps", { namespace = "w1", watch_list = false })
     local events = {}
     inf:add_handler{
       add = function(ev) events[#events + 1] = { "add", ev.key, ev.initial or false } end,
@@ -125,6 +125,76 @@ describe("kube.informer", function()
     end))
     assert.same({ "k3", "k4", "k5", "k6" }, cache_names(inf, "w3"))
     assert.truthy(deleted["w3/k2"])
+  end)
+
+  it("streams its lists (watch_list, the default), and converges after faults", function()
+    call("POST", "/api/v1/namespaces", { apiVersion = "v1", kind = "Namespace",
+                                         metadata = { name = "w4" } })
+    for i = 1, 3 do call("POST", "/api/v1/namespaces/w4/configmaps", cm("w4", "s" .. i, {})) end
+    -- the reflector's requests for w4's configmaps (the spec's own have no
+    -- Accept header), as the simulator sees them
+    local seen, handle = {}, sim.handle
+    sim.handle = function(self, req)
+      if req:path():find("/namespaces/w4/configmaps", 1, true)
+          and req:header("Accept") == "application/json" then
+        seen[#seen + 1] = req:query() or ""
+      end
+      return handle(self, req)
+    end
+    local inf = kube.informer("v1", "configmaps", { namespace = "w4" })
+    assert.is_true(kube.wait_for_sync(inf, 5))
+    assert.same({ "s1", "s2", "s3" }, cache_names(inf, "w4"))
+    assert.matches("sendInitialEvents=true", seen[1], 1, true)
+    assert.equal(inf:last_sync_resource_version(), sim:inject{}.resourceVersion)
+    call("POST", "/api/v1/namespaces/w4/configmaps", cm("w4", "s4", {}))
+    assert.is_true(eventually(function() return inf:get("w4/s4") ~= nil end))
+
+    sim:inject{ drop_watches = true }
+    call("DELETE", "/api/v1/namespaces/w4/configmaps/s1")
+    sim:inject{ compact = true }
+    call("POST", "/api/v1/namespaces/w4/configmaps", cm("w4", "s5", {}))
+    assert.is_true(eventually(function()
+      return table.concat(cache_names(inf, "w4"), ",") == table.concat(server_names("w4"), ",")
+    end))
+    assert.same({ "s2", "s3", "s4", "s5" }, cache_names(inf, "w4"))
+    sim.handle = nil -- the class's again
+    for _, q in ipairs(seen) do assert.matches("watch=true", q, 1, true) end -- never a list
+  end)
+
+  it("lists and watches where the server refuses streaming lists", function()
+    call("POST", "/api/v1/namespaces", { apiVersion = "v1", kind = "Namespace",
+                                         metadata = { name = "w5" } })
+    call("POST", "/api/v1/namespaces/w5/configmaps", cm("w5", "t1", {}))
+    -- a server older than 1.27: resourceVersionMatch on a watch is invalid
+    local seen, handle = {}, sim.handle
+    sim.handle = function(self, req)
+      local q = req:query() or ""
+      if req:path():find("/namespaces/w5/configmaps", 1, true)
+          and req:header("Accept") == "application/json" then
+        seen[#seen + 1] = q
+        if q:find("sendInitialEvents", 1, true) then
+          return req:reply(422, { ["Content-Type"] = "application/json" }, kube.json.encode{
+            kind = "Status", apiVersion = "v1", metadata = {}, status = "Failure", code = 422,
+            reason = "Invalid", message = "resourceVersionMatch: Forbidden: "
+              .. "resourceVersionMatch is forbidden for watch" })
+        end
+      end
+      return handle(self, req)
+    end
+    local inf = kube.informer("v1", "configmaps", { namespace = "w5" })
+    assert.is_true(kube.wait_for_sync(inf, 5))
+    call("POST", "/api/v1/namespaces/w5/configmaps", cm("w5", "t2", {}))
+    assert.is_true(eventually(function() return inf:get("w5/t2") ~= nil end))
+    sim:inject{ drop_watches = true } -- the resume is an ordinary watch
+    call("POST", "/api/v1/namespaces/w5/configmaps", cm("w5", "t3", {}))
+    assert.is_true(eventually(function() return inf:get("w5/t3") ~= nil end))
+    sim.handle = nil
+    assert.same({ "t1", "t2", "t3" }, cache_names(inf, "w5"))
+    assert.matches("sendInitialEvents=true", seen[1], 1, true)
+    assert.equal("limit=500&resourceVersion=0", seen[2])
+    for i = 3, #seen do
+      assert.is_nil(seen[i]:find("sendInitialEvents", 1, true))
+    end
   end)
 
   it("reports no sync for a resource the server does not have", function()

@@ -71,12 +71,14 @@ describe("hot reload", function()
     for k in pairs(probe) do probe[k] = nil end
     probe.started, probe.done, probe.seen = {}, {}, {}
     t = testing.start{ namespaces = { "r" } }
-    -- Count the list requests the simulator answers: a relist shows here.
+    -- Count the lists the simulator answers (plain, or streamed as a watch
+    -- with sendInitialEvents): a relist shows here.
     lists = 0
     local handle = t.sim.handle
     t.sim.handle = function(self, req)
-      if req:method() == "GET" and not (req:query() or ""):find("watch=", 1, true)
-         and req:path():match("/configmaps$") then
+      local q = req:query() or ""
+      if req:method() == "GET" and req:path():match("/configmaps$")
+         and (not q:find("watch=", 1, true) or q:find("sendInitialEvents=true", 1, true)) then
         lists = lists + 1
       end
       return handle(self, req)
