@@ -26,6 +26,10 @@ typedef struct kl_informer_opts {
   kl_timers_t *timers;
   double resync_period; /* seconds; 0: no resync */
   bool keep_managed_fields;
+  /* Cache objects as received. By default the cached JSON is compressed
+   * with a dictionary learned from the first objects (objz.h); the
+   * extracted metadata stays plain either way. */
+  bool plain_objects;
   /* apiVersion and kind written into list items, which carry none. */
   const char *api_version, *kind;
   /* Applied to every object before it is queued (client-go's transform);

@@ -1,5 +1,6 @@
-/* kt_obj.h — small Kubernetes objects for the cache tests: P(name, rv) is
- * a Pod in namespace "ns", and obj_str prints an object as "name@rv". */
+/* kt_obj.h — small Kubernetes objects for the cache tests: kt_obj_of(json)
+ * parses one, P(name, rv) is a Pod in namespace "ns", and obj_str prints an
+ * object as "name@rv". */
 #ifndef KT_OBJ_H
 #define KT_OBJ_H
 
@@ -11,24 +12,30 @@
 #include "json.h"
 #include "object.h"
 
-static kl_obj_t *P(const char *name, const char *rv) {
-  char json[512], err[256];
-  snprintf(json, sizeof json,
-           "{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{\"name\":"
-           "\"%s\",\"namespace\":\"ns\",\"resourceVersion\":\"%s\"}}",
-           name, rv);
+/* The object of a JSON text that must parse (else the test aborts). */
+static inline kl_obj_t *kt_obj_of(const char *json) {
+  char err[256];
   kl_json_value_t v;
   kl_obj_t *o = NULL;
   if (kl_json_check(json, strlen(json), &v, err, sizeof err) != KL_OK ||
       kl_obj_parse(&v, NULL, &o, err, sizeof err) != KL_OK) {
-    fprintf(stderr, "P %s: %s\n", json, err);
+    fprintf(stderr, "kt_obj_of %.80s: %s\n", json, err);
     abort();
   }
   return o;
 }
 
+static inline kl_obj_t *P(const char *name, const char *rv) {
+  char json[512];
+  snprintf(json, sizeof json,
+           "{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{\"name\":"
+           "\"%s\",\"namespace\":\"ns\",\"resourceVersion\":\"%s\"}}",
+           name, rv);
+  return kt_obj_of(json);
+}
+
 /* "name@rv" of an object, "-" for NULL. */
-static int obj_str(char *b, size_t cap, const kl_obj_t *o) {
+static inline int obj_str(char *b, size_t cap, const kl_obj_t *o) {
   if (!o) return snprintf(b, cap, "-");
   kl_json_span_t n = kl_obj_name(o), rv = kl_obj_resource_version(o);
   return snprintf(b, cap, "%.*s@%.*s", (int)n.n, n.p, (int)rv.n, rv.p);
