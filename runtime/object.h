@@ -73,9 +73,11 @@ kl_obj_t *kl_obj_ref(kl_obj_t *o);
 void kl_obj_unref(kl_obj_t *o);
 
 /* The object's compact JSON, NUL-terminated. For a compressed object
- * (kl_obj_compressed) it is decompressed into its codec's buffer and stays
- * valid only until the next kl_obj_json of an object of the same codec:
- * consume it (decode, copy) before asking for another. */
+ * (kl_obj_compressed) it is decompressed into one of its codec's buffers,
+ * used in turn: the span stays valid while three more objects of that codec
+ * are read this way (so a Lua finalizer that reads a few objects in the
+ * middle of a decode does no harm), not longer: consume it (decode, copy)
+ * at once. */
 kl_json_span_t kl_obj_json(const kl_obj_t *o);
 
 /* True when the JSON is kept compressed (objz.h). */

@@ -25,6 +25,16 @@
 
 #include "mem.h"
 
+/* Decompressed JSON goes to RING buffers in turn, so a span stays valid
+ * while RING - 1 more objects are decompressed: a decode that some Lua
+ * finalizer interrupts with a few reads of its own still sees its bytes. */
+#define RING 4
+
+typedef struct zbuf {
+  char *p;
+  size_t cap;
+} zbuf_t;
+
 struct kl_objz {
   uint32_t refs;
   kl_objz_opts_t o;
@@ -34,8 +44,9 @@ struct kl_objz {
   ZSTD_DDict *ddict;
   ZSTD_CCtx *cctx;
   ZSTD_DCtx *dctx;
-  char *out; /* compression output, then decompression output */
-  size_t out_cap;
+  zbuf_t out;        /* compression output */
+  zbuf_t json[RING]; /* decompression outputs, used in turn */
+  unsigned next;     /* the json buffer to use next */
   kl_objz_stats_t st;
 };
 
@@ -61,7 +72,9 @@ void kl_objz_unref(kl_objz_t *z) {
   ZSTD_freeCCtx(z->cctx);
   ZSTD_freeDCtx(z->dctx);
   free(z->sample);
-  free(z->out);
+  free(z->out.p);
+  for (int i = 0; i < RING; i++)
+    free(z->json[i].p);
   free(z);
 }
 
@@ -80,11 +93,13 @@ static void *znew(void *p, const char *what) {
   return p;
 }
 
-static void reserve(kl_objz_t *z, size_t n) {
-  if (n <= z->out_cap) return;
-  z->out_cap = n < 4096 ? 4096 : n + n / 2;
-  free(z->out);
-  z->out = kl_xmalloc(z->out_cap);
+static char *reserve(zbuf_t *b, size_t n) {
+  if (n > b->cap) {
+    b->cap = n < 4096 ? 4096 : n + n / 2;
+    free(b->p);
+    b->p = kl_xmalloc(b->cap);
+  }
+  return b->p;
 }
 
 /* The sample is full: digest it into the dictionaries. */
@@ -132,8 +147,8 @@ kl_obj_t *kl_objz_compress(kl_objz_t *z, kl_obj_t *o) {
   }
   /* Worth it only when it saves a quarter; a larger output is cut off. */
   size_t cap = j.n - j.n / 4;
-  reserve(z, cap);
-  size_t n = ZSTD_compress2(z->cctx, z->out, cap, j.p, j.n);
+  char *out = reserve(&z->out, cap);
+  size_t n = ZSTD_compress2(z->cctx, out, cap, j.p, j.n);
   if (ZSTD_isError(n)) {
     if (ZSTD_getErrorCode(n) != ZSTD_error_dstSize_tooSmall)
       zcheck(n, "compress");
@@ -143,21 +158,22 @@ kl_obj_t *kl_objz_compress(kl_objz_t *z, kl_obj_t *o) {
   z->st.compressed++;
   z->st.json_bytes += j.n;
   z->st.compressed_bytes += n;
-  return kl_obj_pack(o, z->out, n, z);
+  return kl_obj_pack(o, out, n, z);
 }
 
 kl_json_span_t kl_objz_decompress(kl_objz_t *z, const char *src, size_t n,
                                   size_t len) {
-  reserve(z, len + 1);
-  size_t got = ZSTD_decompressDCtx(z->dctx, z->out, len, src, n);
+  char *out = reserve(&z->json[z->next], len + 1);
+  z->next = (z->next + 1) % RING;
+  size_t got = ZSTD_decompressDCtx(z->dctx, out, len, src, n);
   zcheck(got, "decompress");
   if (got != len) {
     fprintf(stderr, "kubelua: zstd decompress: %zu bytes, expected %zu\n", got,
             len);
     abort();
   }
-  z->out[len] = '\0';
-  kl_json_span_t s = {z->out, len};
+  out[len] = '\0';
+  kl_json_span_t s = {out, len};
   return s;
 }
 

@@ -9,7 +9,7 @@
  * then returns compressed copies of every object worth compressing.
  * Compressed objects keep their extracted metadata plain (kl_obj_name,
  * labels, … cost nothing) and hold a reference on the codec, which
- * decompresses kl_obj_json on demand into its own buffer.
+ * decompresses kl_obj_json on demand into its own buffers.
  *
  * Single-threaded, like everything on the loop. */
 #ifndef KL_OBJZ_H
@@ -48,8 +48,9 @@ void kl_objz_unref(kl_objz_t *z);
 kl_obj_t *kl_objz_compress(kl_objz_t *z, kl_obj_t *o);
 
 /* Decompresses src (n bytes, made by this codec from len bytes of JSON)
- * into the codec's buffer, NUL-terminated. The span stays valid until the
- * next call on this codec. Corrupt input is a bug: it aborts. */
+ * into one of the codec's buffers, NUL-terminated. The span stays valid
+ * until the fourth next call on this codec. Corrupt input is a bug: it
+ * aborts. */
 kl_json_span_t kl_objz_decompress(kl_objz_t *z, const char *src, size_t n,
                                   size_t len);
 

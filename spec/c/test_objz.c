@@ -206,7 +206,6 @@ static void test_objects_outlive_the_owner(void) {
   kl_obj_t *p2 = pod(2), *p3 = pod(3);
   kl_obj_t *c2 = kl_objz_compress(z, p2), *c3 = kl_objz_compress(z, p3);
   kl_objz_unref(z); /* the informer goes; its objects stay readable */
-  /* One span at a time: each call reuses the codec's buffer. */
   same_object(p2, c2);
   same_object(p3, c3);
   same_object(p2, c2);
@@ -218,6 +217,32 @@ static void test_objects_outlive_the_owner(void) {
   KT_EQ_INT(heap_used(), h0);
 }
 
+/* A span stays valid while three more objects are read, no longer. */
+static void test_spans_rotate_over_four_buffers(void) {
+  size_t h0 = heap_used();
+  kl_objz_t *z = learned_codec();
+  kl_obj_t *p[5], *c[5];
+  kl_json_span_t j[5];
+  for (int i = 0; i < 5; i++) {
+    p[i] = pod(10 + i);
+    c[i] = kl_objz_compress(z, p[i]);
+    KT_TRUE(kl_obj_compressed(c[i]));
+  }
+  for (int i = 0; i < 4; i++)
+    j[i] = kl_obj_json(c[i]);
+  for (int i = 0; i < 4; i++)
+    KT_EQ_SPANS(j[i], kl_obj_json(p[i]));
+  j[4] = kl_obj_json(c[4]);
+  KT_TRUE(j[4].p == j[0].p); /* the fifth read reuses the first buffer */
+  KT_EQ_SPANS(j[4], kl_obj_json(p[4]));
+  for (int i = 0; i < 5; i++) {
+    kl_obj_unref(c[i]);
+    kl_obj_unref(p[i]);
+  }
+  kl_objz_unref(z);
+  KT_EQ_INT(heap_used(), h0);
+}
+
 int main(int argc, char **argv) {
   (void)argc;
   without_tcache(argv);
@@ -225,5 +250,6 @@ int main(int argc, char **argv) {
   KT_RUN(test_learns_then_compresses);
   KT_RUN(test_small_and_incompressible_stay_plain);
   KT_RUN(test_objects_outlive_the_owner);
+  KT_RUN(test_spans_rotate_over_four_buffers);
   return KT_DONE();
 }
