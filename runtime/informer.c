@@ -5,9 +5,11 @@
  * on_work once the FIFO or the processor has something; kl_informer_run then
  * pops and pumps in bounded batches, which is where the store changes and
  * handlers run. Objects are counted references: whatever a producer borrows
- * it does not keep. Every object the FIFO takes in passes through the
- * informer's codec (objz.h) after the transform, so what the FIFO, the store
- * and the listeners hold is the compressed form. */
+ * it does not keep. Once the cache is large enough to repay a codec's
+ * state (about 260 KB of zstd contexts and dictionary), every object the
+ * FIFO takes in passes through the informer's codec (objz.h) after the
+ * transform, so what the FIFO, the store and the listeners hold is the
+ * compressed form. */
 #include "informer.h"
 
 #include <stdio.h>
@@ -32,6 +34,7 @@ struct kl_informer {
   kl_json_stream_t *watch; /* the current watch stream's decoder */
   kl_obj_opts_t oopts;
   kl_objz_t *z; /* NULL: objects are cached plain */
+  size_t z_min; /* compress once the cache holds or queues this many keys */
   char *api_version, *kind;
   int (*transform)(void *ud, kl_obj_t *in, kl_obj_t **out, char *err,
                    size_t errlen);
@@ -72,7 +75,8 @@ static int fifo_transform(void *ud, kl_obj_t *in, kl_obj_t **out) {
       return rc;
     }
   }
-  if (inf->z) {
+  if (inf->z &&
+      kl_store_len(inf->store) + kl_fifo_len(inf->fifo) >= inf->z_min) {
     *out = kl_objz_compress(inf->z, t);
     kl_obj_unref(t);
   } else {
@@ -106,6 +110,8 @@ kl_informer_t *kl_informer_new(const kl_informer_opts_t *o) {
   inf->transform = o->transform;
   inf->oopts.keep_managed_fields = o->keep_managed_fields;
   if (!o->plain_objects) inf->z = kl_objz_new(NULL);
+  inf->z_min = o->compress_min_objects ? o->compress_min_objects
+                                       : KL_INFORMER_COMPRESS_MIN;
   if (o->api_version) inf->api_version = kl_xstrdup(o->api_version);
   if (o->kind) inf->kind = kl_xstrdup(o->kind);
   inf->store = kl_store_new();

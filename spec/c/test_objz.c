@@ -22,40 +22,6 @@
                (int)kt_y.n, kt_y.p);                                           \
   } while (0)
 
-/* Pod i: about 1.3 KB, with an escaped label value, two owners, a
- * deletionTimestamp on odd i, managedFields (dropped), and a float. */
-static kl_obj_t *pod(int i) {
-  char json[4096];
-  snprintf(
-      json, sizeof json,
-      "{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{\"name\":"
-      "\"web-%d\",\"namespace\":\"ns-%d\",\"uid\":\"%08d-1234-5678-9abc-"
-      "def012345678\",\"resourceVersion\":\"%d\",\"generation\":%d,%s"
-      "\"labels\":{\"app\":\"web\",\"caf\\u00e9\":\"cr\\u00e8me-%d\","
-      "\"tier\":\"frontend\"},\"managedFields\":[{\"manager\":\"kubelet\"}],"
-      "\"ownerReferences\":[{\"apiVersion\":\"apps/v1\",\"kind\":"
-      "\"ReplicaSet\",\"name\":\"web-7d9f8c6b5\",\"uid\":\"rs-%d\","
-      "\"controller\":true,\"blockOwnerDeletion\":true},{\"apiVersion\":"
-      "\"v1\",\"kind\":\"Node\",\"name\":\"node-%d\",\"uid\":\"n-%d\"}]},"
-      "\"spec\":{\"containers\":[{\"name\":\"web\",\"image\":\"nginx:1.25\","
-      "\"ports\":[{\"containerPort\":80,\"protocol\":\"TCP\"}],\"resources\":"
-      "{\"requests\":{\"cpu\":\"100m\",\"memory\":\"128Mi\"},\"limits\":{"
-      "\"cpu\":\"500m\",\"memory\":\"256Mi\"}},\"env\":[{\"name\":\"A\","
-      "\"value\":\"1\"},{\"name\":\"B\",\"value\":\"\\\"quoted\\\"\"}],"
-      "\"terminationMessagePath\":\"/dev/termination-log\"}],"
-      "\"restartPolicy\":\"Always\",\"terminationGracePeriodSeconds\":30,"
-      "\"nodeName\":\"node-%d\",\"tolerations\":[],\"priority\":null,"
-      "\"weight\":1.5e3},\"status\":{\"phase\":\"Running\",\"conditions\":[{"
-      "\"type\":\"Ready\",\"status\":\"True\",\"lastTransitionTime\":\"2026-"
-      "11-29T10:00:05Z\"}],\"hostIP\":\"10.0.%d.%d\",\"podIP\":\"10.244.%d."
-      "%d\",\"startTime\":\"2026-11-29T10:00:00Z\",\"qosClass\":\"Burstable\""
-      ",\"big\":123456789012345}}",
-      i, i % 7, i, 1000 + i, i % 3,
-      i % 2 ? "\"deletionTimestamp\":\"2026-11-30T00:00:00Z\"," : "", i, i,
-      i % 5, i % 5, i % 5, i / 256 % 256, i % 256, i / 256 % 256, i % 256);
-  return kt_obj_of(json);
-}
-
 /* Every extracted field of c reads as on p, and the JSON is the same. */
 static void same_object(const kl_obj_t *p, const kl_obj_t *c) {
   KT_EQ_SPANS(kl_obj_api_version(c), kl_obj_api_version(p));
@@ -108,7 +74,7 @@ static void test_learns_then_compresses(void) {
   int i = 1;
   /* Plain while the sample fills: the same object comes back. */
   for (; learned < 4096; i++) {
-    kl_obj_t *p = pod(i), *c = kl_objz_compress(z, p);
+    kl_obj_t *p = kt_pod(i), *c = kl_objz_compress(z, p);
     KT_TRUE(c == p);
     KT_TRUE(!kl_obj_compressed(c));
     learned += kl_obj_json(p).n;
@@ -120,7 +86,7 @@ static void test_learns_then_compresses(void) {
   KT_EQ_INT(i, 5); /* four 1.2 KB Pods fill 4 KiB */
   size_t json = 0, packed = 0;
   for (int n = 0; n < 200; n++, i++) {
-    kl_obj_t *p = pod(i), *c = kl_objz_compress(z, p);
+    kl_obj_t *p = kt_pod(i), *c = kl_objz_compress(z, p);
     KT_TRUE(c != p);
     KT_TRUE(kl_obj_compressed(c));
     same_object(p, c);
@@ -142,11 +108,11 @@ static void test_learns_then_compresses(void) {
   KT_EQ_INT(heap_used(), h0);
 }
 
-/* A codec whose 1 KiB dictionary is the start of pod(1). */
+/* A codec whose 1 KiB dictionary is the start of kt_pod(1). */
 static kl_objz_t *learned_codec(void) {
   kl_objz_opts_t zo = {256, 1024, 0};
   kl_objz_t *z = kl_objz_new(&zo);
-  kl_obj_t *p = pod(1), *c = kl_objz_compress(z, p);
+  kl_obj_t *p = kt_pod(1), *c = kl_objz_compress(z, p);
   kl_obj_unref(c);
   kl_obj_unref(p);
   return z;
@@ -188,7 +154,7 @@ static void test_small_and_incompressible_stay_plain(void) {
   kl_obj_unref(p);
 
   /* The codec still works after a refusal. */
-  p = pod(2);
+  p = kt_pod(2);
   c = kl_objz_compress(z, p);
   KT_TRUE(kl_obj_compressed(c));
   same_object(p, c);
@@ -203,7 +169,7 @@ static void test_small_and_incompressible_stay_plain(void) {
 static void test_objects_outlive_the_owner(void) {
   size_t h0 = heap_used();
   kl_objz_t *z = learned_codec();
-  kl_obj_t *p2 = pod(2), *p3 = pod(3);
+  kl_obj_t *p2 = kt_pod(2), *p3 = kt_pod(3);
   kl_obj_t *c2 = kl_objz_compress(z, p2), *c3 = kl_objz_compress(z, p3);
   kl_objz_unref(z); /* the informer goes; its objects stay readable */
   same_object(p2, c2);
@@ -224,7 +190,7 @@ static void test_spans_rotate_over_four_buffers(void) {
   kl_obj_t *p[5], *c[5];
   kl_json_span_t j[5];
   for (int i = 0; i < 5; i++) {
-    p[i] = pod(10 + i);
+    p[i] = kt_pod(10 + i);
     c[i] = kl_objz_compress(z, p[i]);
     KT_TRUE(kl_obj_compressed(c[i]));
   }
