@@ -5,7 +5,11 @@
  * on_work once the FIFO or the processor has something; kl_informer_run then
  * pops and pumps in bounded batches, which is where the store changes and
  * handlers run. Objects are counted references: whatever a producer borrows
- * it does not keep. */
+ * it does not keep. Once the cache is large enough to repay a codec's
+ * state (about 260 KB of zstd contexts and dictionary), every object the
+ * FIFO takes in passes through the informer's codec (objz.h) after the
+ * transform, so what the FIFO, the store and the listeners hold is the
+ * compressed form. */
 #include "informer.h"
 
 #include <stdio.h>
@@ -16,6 +20,7 @@
 #include "json.h"
 #include "log.h"
 #include "mem.h"
+#include "objz.h"
 
 /* The longest resourceVersion kept (they are opaque strings; etcd's are
  * decimal revisions). A longer one is refused with a warning, never cut. */
@@ -28,6 +33,8 @@ struct kl_informer {
   kl_proc_t *proc;
   kl_json_stream_t *watch; /* the current watch stream's decoder */
   kl_obj_opts_t oopts;
+  kl_objz_t *z; /* NULL: objects are cached plain */
+  size_t z_min; /* compress once the cache holds or queues this many keys */
   char *api_version, *kind;
   int (*transform)(void *ud, kl_obj_t *in, kl_obj_t **out, char *err,
                    size_t errlen);
@@ -54,13 +61,28 @@ static void fifo_synced(kl_fifo_t *f, void *ud) {
   kl_proc_upstream_synced(inf->proc);
 }
 
+/* The user's transform, if any, then the codec. */
 static int fifo_transform(void *ud, kl_obj_t *in, kl_obj_t **out) {
   kl_informer_t *inf = ud;
+  kl_obj_t *t = kl_obj_ref(in);
   inf->terr[0] = '\0';
-  int rc = inf->transform(inf->ud, in, out, inf->terr, sizeof inf->terr);
-  if (rc != 0 && !inf->terr[0])
-    snprintf(inf->terr, sizeof inf->terr, "transform: %s", kl_strerror(rc));
-  return rc;
+  if (inf->transform) {
+    kl_obj_unref(t);
+    int rc = inf->transform(inf->ud, in, &t, inf->terr, sizeof inf->terr);
+    if (rc != 0) {
+      if (!inf->terr[0])
+        snprintf(inf->terr, sizeof inf->terr, "transform: %s", kl_strerror(rc));
+      return rc;
+    }
+  }
+  if (inf->z &&
+      kl_store_len(inf->store) + kl_fifo_len(inf->fifo) >= inf->z_min) {
+    *out = kl_objz_compress(inf->z, t);
+    kl_obj_unref(t);
+  } else {
+    *out = t;
+  }
+  return 0;
 }
 
 static void proc_ready(kl_proc_t *p, void *ud) {
@@ -87,13 +109,16 @@ kl_informer_t *kl_informer_new(const kl_informer_opts_t *o) {
   inf->ud = o->ud;
   inf->transform = o->transform;
   inf->oopts.keep_managed_fields = o->keep_managed_fields;
+  if (!o->plain_objects) inf->z = kl_objz_new(NULL);
+  inf->z_min = o->compress_min_objects ? o->compress_min_objects
+                                       : KL_INFORMER_COMPRESS_MIN;
   if (o->api_version) inf->api_version = kl_xstrdup(o->api_version);
   if (o->kind) inf->kind = kl_xstrdup(o->kind);
   inf->store = kl_store_new();
 
   kl_fifo_opts_t fo = {0};
   fo.known = kl_fifo_known_store(inf->store);
-  fo.transform = o->transform ? fifo_transform : NULL;
+  fo.transform = o->transform || inf->z ? fifo_transform : NULL;
   fo.on_ready = fifo_ready;
   fo.on_synced = fifo_synced;
   fo.ud = inf;
@@ -123,6 +148,7 @@ void kl_informer_free(kl_informer_t *inf) {
   kl_fifo_free(inf->fifo);
   kl_store_free(inf->store);
   kl_json_stream_free(inf->watch);
+  kl_objz_unref(inf->z);
   free(inf->api_version);
   free(inf->kind);
   free(inf->rv);

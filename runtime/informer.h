@@ -21,11 +21,21 @@
 
 typedef struct kl_informer kl_informer_t;
 
+#define KL_INFORMER_COMPRESS_MIN 512
+
 typedef struct kl_informer_opts {
   const char *name; /* for logs; copied */
   kl_timers_t *timers;
   double resync_period; /* seconds; 0: no resync */
   bool keep_managed_fields;
+  /* Cache objects as received. By default the cached JSON is compressed
+   * with a dictionary learned from the first objects (objz.h) once the
+   * store and the FIFO together hold compress_min_objects keys (0:
+   * KL_INFORMER_COMPRESS_MIN), a size at which the codec's own state
+   * (about 260 KB) is repaid; objects taken in before stay plain. The
+   * extracted metadata stays plain either way. */
+  bool plain_objects;
+  size_t compress_min_objects;
   /* apiVersion and kind written into list items, which carry none. */
   const char *api_version, *kind;
   /* Applied to every object before it is queued (client-go's transform);

@@ -15,7 +15,12 @@
  * to 4 | labels (label_t[nlabels]) | owners (owner_t[nowners]). Every
  * string is a (offset, length) pair into data; an absent one points at the
  * '\0' after the JSON with length 0. The object never changes after it is
- * built; refs counts the holders (single-threaded, plain integer). */
+ * built; refs counts the holders (single-threaded, plain integer).
+ *
+ * A compressed object (kl_obj_pack, for objz.c) has the same header and
+ * tables, with z set and data[] = '\0' | the extracted strings, copied |
+ * padding to 4 | labels | owners | the compressed JSON; json_len is the
+ * JSON's length once decompressed. */
 #include "object.h"
 
 #include <stdarg.h>
@@ -26,6 +31,7 @@
 #include "error.h"
 #include "json_swar.h"
 #include "mem.h"
+#include "objz.h"
 
 #define ESCAPED 0x80000000u /* in a walk: the raw string has escapes */
 #define OBJ_MAX 0x7fffffffu /* offsets are 31-bit */
@@ -56,6 +62,7 @@ struct kl_obj {
   sref_t f[NF];
   uint32_t labels_off; /* owners follow the labels */
   uint32_t flags;
+  kl_objz_t *z; /* the codec of a compressed object, else NULL */
   char data[];
 };
 
@@ -444,6 +451,7 @@ static int build(walk_t *w, size_t n, const kl_obj_opts_t *opts,
   o->generation = w->generation;
   o->labels_off = (uint32_t)tables;
   o->flags = w->has_del ? HAS_DELETION : 0;
+  o->z = NULL;
 
   /* The JSON: '{', injected members, the rest minus managedFields. */
   const char *src = w->src;
@@ -585,8 +593,68 @@ kl_obj_t *kl_obj_ref(kl_obj_t *o) {
 }
 
 void kl_obj_unref(kl_obj_t *o) {
-  if (o && --o->refs == 0) free(o);
+  if (o && --o->refs == 0) {
+    kl_objz_unref(o->z);
+    free(o);
+  }
 }
+
+/* Where the tables end: the compressed JSON of a packed object. */
+static size_t tables_end(const kl_obj_t *o) {
+  return o->labels_off + o->nlabels * sizeof(label_t) +
+         o->nowners * sizeof(owner_t);
+}
+
+kl_obj_t *kl_obj_pack(const kl_obj_t *o, const char *z, size_t n,
+                      kl_objz_t *codec) {
+  const label_t *ls = (const label_t *)(const void *)(o->data + o->labels_off);
+  const owner_t *os = (const owner_t *)(const void *)(ls + o->nlabels);
+  size_t strs = 1;
+  for (int i = 0; i < NF; i++)
+    strs += o->f[i].len;
+  for (size_t i = 0; i < o->nlabels; i++)
+    strs += ls[i].k.len + ls[i].v.len;
+  for (size_t i = 0; i < o->nowners; i++)
+    for (int j = 0; j < NO_STR; j++)
+      strs += os[i].s[j].len;
+  size_t tables = (strs + 3) & ~(size_t)3;
+  size_t size = tables + (tables_end(o) - o->labels_off) + n;
+  kl_obj_t *p = kl_xmalloc(sizeof *p + size);
+  memcpy(p, o, sizeof *p);
+  p->refs = 1;
+  p->size = (uint32_t)size;
+  p->labels_off = (uint32_t)tables;
+  p->z = kl_objz_ref(codec);
+  char *d = p->data;
+  uint32_t at = 1;
+  d[0] = '\0';
+#define COPY(dst, src)                                                         \
+  do {                                                                         \
+    (dst).len = (src).len;                                                     \
+    (dst).off = (src).len ? at : 0;                                            \
+    memcpy(d + at, o->data + (src).off, (src).len);                            \
+    at += (src).len;                                                           \
+  } while (0)
+  for (int i = 0; i < NF; i++)
+    COPY(p->f[i], o->f[i]);
+  label_t *pl = (label_t *)(void *)(d + tables);
+  for (size_t i = 0; i < o->nlabels; i++) {
+    COPY(pl[i].k, ls[i].k);
+    COPY(pl[i].v, ls[i].v);
+  }
+  owner_t *po = (owner_t *)(void *)(pl + o->nlabels);
+  for (size_t i = 0; i < o->nowners; i++) {
+    for (int j = 0; j < NO_STR; j++)
+      COPY(po[i].s[j], os[i].s[j]);
+    po[i].flags = os[i].flags;
+  }
+#undef COPY
+  memset(d + at, 0, tables - at);
+  memcpy(d + tables_end(p), z, n);
+  return p;
+}
+
+bool kl_obj_compressed(const kl_obj_t *o) { return o->z != NULL; }
 
 static kl_json_span_t span(const kl_obj_t *o, sref_t r) {
   kl_json_span_t s = {o->data + r.off, r.len};
@@ -594,6 +662,10 @@ static kl_json_span_t span(const kl_obj_t *o, sref_t r) {
 }
 
 kl_json_span_t kl_obj_json(const kl_obj_t *o) {
+  if (o->z) {
+    size_t at = tables_end(o);
+    return kl_objz_decompress(o->z, o->data + at, o->size - at, o->json_len);
+  }
   kl_json_span_t s = {o->data, o->json_len};
   return s;
 }

@@ -72,11 +72,26 @@ kl_obj_t *kl_obj_ref(kl_obj_t *o);
 /* Drops a reference; the last one frees the object. NULL is a no-op. */
 void kl_obj_unref(kl_obj_t *o);
 
-/* The object's compact JSON. */
+/* The object's compact JSON, NUL-terminated. For a compressed object
+ * (kl_obj_compressed) it is decompressed into one of its codec's buffers,
+ * used in turn: the span stays valid while three more objects of that codec
+ * are read this way (so a Lua finalizer that reads a few objects in the
+ * middle of a decode does no harm), not longer: consume it (decode, copy)
+ * at once. */
 kl_json_span_t kl_obj_json(const kl_obj_t *o);
+
+/* True when the JSON is kept compressed (objz.h). */
+bool kl_obj_compressed(const kl_obj_t *o);
 
 /* Bytes the object occupies on the heap (its single allocation). */
 size_t kl_obj_size(const kl_obj_t *o);
+
+/* For objz.c: a copy of the plain object o whose JSON is the n bytes at z,
+ * compressed by codec (the copy takes a reference on it); the extracted
+ * strings and tables are copied as they are. One reference. */
+struct kl_objz;
+kl_obj_t *kl_obj_pack(const kl_obj_t *o, const char *z, size_t n,
+                      struct kl_objz *codec);
 
 kl_json_span_t kl_obj_api_version(const kl_obj_t *o);
 kl_json_span_t kl_obj_kind(const kl_obj_t *o);

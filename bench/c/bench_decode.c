@@ -11,6 +11,11 @@
  *   yajl   yajl_parse with empty callbacks (parse only), same pieces
  *   jsmn   jsmn_parse per event, tokens only (given the line boundaries,
  *          which jsmn cannot find by itself)
+ *   zstd   scan, then each object compressed as an informer caches it
+ *          (objz.h, a fresh codec per run), on these events and on
+ *          "varied" ones that also differ, like the Pods of one Deployment
+ *          do, in nodeName, podIP, startTime, containerID and startedAt
+ *          (random values); both report the cached bytes per object
  * Prints one JSON line. yajl is loaded with dlopen (libyajl.so.2) and jsmn
  * included if <jsmn.h> exists (Debian libyajl2, libjsmn-dev), so the build
  * does not depend on them; a missing one is reported as null.
@@ -25,6 +30,7 @@
 #include "error.h"
 #include "json.h"
 #include "object.h"
+#include "objz.h"
 
 #if defined(__has_include)
 #if __has_include(<yajl/yajl_parse.h>)
@@ -94,8 +100,17 @@ static void replace1(char *s, const char *needle, const char *rep) {
   memcpy(p, rep, rl);
 }
 
-/* The event stream; *pod_len gets the compact Pod's size. */
-static char *make_stream(const char *path, int n, size_t *len,
+/* A small deterministic generator (xorshift64). */
+static uint64_t rnd(uint64_t *x) {
+  *x ^= *x << 13;
+  *x ^= *x >> 7;
+  *x ^= *x << 17;
+  return *x;
+}
+
+/* The event stream (varied: see the top); *pod_len gets the compact Pod's
+ * size. */
+static char *make_stream(const char *path, int n, int varied, size_t *len,
                          size_t *pod_len) {
   size_t fl;
   char *raw = slurp(path, &fl);
@@ -116,14 +131,36 @@ static char *make_stream(const char *path, int n, size_t *len,
   replace1(fmt, "\"uid\":\"00000007-", "\"uid\":\"%08d-");
   replace1(fmt, "\"resourceVersion\":\"1234\"", "\"resourceVersion\":\"%d\"");
   replace1(fmt, "\"hostIP\":\"10.0.0.7\"", "\"hostIP\":\"10.0.%d.%d\"");
+  if (varied) {
+    replace1(fmt, "\"nodeName\":\"node-7\"", "\"nodeName\":\"node-%d\"");
+    replace1(fmt, "\"podIP\":\"10.244.7.7\"", "\"podIP\":\"10.244.%d.%d\"");
+    replace1(fmt, "\"startTime\":\"2026-11-29T10:00:00Z\"",
+             "\"startTime\":\"2026-11-29T%02d:%02d:00Z\"");
+    replace1(fmt, "containerd://0123456789abcdef",
+             "containerd://%016llx%016llx");
+    replace1(fmt, "\"startedAt\":\"2026-11-29T10:00:03Z\"",
+             "\"startedAt\":\"2026-11-29T%02d:%02d:%02dZ\"");
+  }
+  uint64_t x = 88172645463325252ull;
   size_t cap = (size_t)n * (*pod_len + 160), o = 0;
   char *out = malloc(cap);
   /* fmt is the Pod with the five conversions put in above. */
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wformat-nonliteral"
-  for (int i = 0; i < n; i++)
-    o += (size_t)snprintf(out + o, cap - o, fmt, i, i % 50, i, 1000 + i,
-                          (i / 250) % 250, i % 250);
+  for (int i = 0; i < n; i++) {
+    if (!varied) {
+      o += (size_t)snprintf(out + o, cap - o, fmt, i, i % 50, i, 1000 + i,
+                            (i / 250) % 250, i % 250);
+      continue;
+    }
+    int node = (int)(rnd(&x) % 500), h = (int)(rnd(&x) % 24),
+        m = (int)(rnd(&x) % 60);
+    unsigned long long c1 = rnd(&x), c2 = rnd(&x);
+    o += (size_t)snprintf(out + o, cap - o, fmt, i, i % 50, i, 1000 + i, node,
+                          (i / 250) % 250, i % 250, (int)(rnd(&x) % 256),
+                          (int)(rnd(&x) % 256), h, m, c1, c2, h, m,
+                          (int)(rnd(&x) % 60));
+  }
 #pragma GCC diagnostic pop
   free(raw);
   free(pod);
@@ -134,10 +171,12 @@ static char *make_stream(const char *path, int n, size_t *len,
 
 static volatile size_t sink;
 
+/* full: 0 frames only, 1 builds objects, 2 also compresses them. */
 static double run_scan(const char *buf, size_t len, int full, size_t *events,
                        size_t *obj_bytes) {
   double t0 = now();
   kl_json_stream_t *s = kl_json_stream_new(NULL);
+  kl_objz_t *z = full == 2 ? kl_objz_new(NULL) : NULL;
   kl_json_value_t v;
   char err[256];
   size_t n = 0, bytes = 0;
@@ -156,7 +195,13 @@ static double run_scan(const char *buf, size_t len, int full, size_t *events,
         fprintf(stderr, "bench_decode: %s\n", err);
         exit(1);
       }
-      bytes += kl_obj_size(ev.obj);
+      if (z) {
+        kl_obj_t *c = kl_objz_compress(z, ev.obj);
+        bytes += kl_obj_size(c);
+        kl_obj_unref(c);
+      } else {
+        bytes += kl_obj_size(ev.obj);
+      }
       kl_obj_event_clear(&ev);
     }
     if (rc != KL_EAGAIN) {
@@ -166,6 +211,7 @@ static double run_scan(const char *buf, size_t len, int full, size_t *events,
   }
   if (kl_json_stream_end(s) != KL_OK) exit(1);
   kl_json_stream_free(s);
+  kl_objz_unref(z);
   double t = now() - t0;
   *events = n;
   *obj_bytes = bytes;
@@ -255,14 +301,21 @@ int main(int argc, char **argv) {
   int n = argc > 2 ? atoi(argv[2]) : 20000;
   int runs = argc > 3 ? atoi(argv[3]) : 5;
   size_t len, pod_len, events = 0, obj_bytes = 0, frame_bytes = 0;
-  char *buf = make_stream(path, n, &len, &pod_len);
-  double scan = 1e9, frame = 1e9, yajl = -1, jsmn = -1;
+  size_t vlen, vpod_len, z_bytes = 0, vz_bytes = 0;
+  char *buf = make_stream(path, n, 0, &len, &pod_len);
+  char *vbuf = make_stream(path, n, 1, &vlen, &vpod_len);
+  double scan = 1e9, frame = 1e9, yajl = -1, jsmn = -1, zscan = 1e9,
+         vzscan = 1e9;
   void *lib = dlopen("libyajl.so.2", RTLD_NOW);
   for (int r = 0; r < runs; r++) {
     double t = run_scan(buf, len, 1, &events, &obj_bytes);
     if (t < scan) scan = t;
     t = run_scan(buf, len, 0, &events, &frame_bytes);
     if (t < frame) frame = t;
+    t = run_scan(buf, len, 2, &events, &z_bytes);
+    if (t < zscan) zscan = t;
+    t = run_scan(vbuf, vlen, 2, &events, &vz_bytes);
+    if (t < vzscan) vzscan = t;
 #ifdef HAVE_YAJL
     if (lib) {
       t = run_yajl(lib, buf, len);
@@ -280,11 +333,16 @@ int main(int argc, char **argv) {
   print_rate("frame_mb_per_s", frame, len);
   print_rate("yajl_mb_per_s", yajl, len);
   print_rate("jsmn_mb_per_s", jsmn, len);
+  print_rate("scan_zstd_mb_per_s", zscan, len);
+  print_rate("scan_zstd_varied_mb_per_s", vzscan, vlen);
   printf(",\"scan_events_per_s\":%.0f,\"events\":%zu,\"stream_bytes\":%zu,"
          "\"json_bytes_per_object\":%zu,\"obj_bytes_per_object\":%zu,"
-         "\"chunk\":%d,\"runs\":%d}\n",
+         "\"zstd_obj_bytes_per_object\":%zu,"
+         "\"zstd_varied_obj_bytes_per_object\":%zu,\"chunk\":%d,\"runs\":%d}\n",
          (double)events / scan, events, len, pod_len,
-         events ? obj_bytes / events : 0, CHUNK, runs);
+         events ? obj_bytes / events : 0, events ? z_bytes / events : 0,
+         events ? vz_bytes / events : 0, CHUNK, runs);
   free(buf);
+  free(vbuf);
   return 0;
 }

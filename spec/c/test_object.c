@@ -320,8 +320,8 @@ static void test_pod(void) {
   size_t cn = compact_ref(text, n, c);
   KT_EQ_INT(cn, 2371);
   KT_EQ_INT(kl_obj_json(o).n, 2042);
-  /* header 88 + JSON 2042 + NUL and padding 2 + 3 labels 48 + 1 owner 36 */
-  KT_EQ_INT(kl_obj_size(o), 2216);
+  /* header 96 + JSON 2042 + NUL and padding 2 + 3 labels 48 + 1 owner 36 */
+  KT_EQ_INT(kl_obj_size(o), 2224);
   KT_TRUE(strstr(kl_obj_json(o).p, "managedFields") == NULL);
   /* Reference counting. */
   KT_TRUE(kl_obj_ref(o) == o);

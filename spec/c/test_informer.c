@@ -1,0 +1,79 @@
+/* test_informer.c — what the informer caches: objects stay plain until the
+ * store and the FIFO hold compress_min_objects keys, then go through the
+ * codec; plain_objects keeps them all plain. Either way every cached
+ * object's JSON is the one received. */
+#include "informer.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+#include "kt_heap.h"
+#include "kt_obj.h"
+#include "test.h"
+
+/* Adds Pods 1..n one at a time, draining after each; returns how many of
+ * the cached ones are compressed, and checks every cached JSON. */
+static int fill(kl_informer_t *inf, int n) {
+  char err[256], key[64];
+  int compressed = 0;
+  for (int i = 1; i <= n; i++) {
+    kl_obj_t *p = kt_pod(i);
+    KT_EQ_INT(kl_informer_add(inf, p, err, sizeof err), 0);
+    while (kl_informer_run(inf, 64)) {
+    }
+    kl_obj_unref(p);
+  }
+  KT_EQ_INT(kl_store_len(kl_informer_store(inf)), n);
+  for (int i = 1; i <= n; i++) {
+    kl_obj_t *p = kt_pod(i);
+    size_t klen = kl_obj_key(p, key, sizeof key);
+    kl_obj_t *c = kl_store_get(kl_informer_store(inf), key, klen);
+    KT_TRUE(c != NULL);
+    if (c) {
+      kl_json_span_t a = kl_obj_json(c), b = kl_obj_json(p);
+      KT_TRUE(a.n == b.n && memcmp(a.p, b.p, a.n) == 0);
+      compressed += kl_obj_compressed(c);
+    }
+    kl_obj_unref(p);
+  }
+  return compressed;
+}
+
+static void test_compresses_once_the_cache_is_large(void) {
+  size_t h0 = heap_used();
+  kl_informer_opts_t io = {0};
+  io.name = "pods";
+  io.compress_min_objects = 5;
+  kl_informer_t *inf = kl_informer_new(&io);
+  /* Pods 1-5 come before the threshold (the key being queued is not yet
+   * counted), 6-20 fill the 16 KiB sample, 21-40 are compressed. */
+  KT_EQ_INT(fill(inf, 40), 20);
+  kl_informer_free(inf);
+  KT_EQ_INT(heap_used(), h0);
+}
+
+static void test_small_caches_and_plain_objects_stay_plain(void) {
+  size_t h0 = heap_used();
+  kl_informer_opts_t io = {0};
+  io.name = "pods";
+  kl_informer_t *inf = kl_informer_new(&io); /* KL_INFORMER_COMPRESS_MIN */
+  KT_EQ_INT(fill(inf, 40), 0);
+  kl_informer_free(inf);
+  io.plain_objects = true;
+  io.compress_min_objects = 1;
+  inf = kl_informer_new(&io);
+  KT_EQ_INT(fill(inf, 40), 0);
+  kl_informer_free(inf);
+  KT_EQ_INT(heap_used(), h0);
+}
+
+int main(int argc, char **argv) {
+  (void)argc;
+  without_tcache(argv);
+  warm_up();
+  KT_RUN(test_compresses_once_the_cache_is_large);
+  KT_RUN(test_small_caches_and_plain_objects_stay_plain);
+  return KT_DONE();
+}
