@@ -656,7 +656,10 @@ static int informer_new(lua_State *L) {
   o.resync_period = opt_number(L, 1, "resync", 0);
   lua_getfield(L, 1, "keep_managed_fields");
   o.keep_managed_fields = lua_toboolean(L, -1);
-  lua_pop(L, 1);
+  lua_getfield(L, 1, "plain_objects");
+  o.plain_objects = lua_toboolean(L, -1);
+  lua_pop(L, 2);
+  o.compress_min_objects = (size_t)opt_number(L, 1, "compress_min_objects", 0);
   lua_getfield(L, 1, "transform");
   int has_transform = lua_type(L, -1) == LUA_TFUNCTION;
   if (!has_transform && !lua_isnil(L, -1))

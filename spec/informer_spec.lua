@@ -1249,6 +1249,8 @@ describe("kube.local_informer", function()
       raises("kube.local_informer: opts.resync must be a number >= 0, got string", function()
         kube.local_informer{ resync = "1" }
       end)
+      raises("kube.local_informer: opts.compress_min_objects must be a number >= 0, got string",
+        function() kube.local_informer{ compress_min_objects = "many" } end)
       raises("kube.local_informer: opts.transform must be a function, got table", function()
         kube.local_informer{ transform = {} }
       end)

@@ -104,7 +104,10 @@ _M.log = log
 -- (inf:feed(watch_bytes), inf:replace(list), inf:add/update/delete(obj))
 -- instead of a watch: the same store, indexers, handlers and events as a
 -- watching informer, for tests and tools. opts: name, resync, indexers,
--- transform, keep_managed_fields, api_version and kind (for list items).
+-- transform, keep_managed_fields, api_version and kind (for list items),
+-- plain_objects (true: keep cached JSON uncompressed) and
+-- compress_min_objects (the cache size from which it is compressed with a
+-- dictionary learned from the first objects; default 512).
 _M.local_informer = informer.new
 
 -- The API server this process talks to. kube.connect{server = URL,
@@ -237,6 +240,7 @@ local function shared_informer(api_version, resource, opts, kind)
     name = api_version .. "/" .. group_kind .. (opts.namespace and "@" .. opts.namespace or ""),
     resync = opts.resync, indexers = opts.indexers, transform = opts.transform,
     keep_managed_fields = opts.keep_managed_fields,
+    plain_objects = opts.plain_objects, compress_min_objects = opts.compress_min_objects,
     api_version = kind and api_version, kind = kind,
     watch = { url = collection_url(api_version, resource, opts.namespace),
               label_selector = opts.label_selector, field_selector = opts.field_selector,
