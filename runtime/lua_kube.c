@@ -1019,6 +1019,98 @@ static int load_embedded(lua_State *L) {
   return 1;
 }
 
+/* LuaJIT workaround: table traversal is never compiled.
+ *
+ * LuaJIT 2.1 snapshots from the commit that made next() and pairs()
+ * compilable (2021) to the fix of LuaJIT issue #829 (2022-04-05), Debian
+ * 12's 2.1.0~beta3+git20220320 among them, compile a traversal on x64 to a
+ * call of lj_vm_next, which returns a pointer in rax and an index in rdx.
+ * When the register allocator wants them the other way round, ra_destpair
+ * swaps them with `xchg eax, edx`, without REX.W: the pointer loses its
+ * high half and the trace reads the low 32 bits of a hash node's address,
+ * or of the C stack (sp+8) for the array part, and dies with SIGSEGV.
+ * Whether a loop gets swapped registers depends on where objects lie
+ * relative to the dispatch table, so it came about once in 30 runs of
+ * spec/informer_spec.lua (in luassert's deepcompare, at `for k1, v1 in
+ * next, t1`) and now and then in whole-suite runs.
+ *
+ * The recorder compiles only the builtin next (ITERN after ISNEXT, and
+ * next() calls); a C function aborts the trace. So where LuaJIT is
+ * affected, next, pairs and table.foreach (which LuaJIT writes in Lua with
+ * the builtin next) are replaced by equivalents over a C next: traversal
+ * loops run interpreted, everything else is still compiled. Affected means
+ * x64 and the version string "LuaJIT 2.1.0-beta3", which fixed snapshots
+ * until 2023 share (they lose compiled traversal, as older releases never
+ * had it); releases since call themselves 2.1.<timestamp>.
+ * spec/jit_spec.lua checks that no trace calls lj_vm_next. */
+static int jitfix_next(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  lua_settop(L, 2);
+  if (lua_next(L, 1)) return 2;
+  lua_pushnil(L);
+  return 1;
+}
+
+/* A cdata (LuaJIT's type after LUA_TTHREAD) goes to the builtin pairs for
+ * its __pairs; anything else but a table raises as the builtin does. */
+static int jitfix_pairs(lua_State *L) {
+  if (lua_type(L, 1) > LUA_TTHREAD) {
+    int n = lua_gettop(L);
+    lua_pushvalue(L, lua_upvalueindex(2));
+    lua_insert(L, 1);
+    lua_call(L, n, LUA_MULTRET);
+    return lua_gettop(L);
+  }
+  luaL_checkany(L, 1);
+  luaL_checktype(L, 1, LUA_TTABLE);
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_pushvalue(L, 1);
+  lua_pushnil(L);
+  return 3;
+}
+
+/* table.foreach, which LuaJIT writes in Lua with the builtin next. */
+static const char jitfix_foreach[] =
+    "local next, type, error = ...\n"
+    "return function(t, f)\n"
+    "  if type(t) ~= 'table' then error(\"bad argument #1 to 'foreach' \"\n"
+    "    .. '(table expected, got ' .. type(t) .. ')', 2) end\n"
+    "  if type(f) ~= 'function' then error(\"bad argument #2 to 'foreach' \"\n"
+    "    .. '(function expected, got ' .. type(f) .. ')', 2) end\n"
+    "  for k, v in next, t do\n"
+    "    local r = f(k, v)\n"
+    "    if r ~= nil then return r end\n"
+    "  end\n"
+    "end\n";
+
+static void jitfix_traversal(lua_State *L) {
+  lua_getglobal(L, "jit");
+  lua_getfield(L, -1, "version");
+  lua_getfield(L, -2, "arch");
+  const char *version = lua_tostring(L, -2), *arch = lua_tostring(L, -1);
+  int affected = version && arch &&
+                 strcmp(version, "LuaJIT 2.1.0-beta3") == 0 &&
+                 strcmp(arch, "x64") == 0;
+  lua_pop(L, 3);
+  if (!affected) return;
+  lua_pushcfunction(L, jitfix_next);
+  lua_pushvalue(L, -1);
+  lua_setglobal(L, "next");
+  lua_getglobal(L, "pairs");
+  lua_pushcclosure(L, jitfix_pairs, 2);
+  lua_setglobal(L, "pairs");
+  lua_getglobal(L, "table");
+  if (luaL_loadbuffer(L, jitfix_foreach, sizeof jitfix_foreach - 1,
+                      "=table.foreach") != 0)
+    abort(); /* the chunk above does not compile: a bug here */
+  lua_getglobal(L, "next");
+  lua_getglobal(L, "type");
+  lua_getglobal(L, "error");
+  lua_call(L, 3, 1);
+  lua_setfield(L, -2, "foreach");
+  lua_pop(L, 1);
+}
+
 kl_rt_t *kl_rt_new(kl_loop_t *loop) {
   kl_rt_t *rt = kl_xcalloc(1, sizeof *rt);
   rt->loop = loop;
@@ -1035,6 +1127,7 @@ kl_rt_t *kl_rt_new(kl_loop_t *loop) {
     return NULL;
   }
   luaL_openlibs(L);
+  jitfix_traversal(L);
   kl_rt_t **box = lua_newuserdata(L, sizeof *box);
   *box = rt;
   lua_setfield(L, LUA_REGISTRYINDEX, RT_KEY);

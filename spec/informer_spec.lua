@@ -1098,14 +1098,6 @@ describe("kube.local_informer", function()
   end)
 
   describe("round trip", function()
-    -- LuaJIT's compiled code crashed in the first test below about once in
-    -- 30 runs of this whole file (never in isolation, never under ASan,
-    -- never with the JIT off; jit.off() alone did not help, flushing the
-    -- traces compiled by the earlier tests did). The cause is not found
-    -- yet; these tests check values, not speed, so they run interpreted
-    -- until it is. See the session note.
-    setup(function() jit.off(); jit.flush() end)
-    teardown(function() jit.on() end)
     -- Every object of the apiserver fixtures: response bodies with a name,
     -- list items and watch events.
     local function fixture_objects()
