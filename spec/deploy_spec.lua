@@ -101,9 +101,12 @@ describe("the Dockerfile", function()
     -- may be known under its symlink's name or its real file's
     local _, libs = support.sh("ldd " .. support.kubelua .. " | awk '/=> \\// {print $3}'")
     local paths, wanted = {}, {}
+    -- the sanitizer build's runtime (and the C++ library it brings) is not
+    -- part of a release image
+    local sanitized = libs:find("/libasan%.") ~= nil
     for lib in libs:gmatch("[^\n]+") do
-      -- the sanitizer build's runtime is not part of a release image
-      if not lib:find("/lib[at]san%.") and not lib:find("/libubsan%.") then
+      if not lib:find("/lib[at]san%.") and not lib:find("/libubsan%.")
+         and not (sanitized and lib:find("/libstdc%+%+%.")) then
         wanted[#wanted + 1] = lib
         local _, real = support.sh("readlink -f " .. lib)
         paths[#paths + 1] = lib
