@@ -709,6 +709,14 @@ static int core_log(lua_State *L) {
   return 0;
 }
 
+/* core.in_task() -> whether the caller runs in a task, where a call may
+ * wait (a script's main chunk does not, even when a spec loads it from
+ * its own task). */
+static int core_in_task(lua_State *L) {
+  lua_pushboolean(L, kl_task_current(up_rt(L), L) != NULL);
+  return 1;
+}
+
 static int core_tasks(lua_State *L) {
   lua_pushinteger(L, (lua_Integer)up_rt(L)->ntasks);
   return 1;
@@ -987,6 +995,7 @@ static const luaL_Reg core_funcs[] = {
     {"on_hup", core_on_hup},
     {"on_stop", core_on_stop},
     {"spawn_system", core_spawn_system},
+    {"in_task", core_in_task},
     {NULL, NULL},
 };
 

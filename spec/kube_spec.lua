@@ -12,6 +12,15 @@ describe("kubelua", function()
     end)
   end)
 
+  describe("in_task", function()
+    it("is true in a task only, not in a plain coroutine inside one", function()
+      local core = require "kubelua.core"
+      assert.is_true(core.in_task())
+      assert.is_true(kube.run(function() return core.in_task() end))
+      assert.is_false(coroutine.wrap(function() return core.in_task() end)())
+    end)
+  end)
+
   describe("run", function()
     it("returns what the task returns", function()
       local a, b, c = kube.run(function() return 1, nil, "x" end)

@@ -24,8 +24,8 @@
 --
 -- The module functions (get, list, …) use the default client, set with
 -- client.set_default(c); kubelua wires it from kubeconfig or --sim.
--- "Inside a task" is checked as "inside a coroutine"; a plain coroutine
--- created inside a task gets kube.http.request's own "not inside a task".
+-- Outside a task (a script's main chunk, a plain coroutine) every verb
+-- raises "not inside a task".
 
 local core = require "kubelua.core"
 local http = require "kubelua.http"
@@ -36,7 +36,7 @@ local type, tostring, tonumber, pairs, setmetatable, getmetatable, error =
 local format, sub, find, byte = string.format, string.sub, string.find, string.byte
 local concat, sort = table.concat, table.sort
 local min, floor = math.min, math.floor
-local running = coroutine.running
+local in_task = core.in_task
 local encode, decode, array, is_array = json.encode, json.decode, json.array, json.is_array
 local request, sleep, monotonic, now = http.request, core.sleep, core.monotonic, core.now
 
@@ -129,7 +129,7 @@ local function misuse(name, msg, depth)
 end
 
 local function check_task(name)
-  if not running() then
+  if not in_task() then
     misuse(name, "not inside a task (use kube.spawn or a worker)", 2)
   end
 end

@@ -279,11 +279,8 @@ end)
 
 -- Whether the running code is a task, where API calls can wait: a
 -- script's main chunk is not, even when it runs in a coroutine (a reload
--- from a spec's task). kube.sleep(0) raises outside a task and inside one
--- only lets the loop run once.
-local function in_task()
-  return coroutine.running() ~= nil and (pcall(core.sleep, 0))
-end
+-- from a spec's task).
+local in_task = core.in_task
 
 local function check_namespaces(namespaces, single)
   if type(namespaces) ~= "table" or namespaces[1] == nil then
