@@ -67,9 +67,13 @@ typedef struct hbuf {
   size_t off, len, cap;
 } hbuf;
 
+/* Grows b for extra more bytes. Consumed space at the front is reclaimed
+ * only when it is at least as large as the live data: a stream that is sent
+ * in pieces while it is appended to would otherwise move its whole backlog
+ * for every append once the buffer is full. */
 static void hbuf_reserve(hbuf *b, size_t extra) {
   if (b->off + b->len + extra <= b->cap) return;
-  if (b->off) {
+  if (b->off && b->off >= b->len) {
     memmove(b->p, b->p + b->off, b->len);
     b->off = 0;
     if (b->len + extra <= b->cap) return;
@@ -153,7 +157,8 @@ struct conn {
   int bstate;  /* B_* while the request's body is read */
   uint64_t bleft;
   size_t trailer_bytes, lingered;
-  double started; /* first byte of the request being read; 0: none */
+  size_t flush_at; /* a stream write tries the socket at this much unsent */
+  double started;  /* first byte of the request being read; 0: none */
   double idle_since;
   double wprogress; /* last write progress while blocked */
   double linger_since;
@@ -1041,9 +1046,12 @@ static int conn_flush(conn *c, int callbacks) {
     if (c->blocked) c->wprogress = now(h);
   }
   c->blocked = 0;
-  /* A drained stream gives its buffer back: thousands of watches sit idle
-   * most of the time. */
-  if (c->out.cap > HTTPD_KEEP_BUF || (c->req && c->req->phase == RQ_STREAM))
+  c->flush_at = 0;
+  /* A drained stream gives its buffer back once its producer is done for
+   * now (thousands of watches sit idle most of the time), but not in the
+   * middle of a burst of writes (callbacks == 0), which would refill it. */
+  if (callbacks &&
+      (c->out.cap > HTTPD_KEEP_BUF || (c->req && c->req->phase == RQ_STREAM)))
     hbuf_free(&c->out);
   if (c->cut || (c->close_after && !c->req)) {
     conn_shutdown(c);
@@ -1779,9 +1787,14 @@ int kl_httpd_stream_writev(kl_httpd_req_t *r, const struct iovec *iov, int n) {
     if (!r->abort_left) c->cut = 1;
   }
   r->want_drain = 1;
-  if (c->out.len >= HTTPD_SYNC_FLUSH) {
+  /* A producer that writes many events without returning to the loop has
+   * them sent every HTTPD_SYNC_FLUSH bytes, so the client keeps reading;
+   * a socket that is full is tried again only after as many more bytes,
+   * not on every write (each try would be a failed send). */
+  if (c->out.len >= HTTPD_SYNC_FLUSH && c->out.len >= c->flush_at) {
     conn_flush(c, 0);
     if (c->dead) return KL_ESHUTDOWN;
+    c->flush_at = c->out.len + HTTPD_SYNC_FLUSH;
   }
   conn_kick(c);
   return 0;
