@@ -74,12 +74,15 @@ local function wants_pretty(req)
   return find(ua, "^curl") or find(ua, "^Wget") or find(ua, "^Mozilla/5%.0") or false
 end
 
--- Sends a JSON body (a table or JSON text).
--- Sends a JSON body (a table or JSON text). As Go's net/http does for the
+-- Sends a JSON body (a table, JSON text or bytes). As Go's net/http does for the
 -- apiserver, a body over 2048 bytes goes out chunked, one without
 -- Content-Length.
 local function reply_json(req, code, body, extra, no_apf, warnings)
-  if type(body) ~= "string" then body = encode(body) end
+  if type(body) == "userdata" then
+    body = tostring(body)
+  elseif type(body) ~= "string" then
+    body = encode(body)
+  end
   local h = base_headers(not no_apf)
   if extra then
     for k, v in pairs(extra) do h[k] = v end
@@ -109,7 +112,7 @@ local function reply_list(req, lb)
   local step = 256
   for i = 1, n, step do
     local j = math.min(i + step - 1, n)
-    local ok = req:write(i == 1 and lb.head or ",", concat(items, ",", i, j))
+    local ok = req:write(i == 1 and lb.head or ",", httpd.join(items, i, j, ","))
     if not ok then return end
     if req:buffered() > 4 * 1024 * 1024 and not req:wait_drain() then return end
   end

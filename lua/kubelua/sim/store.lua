@@ -8,6 +8,8 @@
 -- decoded table (never changed once stored: every change builds a new
 -- one), json its compact encoding with kind and apiVersion, made once per
 -- change, so a list or a watch event copies bytes and never re-encodes.
+-- json is a kubelua.httpd bytes value (see lua_httpd.c for why not a
+-- string): req:write takes it as it is, tostring() makes it a string.
 -- Each watch event line is built once and written to every watcher.
 -- Failures are returned as nil, status where status is a Status table.
 
@@ -20,6 +22,7 @@ local managed = require "kubelua.sim.managed"
 local resources = require "kubelua.sim.resources"
 local yaml = require "kubelua.sim.yaml"
 local events = require "kubelua.sim.events"
+local httpd = require "kubelua.httpd"
 
 local type, pairs, ipairs, tostring, tonumber, setmetatable, next =
   type, pairs, ipairs, tostring, tonumber, setmetatable, next
@@ -27,6 +30,7 @@ local concat, sort, remove = table.concat, table.sort, table.remove
 local format, sub, find = string.format, string.sub, string.find
 local floor = math.floor
 local encode, decode, null, is_array = json.encode, json.decode, json.null, json.is_array
+local join_bytes = httpd.join
 local copy, equal = util.copy, util.equal
 
 local _M = {}
@@ -187,59 +191,127 @@ local function obj_key(ns, name)
 end
 
 -- Encoding. Stored objects are never changed (every change builds new
--- tables, sharing the unchanged ones), so the JSON of a table can be kept
--- for as long as the table lives: an object is encoded by joining its top
--- two levels from parts, and a part shared with the previous version of the
--- object costs nothing. A writer that changes one field of a 2.4 KB Pod
--- then pays for that field's part, not for the whole object.
-local enc_cache = setmetatable({}, { __mode = "k" })
-local key_cache = {}
+-- tables, sharing the unchanged ones), so a table's JSON stays valid for as
+-- long as the table lives. Each entry keeps the layout of its object's top
+-- two levels (the object, then metadata, spec, status...): the keys in
+-- order, each value's JSON, and the layouts of the values that are objects.
+-- A new version is encoded against the previous entry's layout: a value
+-- that is the same (the same string, number or shared table) reuses its
+-- JSON, and only what changed is encoded; the key order is reused when the
+-- keys are the same. A writer that changes one field of a 2.4 KB Pod then
+-- pays for that field and one join per level, never for the whole object.
 
-local function enc(v, depth)
-  local t = type(v)
-  if t ~= "table" then
-    if t == "string" and not find(v, '[%c"\\\128-\255]') then return '"' .. v .. '"' end
-    if t == "number" and v == floor(v) and v > -1e15 and v < 1e15 then
-      return format("%d", v)
-    end
-    if t == "boolean" then return v and "true" or "false" end
-    return encode(v)
+-- "k1\0k2..." → the sorted keys, with .pre[i] = ',"ki":' and .idx[ki] = i;
+-- shared by the layouts that have these keys
+local key_lists = setmetatable({}, { __mode = "v" })
+
+local function key_list(ks)
+  sort(ks)
+  local sig = concat(ks, "\0")
+  local kl = key_lists[sig]
+  if kl then return kl end
+  local pre, idx = {}, {}
+  for i, k in ipairs(ks) do
+    pre[i] = (i == 1 and "{" or ",") .. encode(k) .. ":"
+    idx[k] = i
   end
-  local s = enc_cache[v]
-  if s then return s end
-  if depth < 2 and not is_array(v) then
-    local keys = {}
-    for k in pairs(v) do keys[#keys + 1] = k end
-    if #keys == 0 then
-      s = "{}"
-    else
-      sort(keys)
-      local parts, n = { "{" }, 1
-      for _, k in ipairs(keys) do
-        local ks = key_cache[k]
-        if not ks then
-          ks = encode(k) .. ":"
-          key_cache[k] = ks
-        end
-        parts[n + 1] = ks
-        parts[n + 2] = enc(v[k], depth + 1)
-        parts[n + 3] = ","
-        n = n + 3
-      end
-      parts[n] = "}"
-      s = concat(parts, "", 1, n)
-    end
-  else
-    s = encode(v)
-  end
-  if depth > 0 then enc_cache[v] = s end -- an object's own JSON is in its entry
-  return s
+  ks.pre, ks.idx = pre, idx
+  key_lists[sig] = ks
+  return ks
 end
 
-local function make_entry(obj, res)
+local function enc_scalar(v)
+  local t = type(v)
+  if t == "string" and not find(v, '[%c"\\\128-\255]') then return '"' .. v .. '"' end
+  if t == "number" and v == floor(v) and v > -1e15 and v < 1e15 then
+    return format("%d", v)
+  end
+  if t == "boolean" then return v and "true" or "false" end
+  return encode(v)
+end
+
+local lay_out
+
+-- The JSON of value x at depth (1 or 2) and, for an object at depth 1,
+-- its layout; pl is the layout of the previous value at the same place.
+local function enc_value(x, depth, pl)
+  if type(x) ~= "table" then return enc_scalar(x) end
+  if depth < 2 and next(x) ~= nil and not is_array(x) then
+    local l = lay_out(x, depth, pl)
+    return l.json, l
+  end
+  return encode(x)
+end
+
+-- The join buffers of the two levels, reused: a level's parts are joined
+-- before the level above fills its own.
+local scratch = { {}, {} }
+
+-- The layout { obj, keys, vals, subs, json } of object v at depth 0 or 1,
+-- encoded against pl (the previous version's layout at this place). subs
+-- holds the layouts of values that are objects (depth 0 only).
+function lay_out(v, depth, pl)
+  local pv = pl and pl.obj
+  local keys = pl and pl.keys
+  local vals, subs = {}, depth == 0 and {} or nil
+  local pvals, psubs = pl and pl.vals, pl and pl.subs
+  if keys then -- the previous keys, if v has exactly those
+    local idx, n = keys.idx, 0
+    for k, x in next, v do
+      local i = idx[k]
+      if not i then keys = nil break end
+      n = n + 1
+      if x == pv[k] then
+        vals[i] = pvals[i]
+        if subs then subs[i] = psubs[i] end
+      elseif subs then
+        vals[i], subs[i] = enc_value(x, 1, psubs[i])
+      else
+        vals[i] = enc_value(x, 2)
+      end
+    end
+    if keys and n ~= #keys then keys = nil end
+  end
+  if not keys then
+    local ks = {}
+    for k in next, v do ks[#ks + 1] = k end
+    keys = key_list(ks)
+    vals, subs = {}, depth == 0 and {} or nil
+    local pidx = pl and pl.keys.idx
+    for i, k in ipairs(keys) do
+      local x = v[k]
+      local j = pidx and pidx[k]
+      if j and x == pv[k] then
+        vals[i] = pvals[j]
+        if subs then subs[i] = psubs[j] end
+      elseif subs then
+        vals[i], subs[i] = enc_value(x, 1, j and psubs[j] or nil)
+      else
+        vals[i] = enc_value(x, 2)
+      end
+    end
+  end
+  local pre, parts, n = keys.pre, scratch[depth + 1], #keys
+  for i = 1, n do
+    parts[2 * i - 1] = pre[i]
+    parts[2 * i] = vals[i]
+  end
+  parts[2 * n + 1] = "}"
+  local text = join_bytes(parts, 1, 2 * n + 1)
+  return { obj = v, keys = keys, vals = vals, subs = subs, json = text }
+end
+
+-- The layout of obj encoded against the previous entry (or nil).
+local function enc(obj, prev)
+  return lay_out(obj, 0, prev and prev.lay)
+end
+
+-- prev: the previous version's entry, whose encoding this one reuses.
+local function make_entry(obj, res, prev)
   local md = obj.metadata
-  local e = { obj = obj, json = enc(obj, 0), name = md.name, ns = md.namespace or "",
-    rv = tonumber(md.resourceVersion) }
+  local lay = enc(obj, prev)
+  local e = { obj = obj, json = lay.json, lay = lay, name = md.name,
+    ns = md.namespace or "", rv = tonumber(md.resourceVersion) }
   e.key = obj_key(md.namespace, md.name)
   e.res = res
   return e
@@ -254,7 +326,8 @@ local function item_json(e)
     for k, v in pairs(e.obj) do
       if k ~= "kind" and k ~= "apiVersion" then t[k] = v end
     end
-    e.ljson = enc(t, 0) -- the parts are shared with e.obj and cached
+    local l = e.lay
+    e.ljson = lay_out(t, 0, { obj = e.obj, keys = l.keys, vals = l.vals, subs = l.subs }).json
   end
   return e.ljson
 end
@@ -358,7 +431,7 @@ function Store:close_watchers(res, mode)
 end
 
 local function store_one(self, res, obj, etype, prev)
-  local e = make_entry(obj, res)
+  local e = make_entry(obj, res, prev)
   if etype == "DELETED" then
     if res.objects[e.key] then
       res.objects[e.key] = nil
@@ -1322,7 +1395,7 @@ end
 
 -- The whole JSON text of a list body from list().
 function _M.join(lb)
-  return lb.head .. concat(lb.items, ",", 1, lb.n) .. lb.tail
+  return lb.head .. tostring(join_bytes(lb.items, 1, lb.n, ",")) .. lb.tail
 end
 
 function Store:bookmark_line(res, annotations)
@@ -1411,6 +1484,7 @@ function Store:establish(name)
 end
 
 _M.item_json = item_json
+_M.enc = enc
 _M.obj_key = obj_key
 _M.not_found = not_found
 _M.bad_request = bad_request
