@@ -438,20 +438,27 @@ typedef struct span {
 static void h1_error(conn *c, int status) {
   char buf[256];
   const char *why = reason_phrase(status);
-  char body[64];
-  int bn = snprintf(body, sizeof body, "%d %s", status, why);
+  char plain[64];
+  const char *ctype = "text/plain; charset=utf-8", *body = plain;
+  snprintf(plain, sizeof plain, "%d %s", status, why);
+  for (size_t i = 0; i < c->h->o.nerror_pages; i++)
+    if (c->h->o.error_pages[i].status == status) {
+      ctype = c->h->o.error_pages[i].content_type;
+      body = c->h->o.error_pages[i].body;
+    }
+  size_t bn = strlen(body);
   int n = snprintf(buf, sizeof buf,
-                   "HTTP/1.1 %d %s\r\nContent-Type: text/plain; "
-                   "charset=utf-8\r\nContent-Length: %d\r\nConnection: "
-                   "close\r\n\r\n%s",
-                   status, why, bn, body);
+                   "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: "
+                   "%zu\r\nConnection: close\r\n\r\n",
+                   status, why, ctype, bn);
   kl_log(KL_LOG_DEBUG, "httpd: %s: %d %s", c->peer, status, why);
   if (c->req) {
     kl_httpd_req_t *r = c->req;
     conn_req_gone(c);
     req_free(r);
   }
-  hbuf_append(&c->out, buf, (size_t)n);
+  hbuf_append(&c->out, buf, (size_t)n < sizeof buf ? (size_t)n : 0);
+  hbuf_append(&c->out, body, bn);
   c->h->responses++;
   c->close_after = 1;
   c->started = 0;
@@ -1476,6 +1483,15 @@ badhost:
 
 /* ---- the server ---- */
 
+static void error_pages_free(kl_httpd_t *h) {
+  kl_httpd_error_page_t *pages = (kl_httpd_error_page_t *)h->o.error_pages;
+  for (size_t i = 0; i < h->o.nerror_pages; i++) {
+    free((char *)pages[i].content_type);
+    free((char *)pages[i].body);
+  }
+  free(pages);
+}
+
 kl_httpd_t *kl_httpd_new(kl_loop_t *loop, const kl_httpd_opts_t *opts,
                          char *err, size_t errlen) {
   if (err && errlen) err[0] = '\0';
@@ -1489,6 +1505,20 @@ kl_httpd_t *kl_httpd_new(kl_loop_t *loop, const kl_httpd_opts_t *opts,
   h->ev = kl_loop_ev(loop);
   h->o = *opts;
   h->o.host = h->o.tls_cert_file = h->o.tls_key_file = NULL;
+  h->o.error_pages = NULL;
+  h->o.nerror_pages = 0;
+  if (opts->nerror_pages) {
+    kl_httpd_error_page_t *pages =
+        kl_xcalloc(opts->nerror_pages, sizeof *pages);
+    for (size_t i = 0; i < opts->nerror_pages; i++) {
+      const kl_httpd_error_page_t *p = &opts->error_pages[i];
+      pages[i].status = p->status;
+      pages[i].content_type = kl_xstrdup(p->content_type);
+      pages[i].body = kl_xstrdup(p->body);
+    }
+    h->o.error_pages = pages;
+    h->o.nerror_pages = opts->nerror_pages;
+  }
   if (!h->o.max_header_bytes) h->o.max_header_bytes = 64 * 1024;
   if (!h->o.max_body_bytes) h->o.max_body_bytes = 3 * 1024 * 1024;
   if (!h->o.max_stream_buffer) h->o.max_stream_buffer = 8 * 1024 * 1024;
@@ -1517,6 +1547,7 @@ kl_httpd_t *kl_httpd_new(kl_loop_t *loop, const kl_httpd_opts_t *opts,
   return h;
 fail:
   if (h->ssl_ctx) SSL_CTX_free(h->ssl_ctx);
+  error_pages_free(h);
   free(h);
   return NULL;
 }
@@ -1553,6 +1584,7 @@ void kl_httpd_free(kl_httpd_t *h) {
     free(c);
   }
   if (h->ssl_ctx) SSL_CTX_free(h->ssl_ctx);
+  error_pages_free(h);
   free(h);
 }
 

@@ -715,6 +715,31 @@ static int l_listen(lua_State *L) {
   lua_getfield(L, 1, "send_date");
   o.send_date = lua_toboolean(L, -1);
   lua_pop(L, 1);
+  /* error_pages = { [status] = { content_type, body } } */
+  kl_httpd_error_page_t pages[16];
+  lua_getfield(L, 1, "error_pages");
+  if (lua_type(L, -1) == LUA_TTABLE) {
+    lua_pushnil(L);
+    while (lua_next(L, -2)) {
+      if (o.nerror_pages == 16 || lua_type(L, -2) != LUA_TNUMBER ||
+          lua_type(L, -1) != LUA_TTABLE)
+        return kl_lua_error(L, "httpd.listen",
+                            "error_pages: at most 16 status = {content_type, "
+                            "body} pairs");
+      kl_httpd_error_page_t *p = &pages[o.nerror_pages++];
+      p->status = (int)lua_tointeger(L, -2);
+      lua_rawgeti(L, -1, 1);
+      lua_rawgeti(L, -2, 2);
+      p->content_type = lua_tostring(L, -2);
+      p->body = lua_tostring(L, -1);
+      if (!p->content_type || !p->body)
+        return kl_lua_error(L, "httpd.listen",
+                            "error_pages: {content_type, body} strings");
+      lua_pop(L, 3); /* the strings stay alive in the options table */
+    }
+    o.error_pages = pages;
+  }
+  lua_pop(L, 1);
   lua_getfield(L, 1, "handler");
   if (lua_type(L, -1) != LUA_TFUNCTION)
     return kl_lua_error(L, "httpd.listen", "handler must be a function");
