@@ -367,6 +367,11 @@ end
 -- selectors sees (ADDED when an object starts to match, DELETED with the
 -- previous content when it stops).
 local function deliver(res, w, ev)
+  local after = w.after
+  if after then -- a watch from a resourceVersion that had not happened yet
+    if ev.rv <= after then return end
+    w.after = nil
+  end
   if w.simple then return send(res, w, heads[ev.type], ev.entry.json, TAIL) end
   local now = matches(w, ev.entry)
   if ev.type == "MODIFIED" then
@@ -689,6 +694,17 @@ function _M.decode_body(res, body)
     end
     return nil, bad_request(format("the object provided is unrecognized (must be of type %s): "
       .. "couldn't get version/kind; json parse error: %s (%s)", res.kind, why, snippet))
+  end
+  return obj
+end
+
+-- Decodes a request body sent as application/yaml as an object of res.
+function _M.decode_yaml_body(res, body)
+  local obj, err = yaml.decode(body)
+  if obj == nil or not is_object(obj) then
+    local why = err and err:gsub("^yaml: ", "") or "the document is not an object"
+    return nil, bad_request(format("the object provided is unrecognized (must be of type %s): "
+      .. "couldn't get version/kind; yaml: %s", res.kind, why))
   end
   return obj
 end
@@ -1341,9 +1357,8 @@ function Store:list(res, ns, params)
       .. "current: %d", n, self.rv), { causes = json.array { { reason = "ResourceVersionTooLarge",
         message = "Too large resource version" } }, retryAfterSeconds = 1 }), 1
   end
-  if n and n ~= 0 and rvm == "Exact" and n < self.compacted then
-    return nil, status(410, "Expired", "The resourceVersion for the provided list is too old.")
-  end
+  local expired = status(410, "Expired", "The resourceVersion for the provided list is too old.")
+  if n and n ~= 0 and rvm == "Exact" and n < self.compacted then return nil, expired end
   local list_rv = self.rv
   local start
   if cont then
@@ -1364,12 +1379,28 @@ function Store:list(res, ns, params)
     limit = nil
     list_rv = res.last_rv
   end
-  local keys = self:sorted_keys(res)
-  local items, count, last = {}, 0, nil
+  -- An exact resourceVersion (or a continued list) in the past: the state
+  -- then, rebuilt from the event history while it reaches back so far.
+  local objects, keys = res.objects
+  if rvm == "Exact" and n and n ~= 0 then
+    objects = self:snapshot(res, n)
+    if not objects then return nil, expired end
+    list_rv = n
+  elseif cont then
+    objects = self:snapshot(res, list_rv) or res.objects
+  end
+  if objects == res.objects then
+    keys = self:sorted_keys(res)
+  else
+    keys = {}
+    for k in pairs(objects) do keys[#keys + 1] = k end
+    sort(keys)
+  end
+  local items, ents, count, last = {}, {}, 0, nil
   local remaining = 0
   local scoped = res.namespaced and ns
   for _, key in ipairs(keys) do
-    local e = res.objects[key]
+    local e = objects[key]
     local k = scoped and e.name or key
     if (not start or k >= start) and (f.simple or matches(f, e)) then
       if limit and count >= limit then
@@ -1377,20 +1408,49 @@ function Store:list(res, ns, params)
       else
         count = count + 1
         items[count] = item_json(e)
+        ents[count] = e
         last = k
       end
     end
   end
-  local md = '{"resourceVersion":"' .. list_rv .. '"'
+  local meta = { resourceVersion = tostring(list_rv) }
   if remaining > 0 then
-    md = md .. ',"continue":"' .. continue_token(list_rv, last .. "\0") .. '"'
-    if #f.labels == 0 and #f.fields == 0 then
+    meta.continue = continue_token(list_rv, last .. "\0")
+    if #f.labels == 0 and #f.fields == 0 then meta.remainingItemCount = remaining end
+  end
+  local md = '{"resourceVersion":"' .. list_rv .. '"'
+  if meta.continue then
+    md = md .. ',"continue":"' .. meta.continue .. '"'
+    if meta.remainingItemCount then
       md = md .. ',"remainingItemCount":' .. remaining
     end
   end
   md = md .. "}"
   return { head = '{"kind":"' .. res.list_kind .. '","apiVersion":"' .. res.api_version
-    .. '","metadata":' .. md .. ',"items":[', items = items, n = count, tail = "]}" }
+    .. '","metadata":' .. md .. ',"items":[', items = items, n = count, tail = "]}",
+    entries = ents, meta = meta }
+end
+
+-- The objects of res (key → entry) as they were at resourceVersion rv,
+-- undoing the history's later events; nil when the history does not reach
+-- back to rv (it was compacted or trimmed).
+function Store:snapshot(res, rv)
+  if rv >= res.last_rv then return res.objects end
+  if rv < res.hist_start or rv < self.compacted then return nil end
+  local objects = {}
+  for k, e in pairs(res.objects) do objects[k] = e end
+  local h = res.history
+  for i = res.hist_last, res.hist_first, -1 do
+    local ev = h[i]
+    if ev.rv <= rv then break end
+    local key = ev.entry.key
+    if ev.type == "ADDED" then
+      objects[key] = nil
+    else
+      objects[key] = ev.prev
+    end
+  end
+  return objects
 end
 
 -- The whole JSON text of a list body from list().
