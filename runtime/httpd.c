@@ -78,8 +78,9 @@ static void hbuf_reserve(hbuf *b, size_t extra) {
     b->off = 0;
     if (b->len + extra <= b->cap) return;
   }
+  size_t need = b->off + b->len + extra; /* the front stays where it is */
   size_t cap = b->cap ? b->cap : 4096;
-  while (cap < b->len + extra)
+  while (cap < need)
     cap *= 2;
   b->p = kl_xrealloc(b->p, cap);
   b->cap = cap;

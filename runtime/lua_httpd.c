@@ -378,8 +378,56 @@ static const char *to_bytes(lua_State *L, int idx, int mt, size_t *len) {
   return b->data;
 }
 
-/* httpd.join(parts [, i [, j [, sep]]]) -> bytes: parts[i..j] (strings or
- * bytes; default 1..#parts) joined with sep (default ""). */
+/* Adds up the bytes of parts[i..j] of the table at t (nested tables
+ * counted whole), or raises. */
+static size_t join_size(lua_State *L, int t, lua_Integer i, lua_Integer j,
+                        int mt, int depth) {
+  size_t total = 0, len;
+  luaL_checkstack(L, 2, "httpd.join");
+  for (lua_Integer k = i; k <= j; k++) {
+    lua_rawgeti(L, t, (int)k);
+    if (lua_type(L, -1) == LUA_TTABLE && depth < 8) {
+      total += join_size(L, lua_gettop(L), 1, (lua_Integer)lua_objlen(L, -1),
+                         mt, depth + 1);
+    } else if (to_bytes(L, -1, mt, &len)) {
+      total += len;
+    } else {
+      kl_lua_error(L, "httpd.join",
+                   "part %d: expected a string, bytes or a "
+                   "table of them, got %s",
+                   (int)k, luaL_typename(L, -1));
+    }
+    lua_pop(L, 1);
+  }
+  return total;
+}
+
+/* Copies what join_size counted to p; returns the end. */
+static char *join_copy(lua_State *L, int t, lua_Integer i, lua_Integer j,
+                       int mt, const char *sep, size_t seplen, char *p) {
+  size_t len;
+  for (lua_Integer k = i; k <= j; k++) {
+    if (k > i && seplen) {
+      memcpy(p, sep, seplen);
+      p += seplen;
+    }
+    lua_rawgeti(L, t, (int)k);
+    if (lua_type(L, -1) == LUA_TTABLE) {
+      p = join_copy(L, lua_gettop(L), 1, (lua_Integer)lua_objlen(L, -1), mt,
+                    NULL, 0, p);
+    } else {
+      const char *d = to_bytes(L, -1, mt, &len);
+      memcpy(p, d, len);
+      p += len;
+    }
+    lua_pop(L, 1);
+  }
+  return p;
+}
+
+/* httpd.join(parts [, i [, j [, sep]]]) -> bytes: parts[i..j] (strings,
+ * bytes, or tables of parts joined whole; default 1..#parts) joined with
+ * sep (default "") between the top-level parts. */
 static int l_join(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   lua_Integer i = luaL_optinteger(L, 2, 1);
@@ -390,30 +438,11 @@ static int l_join(lua_State *L) {
   lua_settop(L, 4);
   luaL_getmetatable(L, BYTES_MT);
   int mt = lua_gettop(L);
-  size_t total = 0, len;
-  for (lua_Integer k = i; k <= j; k++) {
-    lua_rawgeti(L, 1, (int)k);
-    if (!to_bytes(L, -1, mt, &len))
-      return kl_lua_error(L, "httpd.join",
-                          "part %d: expected a string or bytes, got %s", (int)k,
-                          luaL_typename(L, -1));
-    total += len + (k > i ? seplen : 0);
-    lua_pop(L, 1);
-  }
+  size_t total = join_size(L, 1, i, j, mt, 0);
+  if (j > i) total += (size_t)(j - i) * seplen;
   lbytes_t *b = lua_newuserdata(L, sizeof *b + total);
   b->len = total;
-  char *p = b->data;
-  for (lua_Integer k = i; k <= j; k++) {
-    if (k > i && seplen) {
-      memcpy(p, sep, seplen);
-      p += seplen;
-    }
-    lua_rawgeti(L, 1, (int)k);
-    const char *d = to_bytes(L, -1, mt, &len);
-    memcpy(p, d, len);
-    p += len;
-    lua_pop(L, 1);
-  }
+  join_copy(L, 1, i, j, mt, sep, seplen, b->data);
   lua_pushvalue(L, mt);
   lua_setmetatable(L, -2);
   return 1;

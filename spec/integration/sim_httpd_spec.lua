@@ -36,8 +36,8 @@ srv = assert(httpd.listen { host = "127.0.0.1", port = 0, handler = function(req
     end
     req:finish()
   elseif path == "/bytes" then
-    local b = httpd.join({ "a", httpd.join({ "b", "c" }), "d" }, 1, 3, ",")
-    local ok, err = pcall(httpd.join, { "a", {} })
+    local b = httpd.join({ "a", httpd.join({ "b", { "c" } }), "d" }, 1, 3, ",")
+    local ok, err = pcall(httpd.join, { "a", true })
     req:stream_begin(200)
     req:write(b, "|", tostring(b), "|", tostring(#b), "|", ok and "ok" or err:match("part 2"))
     req:finish()
@@ -123,7 +123,8 @@ describe("kubelua.httpd", function()
     assert.equal('{"i":1}\n{"i":2}\n{"i":3}\n', curl("-N " .. url("/stream")))
   end)
 
-  it("joins strings and bytes into bytes that write and tostring() send", function()
+  it("joins strings, bytes and nested parts into bytes that write and tostring() send",
+    function()
     assert.equal("a,bc,d|a,bc,d|6|part 2", curl("-N " .. url("/bytes")))
   end)
 

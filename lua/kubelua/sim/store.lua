@@ -31,6 +31,7 @@ local format, sub, find = string.format, string.sub, string.find
 local floor = math.floor
 local encode, decode, null, is_array = json.encode, json.decode, json.null, json.is_array
 local join_bytes = httpd.join
+local new_tab = require "table.new"
 local copy, equal = util.copy, util.equal
 
 local _M = {}
@@ -193,13 +194,15 @@ end
 -- Encoding. Stored objects are never changed (every change builds new
 -- tables, sharing the unchanged ones), so a table's JSON stays valid for as
 -- long as the table lives. Each entry keeps the layout of its object's top
--- two levels (the object, then metadata, spec, status...): the keys in
--- order, each value's JSON, and the layouts of the values that are objects.
--- A new version is encoded against the previous entry's layout: a value
+-- two levels (the object, then metadata, spec, status...): a list of the
+-- JSON parts, key by key ('{"apiVersion":', '"v1"', ',"kind":', ...),
+-- where the part of a value that is an object is that object's layout.
+-- A new version is laid out against the previous entry's layout: a value
 -- that is the same (the same string, number or shared table) reuses its
--- JSON, and only what changed is encoded; the key order is reused when the
--- keys are the same. A writer that changes one field of a 2.4 KB Pod then
--- pays for that field and one join per level, never for the whole object.
+-- part, and only what changed is encoded; the key order is reused when the
+-- keys are the same. httpd.join then copies the parts, nested layouts
+-- included, into the object's JSON once. A writer that changes one field
+-- of a 2.4 KB Pod pays for that field and one copy, not for the object.
 
 -- "k1\0k2..." → the sorted keys, with .pre[i] = ',"ki":' and .idx[ki] = i;
 -- shared by the layouts that have these keys
@@ -232,42 +235,35 @@ end
 
 local lay_out
 
--- The JSON of value x at depth (1 or 2) and, for an object at depth 1,
--- its layout; pl is the layout of the previous value at the same place.
+-- The part of value x at depth (1 or 2): its JSON, or for an object at
+-- depth 1 its layout; pl is the previous part at the same place.
 local function enc_value(x, depth, pl)
   if type(x) ~= "table" then return enc_scalar(x) end
   if depth < 2 and next(x) ~= nil and not is_array(x) then
-    local l = lay_out(x, depth, pl)
-    return l.json, l
+    return lay_out(x, depth, type(pl) == "table" and pl or nil)
   end
   return encode(x)
 end
 
--- The join buffers of the two levels, reused: a level's parts are joined
--- before the level above fills its own.
-local scratch = { {}, {} }
-
--- The layout { obj, keys, vals, subs, json } of object v at depth 0 or 1,
--- encoded against pl (the previous version's layout at this place). subs
--- holds the layouts of values that are objects (depth 0 only).
+-- The layout of object v at depth 0 or 1, against pl (the previous
+-- version's layout at this place, or nil): parts[1 .. 2n+1] and the
+-- fields obj (v) and keys.
 function lay_out(v, depth, pl)
   local pv = pl and pl.obj
   local keys = pl and pl.keys
-  local vals, subs = {}, depth == 0 and {} or nil
-  local pvals, psubs = pl and pl.vals, pl and pl.subs
+  local l
   if keys then -- the previous keys, if v has exactly those
-    local idx, n = keys.idx, 0
+    local idx, pre, n = keys.idx, keys.pre, 0
+    l = new_tab(2 * #keys + 1, 2)
     for k, x in next, v do
       local i = idx[k]
       if not i then keys = nil break end
       n = n + 1
+      l[2 * i - 1] = pre[i]
       if x == pv[k] then
-        vals[i] = pvals[i]
-        if subs then subs[i] = psubs[i] end
-      elseif subs then
-        vals[i], subs[i] = enc_value(x, 1, psubs[i])
+        l[2 * i] = pl[2 * i]
       else
-        vals[i] = enc_value(x, 2)
+        l[2 * i] = enc_value(x, depth + 1, pl[2 * i])
       end
     end
     if keys and n ~= #keys then keys = nil end
@@ -276,41 +272,29 @@ function lay_out(v, depth, pl)
     local ks = {}
     for k in next, v do ks[#ks + 1] = k end
     keys = key_list(ks)
-    vals, subs = {}, depth == 0 and {} or nil
-    local pidx = pl and pl.keys.idx
+    local pidx, pre = pl and pl.keys.idx, keys.pre
+    l = new_tab(2 * #keys + 1, 2)
     for i, k in ipairs(keys) do
       local x = v[k]
       local j = pidx and pidx[k]
+      l[2 * i - 1] = pre[i]
       if j and x == pv[k] then
-        vals[i] = pvals[j]
-        if subs then subs[i] = psubs[j] end
-      elseif subs then
-        vals[i], subs[i] = enc_value(x, 1, j and psubs[j] or nil)
+        l[2 * i] = pl[2 * j]
       else
-        vals[i] = enc_value(x, 2)
+        l[2 * i] = enc_value(x, depth + 1, j and pl[2 * j] or nil)
       end
     end
   end
-  local pre, parts, n = keys.pre, scratch[depth + 1], #keys
-  for i = 1, n do
-    parts[2 * i - 1] = pre[i]
-    parts[2 * i] = vals[i]
-  end
-  parts[2 * n + 1] = "}"
-  local text = join_bytes(parts, 1, 2 * n + 1)
-  return { obj = v, keys = keys, vals = vals, subs = subs, json = text }
+  l[2 * #keys + 1] = "}"
+  l.obj, l.keys = v, keys
+  return l
 end
 
--- The layout of obj encoded against the previous entry (or nil).
-local function enc(obj, prev)
-  return lay_out(obj, 0, prev and prev.lay)
-end
-
--- prev: the previous version's entry, whose encoding this one reuses.
+-- prev: the previous version's entry, whose layout this one reuses.
 local function make_entry(obj, res, prev)
   local md = obj.metadata
-  local lay = enc(obj, prev)
-  local e = { obj = obj, json = lay.json, lay = lay, name = md.name,
+  local lay = lay_out(obj, 0, prev and prev.lay)
+  local e = { obj = obj, json = join_bytes(lay), lay = lay, name = md.name,
     ns = md.namespace or "", rv = tonumber(md.resourceVersion) }
   e.key = obj_key(md.namespace, md.name)
   e.res = res
@@ -326,8 +310,7 @@ local function item_json(e)
     for k, v in pairs(e.obj) do
       if k ~= "kind" and k ~= "apiVersion" then t[k] = v end
     end
-    local l = e.lay
-    e.ljson = lay_out(t, 0, { obj = e.obj, keys = l.keys, vals = l.vals, subs = l.subs }).json
+    e.ljson = join_bytes(lay_out(t, 0, e.lay))
   end
   return e.ljson
 end
@@ -1544,7 +1527,6 @@ function Store:establish(name)
 end
 
 _M.item_json = item_json
-_M.enc = enc
 _M.obj_key = obj_key
 _M.not_found = not_found
 _M.bad_request = bad_request
