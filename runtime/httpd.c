@@ -67,15 +67,20 @@ typedef struct hbuf {
   size_t off, len, cap;
 } hbuf;
 
+/* Grows b for extra more bytes. Consumed space at the front is reclaimed
+ * only when it is at least as large as the live data: a stream that is sent
+ * in pieces while it is appended to would otherwise move its whole backlog
+ * for every append once the buffer is full. */
 static void hbuf_reserve(hbuf *b, size_t extra) {
   if (b->off + b->len + extra <= b->cap) return;
-  if (b->off) {
+  if (b->off && b->off >= b->len) {
     memmove(b->p, b->p + b->off, b->len);
     b->off = 0;
     if (b->len + extra <= b->cap) return;
   }
+  size_t need = b->off + b->len + extra; /* the front stays where it is */
   size_t cap = b->cap ? b->cap : 4096;
-  while (cap < b->len + extra)
+  while (cap < need)
     cap *= 2;
   b->p = kl_xrealloc(b->p, cap);
   b->cap = cap;
@@ -153,7 +158,8 @@ struct conn {
   int bstate;  /* B_* while the request's body is read */
   uint64_t bleft;
   size_t trailer_bytes, lingered;
-  double started; /* first byte of the request being read; 0: none */
+  size_t flush_at; /* a stream write tries the socket at this much unsent */
+  double started;  /* first byte of the request being read; 0: none */
   double idle_since;
   double wprogress; /* last write progress while blocked */
   double linger_since;
@@ -433,20 +439,27 @@ typedef struct span {
 static void h1_error(conn *c, int status) {
   char buf[256];
   const char *why = reason_phrase(status);
-  char body[64];
-  int bn = snprintf(body, sizeof body, "%d %s", status, why);
+  char plain[64];
+  const char *ctype = "text/plain; charset=utf-8", *body = plain;
+  snprintf(plain, sizeof plain, "%d %s", status, why);
+  for (size_t i = 0; i < c->h->o.nerror_pages; i++)
+    if (c->h->o.error_pages[i].status == status) {
+      ctype = c->h->o.error_pages[i].content_type;
+      body = c->h->o.error_pages[i].body;
+    }
+  size_t bn = strlen(body);
   int n = snprintf(buf, sizeof buf,
-                   "HTTP/1.1 %d %s\r\nContent-Type: text/plain; "
-                   "charset=utf-8\r\nContent-Length: %d\r\nConnection: "
-                   "close\r\n\r\n%s",
-                   status, why, bn, body);
+                   "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: "
+                   "%zu\r\nConnection: close\r\n\r\n",
+                   status, why, ctype, bn);
   kl_log(KL_LOG_DEBUG, "httpd: %s: %d %s", c->peer, status, why);
   if (c->req) {
     kl_httpd_req_t *r = c->req;
     conn_req_gone(c);
     req_free(r);
   }
-  hbuf_append(&c->out, buf, (size_t)n);
+  hbuf_append(&c->out, buf, (size_t)n < sizeof buf ? (size_t)n : 0);
+  hbuf_append(&c->out, body, bn);
   c->h->responses++;
   c->close_after = 1;
   c->started = 0;
@@ -1041,9 +1054,12 @@ static int conn_flush(conn *c, int callbacks) {
     if (c->blocked) c->wprogress = now(h);
   }
   c->blocked = 0;
-  /* A drained stream gives its buffer back: thousands of watches sit idle
-   * most of the time. */
-  if (c->out.cap > HTTPD_KEEP_BUF || (c->req && c->req->phase == RQ_STREAM))
+  c->flush_at = 0;
+  /* A drained stream gives its buffer back once its producer is done for
+   * now (thousands of watches sit idle most of the time), but not in the
+   * middle of a burst of writes (callbacks == 0), which would refill it. */
+  if (callbacks &&
+      (c->out.cap > HTTPD_KEEP_BUF || (c->req && c->req->phase == RQ_STREAM)))
     hbuf_free(&c->out);
   if (c->cut || (c->close_after && !c->req)) {
     conn_shutdown(c);
@@ -1468,6 +1484,15 @@ badhost:
 
 /* ---- the server ---- */
 
+static void error_pages_free(kl_httpd_t *h) {
+  kl_httpd_error_page_t *pages = (kl_httpd_error_page_t *)h->o.error_pages;
+  for (size_t i = 0; i < h->o.nerror_pages; i++) {
+    free((char *)pages[i].content_type);
+    free((char *)pages[i].body);
+  }
+  free(pages);
+}
+
 kl_httpd_t *kl_httpd_new(kl_loop_t *loop, const kl_httpd_opts_t *opts,
                          char *err, size_t errlen) {
   if (err && errlen) err[0] = '\0';
@@ -1481,6 +1506,20 @@ kl_httpd_t *kl_httpd_new(kl_loop_t *loop, const kl_httpd_opts_t *opts,
   h->ev = kl_loop_ev(loop);
   h->o = *opts;
   h->o.host = h->o.tls_cert_file = h->o.tls_key_file = NULL;
+  h->o.error_pages = NULL;
+  h->o.nerror_pages = 0;
+  if (opts->nerror_pages) {
+    kl_httpd_error_page_t *pages =
+        kl_xcalloc(opts->nerror_pages, sizeof *pages);
+    for (size_t i = 0; i < opts->nerror_pages; i++) {
+      const kl_httpd_error_page_t *p = &opts->error_pages[i];
+      pages[i].status = p->status;
+      pages[i].content_type = kl_xstrdup(p->content_type);
+      pages[i].body = kl_xstrdup(p->body);
+    }
+    h->o.error_pages = pages;
+    h->o.nerror_pages = opts->nerror_pages;
+  }
   if (!h->o.max_header_bytes) h->o.max_header_bytes = 64 * 1024;
   if (!h->o.max_body_bytes) h->o.max_body_bytes = 3 * 1024 * 1024;
   if (!h->o.max_stream_buffer) h->o.max_stream_buffer = 8 * 1024 * 1024;
@@ -1509,6 +1548,7 @@ kl_httpd_t *kl_httpd_new(kl_loop_t *loop, const kl_httpd_opts_t *opts,
   return h;
 fail:
   if (h->ssl_ctx) SSL_CTX_free(h->ssl_ctx);
+  error_pages_free(h);
   free(h);
   return NULL;
 }
@@ -1545,6 +1585,7 @@ void kl_httpd_free(kl_httpd_t *h) {
     free(c);
   }
   if (h->ssl_ctx) SSL_CTX_free(h->ssl_ctx);
+  error_pages_free(h);
   free(h);
 }
 
@@ -1779,9 +1820,14 @@ int kl_httpd_stream_writev(kl_httpd_req_t *r, const struct iovec *iov, int n) {
     if (!r->abort_left) c->cut = 1;
   }
   r->want_drain = 1;
-  if (c->out.len >= HTTPD_SYNC_FLUSH) {
+  /* A producer that writes many events without returning to the loop has
+   * them sent every HTTPD_SYNC_FLUSH bytes, so the client keeps reading;
+   * a socket that is full is tried again only after as many more bytes,
+   * not on every write (each try would be a failed send). */
+  if (c->out.len >= HTTPD_SYNC_FLUSH && c->out.len >= c->flush_at) {
     conn_flush(c, 0);
     if (c->dead) return KL_ESHUTDOWN;
+    c->flush_at = c->out.len + HTTPD_SYNC_FLUSH;
   }
   conn_kick(c);
   return 0;

@@ -45,6 +45,14 @@ typedef void kl_httpd_close_fn(kl_httpd_req_t *req, int reason, void *ud);
  * writes: a producer that paused for backpressure resumes here. */
 typedef void kl_httpd_drain_fn(kl_httpd_req_t *req, void *ud);
 
+/* A body for an error the server answers by itself (400, 408, 413, 431,
+ * 501...), instead of its plain-text default. */
+typedef struct kl_httpd_error_page {
+  int status;
+  const char *content_type;
+  const char *body;
+} kl_httpd_error_page_t;
+
 typedef struct kl_httpd_opts {
   /* An IPv4 or IPv6 literal ("127.0.0.1", "::1", "[::1]"); NULL or "":
    * every interface (IPv6 and IPv4 when the host has IPv6). */
@@ -65,6 +73,9 @@ typedef struct kl_httpd_opts {
   double idle_timeout;  /* keep-alive wait for the next request [90 s] */
   double write_timeout; /* unsent output and no progress [60 s] */
   int send_date;        /* add a Date header to every response */
+  /* Error pages by status (copied); others get "<status> <reason>". */
+  const kl_httpd_error_page_t *error_pages;
+  size_t nerror_pages;
 } kl_httpd_opts_t;
 
 /* How kl_httpd_close_streams ends the streams. */

@@ -23,7 +23,17 @@
  * on_close callback (in a task) and wakes drain waiters from the loop's top
  * level. __gc of a request still alive detaches it (httpd then frees it
  * silently when its connection goes), which only happens as the state
- * closes. */
+ * closes.
+ *
+ * Bytes. httpd.join(parts [, i [, j [, sep]]]) concatenates strings and
+ * bytes values into a bytes value: an immutable userdata holding the bytes,
+ * which req:write sends like a string and tostring() turns into one. It
+ * exists for the JSON of stored objects, written to every watcher: made as
+ * Lua strings, thousands of live texts of the same length that differ in a
+ * few bytes all land in one bucket of LuaJIT's string table (its hash reads
+ * only a few positions of a long string), and every new one is compared
+ * with all of them. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -36,6 +46,12 @@
 #define SERVER_MT "kubelua.httpd.server"
 #define REQ_MT "kubelua.httpd.request"
 #define RUNNER_KEY "kubelua.httpd.runner"
+#define BYTES_MT "kubelua.httpd.bytes"
+
+typedef struct lbytes {
+  size_t len;
+  char data[];
+} lbytes_t;
 
 typedef struct lsrv {
   kl_httpd_t *h;
@@ -348,18 +364,121 @@ static int req_stream_begin(lua_State *L) {
   return 1;
 }
 
-/* req:write(s, ...) -> true | nil, "closed" | nil, "limit": the strings are
- * sent as one chunk. */
+/* --- bytes --------------------------------------------------------------- */
+
+/* The bytes of a string or bytes value at idx, or NULL. mt: the index of
+ * the bytes metatable, or 0 to look it up. */
+static const char *to_bytes(lua_State *L, int idx, int mt, size_t *len) {
+  int t = lua_type(L, idx);
+  if (t == LUA_TSTRING) return lua_tolstring(L, idx, len);
+  if (t != LUA_TUSERDATA || !lua_getmetatable(L, idx)) return NULL;
+  if (mt)
+    lua_pushvalue(L, mt);
+  else
+    luaL_getmetatable(L, BYTES_MT);
+  int is = lua_rawequal(L, -1, -2);
+  lua_pop(L, 2);
+  if (!is) return NULL;
+  lbytes_t *b = lua_touserdata(L, idx);
+  *len = b->len;
+  return b->data;
+}
+
+/* Adds up the bytes of parts[i..j] of the table at t (nested tables
+ * counted whole), or raises. */
+static size_t join_size(lua_State *L, int t, lua_Integer i, lua_Integer j,
+                        int mt, int depth) {
+  size_t total = 0, len;
+  luaL_checkstack(L, 2, "httpd.join");
+  for (lua_Integer k = i; k <= j; k++) {
+    lua_rawgeti(L, t, (int)k);
+    if (lua_type(L, -1) == LUA_TTABLE && depth < 8) {
+      total += join_size(L, lua_gettop(L), 1, (lua_Integer)lua_objlen(L, -1),
+                         mt, depth + 1);
+    } else if (to_bytes(L, -1, mt, &len)) {
+      total += len;
+    } else {
+      kl_lua_error(L, "httpd.join",
+                   "part %d: expected a string, bytes or a "
+                   "table of them, got %s",
+                   (int)k, luaL_typename(L, -1));
+    }
+    lua_pop(L, 1);
+  }
+  return total;
+}
+
+/* Copies what join_size counted to p; returns the end. */
+static char *join_copy(lua_State *L, int t, lua_Integer i, lua_Integer j,
+                       int mt, const char *sep, size_t seplen, char *p) {
+  size_t len;
+  for (lua_Integer k = i; k <= j; k++) {
+    if (k > i && seplen) {
+      memcpy(p, sep, seplen);
+      p += seplen;
+    }
+    lua_rawgeti(L, t, (int)k);
+    if (lua_type(L, -1) == LUA_TTABLE) {
+      p = join_copy(L, lua_gettop(L), 1, (lua_Integer)lua_objlen(L, -1), mt,
+                    NULL, 0, p);
+    } else {
+      const char *d = to_bytes(L, -1, mt, &len);
+      memcpy(p, d, len);
+      p += len;
+    }
+    lua_pop(L, 1);
+  }
+  return p;
+}
+
+/* httpd.join(parts [, i [, j [, sep]]]) -> bytes: parts[i..j] (strings,
+ * bytes, or tables of parts joined whole; default 1..#parts) joined with
+ * sep (default "") between the top-level parts. */
+static int l_join(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  lua_Integer i = luaL_optinteger(L, 2, 1);
+  lua_Integer j = lua_isnoneornil(L, 3) ? (lua_Integer)lua_objlen(L, 1)
+                                        : luaL_checkinteger(L, 3);
+  size_t seplen = 0;
+  const char *sep = luaL_optlstring(L, 4, "", &seplen);
+  lua_settop(L, 4);
+  luaL_getmetatable(L, BYTES_MT);
+  int mt = lua_gettop(L);
+  size_t total = join_size(L, 1, i, j, mt, 0);
+  if (j > i) total += (size_t)(j - i) * seplen;
+  lbytes_t *b = lua_newuserdata(L, sizeof *b + total);
+  b->len = total;
+  join_copy(L, 1, i, j, mt, sep, seplen, b->data);
+  lua_pushvalue(L, mt);
+  lua_setmetatable(L, -2);
+  return 1;
+}
+
+static int bytes_len(lua_State *L) {
+  lbytes_t *b = luaL_checkudata(L, 1, BYTES_MT);
+  lua_pushinteger(L, (lua_Integer)b->len);
+  return 1;
+}
+
+static int bytes_tostring(lua_State *L) {
+  lbytes_t *b = luaL_checkudata(L, 1, BYTES_MT);
+  lua_pushlstring(L, b->data, b->len);
+  return 1;
+}
+
+/* req:write(s, ...) -> true | nil, "closed" | nil, "limit": the strings
+ * (or bytes) are sent as one chunk. */
 static int req_write(lua_State *L) {
   lreq_t *lr = check_req(L, "req:write");
   int n = lua_gettop(L) - 1;
   struct iovec iov[16];
   if (n > 16) return kl_lua_error(L, "req:write", "at most 16 pieces");
   for (int i = 0; i < n; i++) {
-    if (lua_type(L, i + 2) != LUA_TSTRING)
+    const char *d = to_bytes(L, i + 2, 0, &iov[i].iov_len);
+    if (!d)
       return kl_lua_error(L, "req:write", "expected strings, got %s",
                           luaL_typename(L, i + 2));
-    iov[i].iov_base = (void *)lua_tolstring(L, i + 2, &iov[i].iov_len);
+    iov[i].iov_base = (void *)(uintptr_t)d;
   }
   if (!lr->started)
     return kl_lua_error(L, "req:write", "no streaming response has begun");
@@ -636,6 +755,31 @@ static int l_listen(lua_State *L) {
   lua_getfield(L, 1, "send_date");
   o.send_date = lua_toboolean(L, -1);
   lua_pop(L, 1);
+  /* error_pages = { [status] = { content_type, body } } */
+  kl_httpd_error_page_t pages[16];
+  lua_getfield(L, 1, "error_pages");
+  if (lua_type(L, -1) == LUA_TTABLE) {
+    lua_pushnil(L);
+    while (lua_next(L, -2)) {
+      if (o.nerror_pages == 16 || lua_type(L, -2) != LUA_TNUMBER ||
+          lua_type(L, -1) != LUA_TTABLE)
+        return kl_lua_error(L, "httpd.listen",
+                            "error_pages: at most 16 status = {content_type, "
+                            "body} pairs");
+      kl_httpd_error_page_t *p = &pages[o.nerror_pages++];
+      p->status = (int)lua_tointeger(L, -2);
+      lua_rawgeti(L, -1, 1);
+      lua_rawgeti(L, -2, 2);
+      p->content_type = lua_tostring(L, -2);
+      p->body = lua_tostring(L, -1);
+      if (!p->content_type || !p->body)
+        return kl_lua_error(L, "httpd.listen",
+                            "error_pages: {content_type, body} strings");
+      lua_pop(L, 3); /* the strings stay alive in the options table */
+    }
+    o.error_pages = pages;
+  }
+  lua_pop(L, 1);
   lua_getfield(L, 1, "handler");
   if (lua_type(L, -1) != LUA_TFUNCTION)
     return kl_lua_error(L, "httpd.listen", "handler must be a function");
@@ -680,6 +824,18 @@ static const char runner_src[] =
     "  end\n"
     "end\n";
 
+static const luaL_Reg bytes_meta[] = {
+    {"__len", bytes_len},
+    {"__tostring", bytes_tostring},
+    {NULL, NULL},
+};
+
+static const luaL_Reg httpd_funcs[] = {
+    {"listen", l_listen},
+    {"join", l_join},
+    {NULL, NULL},
+};
+
 static void new_methods_mt(lua_State *L, const char *name,
                            const luaL_Reg *methods, lua_CFunction gc) {
   luaL_newmetatable(L, name);
@@ -714,8 +870,13 @@ int kl_luaopen_httpd(lua_State *L) {
     lua_setfield(L, -2, "run");
     lua_setfield(L, LUA_REGISTRYINDEX, RUNNER_KEY);
   }
+  if (luaL_newmetatable(L, BYTES_MT)) {
+    luaL_setfuncs(L, bytes_meta, 0);
+    lua_pushstring(L, BYTES_MT);
+    lua_setfield(L, -2, "__metatable");
+  }
+  lua_pop(L, 1);
   lua_newtable(L);
-  lua_pushcfunction(L, l_listen);
-  lua_setfield(L, -2, "listen");
+  luaL_setfuncs(L, httpd_funcs, 0);
   return 1;
 }

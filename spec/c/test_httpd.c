@@ -564,19 +564,24 @@ static void expect_error(const char *raw, size_t rawlen, int status) {
 
 #define ERR(raw, status) expect_error(raw, strlen(raw), status)
 
+/* Sends raw and expects exactly want, then the connection's end. */
+static void expect_exact(const char *raw, const char *want) {
+  tc *t = tc_open();
+  tc_send(t, raw);
+  UNTIL(t->eof);
+  KT_EQ_MEM(t->buf, t->len, want);
+  tc_close(t);
+}
+
 static void test_limits_and_malformed_requests(void) {
   kl_httpd_opts_t o = {0};
   o.max_body_bytes = 1024;
   start_opts(&o);
   /* The exact bytes of one error response. */
-  tc *t = tc_open();
-  tc_send(t, "BAD\r\n\r\n");
-  UNTIL(t->eof);
-  KT_EQ_MEM(t->buf, t->len,
-            "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; "
-            "charset=utf-8\r\nContent-Length: 15\r\nConnection: "
-            "close\r\n\r\n400 Bad Request");
-  tc_close(t);
+  expect_exact("BAD\r\n\r\n",
+               "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; "
+               "charset=utf-8\r\nContent-Length: 15\r\nConnection: "
+               "close\r\n\r\n400 Bad Request");
 
   size_t big = 70000;
   char *raw = kl_xmalloc(big + 200);
@@ -1025,6 +1030,57 @@ static void test_backpressure_drain_cap_and_write_timeout(void) {
   stop();
 }
 
+/* A stream written in bursts faster than its client reads: the backlog is
+ * sent from the front while it grows at the back, and every byte arrives
+ * in order (a buffer that kept its consumed front while growing once
+ * wrote past its end). */
+static void test_backlog_sent_while_it_grows(void) {
+  start();
+  tc *t = tc_open_at("127.0.0.1", kl_httpd_port(srv), 0, 8192);
+  tc_send(t, "GET /stream HTTP/1.1\r\nHost: x\r\n\r\n");
+  UNTIL(nhandled == 1);
+  enum { N = 600, SZ = 3000 };
+  static char ev[SZ];
+  char *want = kl_xmalloc(N * (SZ + 16));
+  size_t wl = 0;
+  for (int i = 0; i < N; i++) {
+    memset(ev, 'a' + i % 26, sizeof ev);
+    snprintf(ev, 16, "%06d", i);
+    KT_EQ_INT(kl_httpd_stream_write(held[0], ev, sizeof ev), 0);
+    wl += (size_t)sprintf(want + wl, "bb8\r\n");
+    memcpy(want + wl, ev, sizeof ev);
+    wl += sizeof ev;
+    memcpy(want + wl, "\r\n", 2);
+    wl += 2;
+    if (i % 8 == 0) ev_run(EV, EVRUN_NOWAIT); /* the client reads a bit */
+  }
+  UNTIL(t->len >= strlen(STREAM_HEAD) + wl);
+  KT_EQ_INT((long long)t->len, (long long)(strlen(STREAM_HEAD) + wl));
+  KT_TRUE(memcmp(t->buf + strlen(STREAM_HEAD), want, wl) == 0);
+  free(want);
+  kl_httpd_stream_end(held[0]);
+  held[0] = NULL;
+  tc_close(t);
+  stop();
+}
+
+/* opts.error_pages words the errors httpd answers itself. */
+static void test_error_pages(void) {
+  kl_httpd_error_page_t pages[] = {
+      {413, "application/json", "{\"code\":413}\n"}};
+  kl_httpd_opts_t o = {0};
+  o.max_body_bytes = 10;
+  o.error_pages = pages;
+  o.nerror_pages = 1;
+  start_opts(&o);
+  expect_exact("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 20\r\n\r\n",
+               "HTTP/1.1 413 Request Entity Too Large\r\nContent-Type: "
+               "application/json\r\nContent-Length: 13\r\nConnection: "
+               "close\r\n\r\n{\"code\":413}\n");
+  ERR("BAD\r\n\r\n", 400); /* the others keep the default */
+  stop();
+}
+
 static int count_answered(tc **t, int n) {
   int done = 0;
   for (int i = 0; i < n; i++)
@@ -1271,6 +1327,8 @@ int main(void) {
   KT_RUN(test_close_streams_end_and_drop);
   KT_RUN(test_async_reply_and_large_body);
   KT_RUN(test_backpressure_drain_cap_and_write_timeout);
+  KT_RUN(test_backlog_sent_while_it_grows);
+  KT_RUN(test_error_pages);
   KT_RUN(test_500_concurrent_connections);
   KT_RUN(test_free_with_requests_in_flight);
   KT_RUN(test_max_connections_and_date_header);

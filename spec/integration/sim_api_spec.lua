@@ -14,11 +14,7 @@ local function api(sim, method, path, body, ct)
   return code, obj, raw
 end
 
-local function names(list)
-  local out = {}
-  for i, it in ipairs(list.items) do out[i] = it.metadata.name end
-  return out
-end
+local names = H.names
 
 describe("kubelua sim API", function()
   local sim

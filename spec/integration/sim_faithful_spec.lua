@@ -176,6 +176,22 @@ describe("kubelua sim answers as kube-apiserver v1.26 does", function()
     check(sim, "36")
     local code = H.request(sim, "GET", "/api/v1/namespaces/demo/configmaps/dry")
     assert.equal(404, code)
+    -- kubectl's Table: the same columns and rows (ages and the generated
+    -- name aside; managedFields are not what this comparison is about)
+    check(sim, "37", nil, function(want, g)
+      for _, t in ipairs { want, g } do
+        for _, row in ipairs(t.rows) do
+          assert.matches("^%d+s$", row.cells[3])
+          row.cells[3] = "<age>"
+          if row.cells[1]:match("^gen%-") then
+            row.cells[1] = "gen"
+            row.object.metadata.name = "gen"
+          end
+          row.object = H.without_managed(row.object)
+        end
+      end
+      return want, g
+    end)
   end)
 
   it("patches with merge and JSON patches", function()

@@ -207,6 +207,13 @@ function _M.request(sim, method, path, opts)
   return tonumber(code), headers, body, decoded
 end
 
+-- The names of a list's items, in order.
+function _M.names(list)
+  local out = {}
+  for i, it in ipairs(list.items) do out[i] = it.metadata.name end
+  return out
+end
+
 -- A fixture from spec/fixtures/apiserver by its number ("15").
 local fixture_names
 function _M.fixture(n)

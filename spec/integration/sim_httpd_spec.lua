@@ -35,6 +35,12 @@ srv = assert(httpd.listen { host = "127.0.0.1", port = 0, handler = function(req
       kube.sleep(0.02)
     end
     req:finish()
+  elseif path == "/bytes" then
+    local b = httpd.join({ "a", httpd.join({ "b", { "c" } }), "d" }, 1, 3, ",")
+    local ok, err = pcall(httpd.join, { "a", true })
+    req:stream_begin(200)
+    req:write(b, "|", tostring(b), "|", tostring(#b), "|", ok and "ok" or err:match("part 2"))
+    req:finish()
   elseif path == "/abort" then
     req:stream_begin(200)
     req:write("0123456789")
@@ -115,6 +121,11 @@ describe("kubelua.httpd", function()
 
   it("streams chunks and ends the stream", function()
     assert.equal('{"i":1}\n{"i":2}\n{"i":3}\n', curl("-N " .. url("/stream")))
+  end)
+
+  it("joins strings, bytes and nested parts into bytes that write and tostring() send",
+    function()
+    assert.equal("a,bc,d|a,bc,d|6|part 2", curl("-N " .. url("/bytes")))
   end)
 
   it("aborts a stream after n more bytes", function()

@@ -14,6 +14,7 @@ local httpd = require "kubelua.httpd"
 local store = require "kubelua.sim.store"
 local util = require "kubelua.sim.util"
 local yaml = require "kubelua.sim.yaml"
+local tables = require "kubelua.sim.table"
 
 local type, pairs, ipairs, tostring, tonumber, setmetatable, pcall =
   type, pairs, ipairs, tostring, tonumber, setmetatable, pcall
@@ -74,12 +75,15 @@ local function wants_pretty(req)
   return find(ua, "^curl") or find(ua, "^Wget") or find(ua, "^Mozilla/5%.0") or false
 end
 
--- Sends a JSON body (a table or JSON text).
--- Sends a JSON body (a table or JSON text). As Go's net/http does for the
+-- Sends a JSON body (a table, JSON text or bytes). As Go's net/http does for the
 -- apiserver, a body over 2048 bytes goes out chunked, one without
 -- Content-Length.
 local function reply_json(req, code, body, extra, no_apf, warnings)
-  if type(body) ~= "string" then body = encode(body) end
+  if type(body) == "userdata" then
+    body = tostring(body)
+  elseif type(body) ~= "string" then
+    body = encode(body)
+  end
   local h = base_headers(not no_apf)
   if extra then
     for k, v in pairs(extra) do h[k] = v end
@@ -109,13 +113,23 @@ local function reply_list(req, lb)
   local step = 256
   for i = 1, n, step do
     local j = math.min(i + step - 1, n)
-    local ok = req:write(i == 1 and lb.head or ",", concat(items, ",", i, j))
+    local ok = req:write(i == 1 and lb.head or ",", httpd.join(items, i, j, ","))
     if not ok then return end
     if req:buffered() > 4 * 1024 * 1024 and not req:wait_drain() then return end
   end
   if n == 0 then req:write(lb.head) end
   req:write(lb.tail, "\n")
   return req:finish()
+end
+
+-- The object of a create or update body: JSON, or YAML when the request
+-- says so (Content-Type application/yaml), as a real server accepts both.
+local yaml_types = { ["application/yaml"] = true, ["application/x-yaml"] = true,
+  ["text/yaml"] = true }
+local function body_object(res, req)
+  local ct = lower((req:header("Content-Type") or ""):match("^[^;%s]*"))
+  if yaml_types[ct] then return store.decode_yaml_body(res, req:body()) end
+  return store.decode_body(res, req:body())
 end
 
 local function reply_status(req, st, extra)
@@ -287,9 +301,14 @@ function Sim:serve_resource(req, r, user)
   local s = self.store
   local ctx = ctx_of(req, params, r)
   local ns = r.ns
+  local as_table = tables.wanted(req:header("Accept"))
   if verb == "get" then
     local e, err = s:get(res, ns, r.name)
     if not e then return reply_status(req, err) end
+    if as_table then
+      return reply_json(req, 200, tables.build(res, { e.obj }, nil, params.includeObject,
+        os.time()))
+    end
     return reply_json(req, 200, e.json)
   elseif verb == "list" then
     local lb, err, retry = s:list(res, ns, params)
@@ -297,11 +316,18 @@ function Sim:serve_resource(req, r, user)
       if retry then kube.sleep(self.too_large_wait) end
       return reply_status(req, err, retry and { ["Retry-After"] = tostring(retry) } or nil)
     end
+    if as_table then
+      local objs = {}
+      for i = 1, lb.n do objs[i] = lb.entries[i].obj end
+      local t = tables.build(res, objs, nil, params.includeObject, os.time())
+      t.metadata = lb.meta
+      return reply_json(req, 200, t)
+    end
     return reply_list(req, lb)
   elseif verb == "watch" then
     return self:watch(req, res, ns, params, r)
   elseif verb == "create" then
-    local obj, err = store.decode_body(res, req:body())
+    local obj, err = body_object(res, req)
     if not obj then return reply_status(req, err) end
     local e
     e, err = s:create(res, ns, obj, ctx)
@@ -312,7 +338,7 @@ function Sim:serve_resource(req, r, user)
     end
     return reply_json(req, 201, e.json, nil, nil, ctx.warnings)
   elseif verb == "update" then
-    local obj, err = store.decode_body(res, req:body())
+    local obj, err = body_object(res, req)
     if not obj then return reply_status(req, err) end
     local e
     e, err = s:update(res, ns, r.name, obj, ctx)
@@ -390,6 +416,10 @@ function Sim:watch(req, res, ns, params, r)
   end
   w.req = req
   w.bookmarks = params.allowWatchBookmarks == "true"
+  -- A resourceVersion that has not happened yet: as the watch cache does,
+  -- the watch starts and stays quiet (no bookmarks either) until changes
+  -- pass it.
+  if n and n > s.rv and not initial then w.after = n end
   local timeout = tonumber(params.timeoutSeconds or "")
   if not timeout or timeout <= 0 then timeout = 1800 + math.random() * 1800 end
   local h = base_headers(true)
@@ -426,7 +456,8 @@ function Sim:watch(req, res, ns, params, r)
   while res.watchers[w] and req:alive() do
     local now = kube.monotonic()
     if now >= deadline then break end
-    if w.bookmarks and (now >= next_bookmark or (final_bookmark and now >= final_bookmark)) then
+    if w.bookmarks and not (w.after and res.last_rv <= w.after)
+        and (now >= next_bookmark or (final_bookmark and now >= final_bookmark)) then
       if final_bookmark and now >= final_bookmark then final_bookmark = nil end
       next_bookmark = now + self.bookmark_interval
       req:write(s:bookmark_line(res))
@@ -611,11 +642,18 @@ function Sim:handle(req)
   return self:serve_resource(req, r, user)
 end
 
--- listen{host, port, tls_cert, tls_key} -> server | nil, message
+-- A real apiserver reads at most 3 MiB of a request body.
+local MAX_BODY = 3 * 1024 * 1024
+
+-- listen{host, port, tls_cert, tls_key, max_body} -> server | nil, message
 function Sim:listen(opts)
+  local max_body = opts.max_body or MAX_BODY
+  local too_large = encode(status(413, "RequestEntityTooLarge",
+    format("Request entity too large: limit is %d", max_body))) .. "\n"
   local srv, err = httpd.listen {
     host = opts.host, port = opts.port or 0, tls_cert = opts.tls_cert, tls_key = opts.tls_key,
-    send_date = true,
+    send_date = true, max_body_bytes = max_body,
+    error_pages = { [413] = { "application/json", too_large } },
     handler = function(req)
       local ok, e = pcall(self.handle, self, req)
       if not ok then

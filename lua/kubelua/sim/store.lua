@@ -8,6 +8,8 @@
 -- decoded table (never changed once stored: every change builds a new
 -- one), json its compact encoding with kind and apiVersion, made once per
 -- change, so a list or a watch event copies bytes and never re-encodes.
+-- json is a kubelua.httpd bytes value (see lua_httpd.c for why not a
+-- string): req:write takes it as it is, tostring() makes it a string.
 -- Each watch event line is built once and written to every watcher.
 -- Failures are returned as nil, status where status is a Status table.
 
@@ -20,6 +22,7 @@ local managed = require "kubelua.sim.managed"
 local resources = require "kubelua.sim.resources"
 local yaml = require "kubelua.sim.yaml"
 local events = require "kubelua.sim.events"
+local httpd = require "kubelua.httpd"
 
 local type, pairs, ipairs, tostring, tonumber, setmetatable, next =
   type, pairs, ipairs, tostring, tonumber, setmetatable, next
@@ -27,6 +30,8 @@ local concat, sort, remove = table.concat, table.sort, table.remove
 local format, sub, find = string.format, string.sub, string.find
 local floor = math.floor
 local encode, decode, null, is_array = json.encode, json.decode, json.null, json.is_array
+local join_bytes = httpd.join
+local new_tab = require "table.new"
 local copy, equal = util.copy, util.equal
 
 local _M = {}
@@ -187,59 +192,110 @@ local function obj_key(ns, name)
 end
 
 -- Encoding. Stored objects are never changed (every change builds new
--- tables, sharing the unchanged ones), so the JSON of a table can be kept
--- for as long as the table lives: an object is encoded by joining its top
--- two levels from parts, and a part shared with the previous version of the
--- object costs nothing. A writer that changes one field of a 2.4 KB Pod
--- then pays for that field's part, not for the whole object.
-local enc_cache = setmetatable({}, { __mode = "k" })
-local key_cache = {}
+-- tables, sharing the unchanged ones), so a table's JSON stays valid for as
+-- long as the table lives. Each entry keeps the layout of its object's top
+-- two levels (the object, then metadata, spec, status...): a list of the
+-- JSON parts, key by key ('{"apiVersion":', '"v1"', ',"kind":', ...),
+-- where the part of a value that is an object is that object's layout.
+-- A new version is laid out against the previous entry's layout: a value
+-- that is the same (the same string, number or shared table) reuses its
+-- part, and only what changed is encoded; the key order is reused when the
+-- keys are the same. httpd.join then copies the parts, nested layouts
+-- included, into the object's JSON once. A writer that changes one field
+-- of a 2.4 KB Pod pays for that field and one copy, not for the object.
 
-local function enc(v, depth)
-  local t = type(v)
-  if t ~= "table" then
-    if t == "string" and not find(v, '[%c"\\\128-\255]') then return '"' .. v .. '"' end
-    if t == "number" and v == floor(v) and v > -1e15 and v < 1e15 then
-      return format("%d", v)
-    end
-    if t == "boolean" then return v and "true" or "false" end
-    return encode(v)
+-- "k1\0k2..." → the sorted keys, with .pre[i] = ',"ki":' and .idx[ki] = i;
+-- shared by the layouts that have these keys
+local key_lists = setmetatable({}, { __mode = "v" })
+
+local function key_list(ks)
+  sort(ks)
+  local sig = concat(ks, "\0")
+  local kl = key_lists[sig]
+  if kl then return kl end
+  local pre, idx = {}, {}
+  for i, k in ipairs(ks) do
+    pre[i] = (i == 1 and "{" or ",") .. encode(k) .. ":"
+    idx[k] = i
   end
-  local s = enc_cache[v]
-  if s then return s end
-  if depth < 2 and not is_array(v) then
-    local keys = {}
-    for k in pairs(v) do keys[#keys + 1] = k end
-    if #keys == 0 then
-      s = "{}"
-    else
-      sort(keys)
-      local parts, n = { "{" }, 1
-      for _, k in ipairs(keys) do
-        local ks = key_cache[k]
-        if not ks then
-          ks = encode(k) .. ":"
-          key_cache[k] = ks
-        end
-        parts[n + 1] = ks
-        parts[n + 2] = enc(v[k], depth + 1)
-        parts[n + 3] = ","
-        n = n + 3
-      end
-      parts[n] = "}"
-      s = concat(parts, "", 1, n)
-    end
-  else
-    s = encode(v)
-  end
-  if depth > 0 then enc_cache[v] = s end -- an object's own JSON is in its entry
-  return s
+  ks.pre, ks.idx = pre, idx
+  key_lists[sig] = ks
+  return ks
 end
 
-local function make_entry(obj, res)
+local function enc_scalar(v)
+  local t = type(v)
+  if t == "string" and not find(v, '[%c"\\\128-\255]') then return '"' .. v .. '"' end
+  if t == "number" and v == floor(v) and v > -1e15 and v < 1e15 then
+    return format("%d", v)
+  end
+  if t == "boolean" then return v and "true" or "false" end
+  return encode(v)
+end
+
+local lay_out
+
+-- The part of value x at depth (1 or 2): its JSON, or for an object at
+-- depth 1 its layout; pl is the previous part at the same place.
+local function enc_value(x, depth, pl)
+  if type(x) ~= "table" then return enc_scalar(x) end
+  if depth < 2 and next(x) ~= nil and not is_array(x) then
+    return lay_out(x, depth, type(pl) == "table" and pl or nil)
+  end
+  return encode(x)
+end
+
+-- The layout of object v at depth 0 or 1, against pl (the previous
+-- version's layout at this place, or nil): parts[1 .. 2n+1] and the
+-- fields obj (v) and keys.
+function lay_out(v, depth, pl)
+  local pv = pl and pl.obj
+  local keys = pl and pl.keys
+  local l
+  if keys then -- the previous keys, if v has exactly those
+    local idx, pre, n = keys.idx, keys.pre, 0
+    l = new_tab(2 * #keys + 1, 2)
+    for k, x in next, v do
+      local i = idx[k]
+      if not i then keys = nil break end
+      n = n + 1
+      l[2 * i - 1] = pre[i]
+      if x == pv[k] then
+        l[2 * i] = pl[2 * i]
+      else
+        l[2 * i] = enc_value(x, depth + 1, pl[2 * i])
+      end
+    end
+    if keys and n ~= #keys then keys = nil end
+  end
+  if not keys then
+    local ks = {}
+    for k in next, v do ks[#ks + 1] = k end
+    keys = key_list(ks)
+    local pidx, pre = pl and pl.keys.idx, keys.pre
+    l = new_tab(2 * #keys + 1, 2)
+    for i, k in ipairs(keys) do
+      local x = v[k]
+      local j = pidx and pidx[k]
+      l[2 * i - 1] = pre[i]
+      if j and x == pv[k] then
+        l[2 * i] = pl[2 * j]
+      else
+        l[2 * i] = enc_value(x, depth + 1, j and pl[2 * j] or nil)
+      end
+    end
+  end
+  l[2 * #keys + 1] = "}"
+  l.obj, l.keys = v, keys
+  return l
+end
+
+-- prev: the previous version's entry, whose layout this one reuses.
+local function make_entry(obj, res, prev)
   local md = obj.metadata
-  local e = { obj = obj, json = enc(obj, 0), name = md.name, ns = md.namespace or "",
-    rv = tonumber(md.resourceVersion) }
+  local lay = lay_out(obj, 0, prev and prev.lay)
+  local e = { obj = obj, json = join_bytes(lay), lay = lay, name = md.name,
+    ns = md.namespace or "", rv = tonumber(md.resourceVersion) }
   e.key = obj_key(md.namespace, md.name)
   e.res = res
   return e
@@ -254,7 +310,7 @@ local function item_json(e)
     for k, v in pairs(e.obj) do
       if k ~= "kind" and k ~= "apiVersion" then t[k] = v end
     end
-    e.ljson = enc(t, 0) -- the parts are shared with e.obj and cached
+    e.ljson = join_bytes(lay_out(t, 0, e.lay))
   end
   return e.ljson
 end
@@ -294,6 +350,11 @@ end
 -- selectors sees (ADDED when an object starts to match, DELETED with the
 -- previous content when it stops).
 local function deliver(res, w, ev)
+  local after = w.after
+  if after then -- a watch from a resourceVersion that had not happened yet
+    if ev.rv <= after then return end
+    w.after = nil
+  end
   if w.simple then return send(res, w, heads[ev.type], ev.entry.json, TAIL) end
   local now = matches(w, ev.entry)
   if ev.type == "MODIFIED" then
@@ -358,7 +419,7 @@ function Store:close_watchers(res, mode)
 end
 
 local function store_one(self, res, obj, etype, prev)
-  local e = make_entry(obj, res)
+  local e = make_entry(obj, res, prev)
   if etype == "DELETED" then
     if res.objects[e.key] then
       res.objects[e.key] = nil
@@ -616,6 +677,17 @@ function _M.decode_body(res, body)
     end
     return nil, bad_request(format("the object provided is unrecognized (must be of type %s): "
       .. "couldn't get version/kind; json parse error: %s (%s)", res.kind, why, snippet))
+  end
+  return obj
+end
+
+-- Decodes a request body sent as application/yaml as an object of res.
+function _M.decode_yaml_body(res, body)
+  local obj, err = yaml.decode(body)
+  if obj == nil or not is_object(obj) then
+    local why = err and err:gsub("^yaml: ", "") or "the document is not an object"
+    return nil, bad_request(format("the object provided is unrecognized (must be of type %s): "
+      .. "couldn't get version/kind; yaml: %s", res.kind, why))
   end
   return obj
 end
@@ -1268,9 +1340,8 @@ function Store:list(res, ns, params)
       .. "current: %d", n, self.rv), { causes = json.array { { reason = "ResourceVersionTooLarge",
         message = "Too large resource version" } }, retryAfterSeconds = 1 }), 1
   end
-  if n and n ~= 0 and rvm == "Exact" and n < self.compacted then
-    return nil, status(410, "Expired", "The resourceVersion for the provided list is too old.")
-  end
+  local expired = status(410, "Expired", "The resourceVersion for the provided list is too old.")
+  if n and n ~= 0 and rvm == "Exact" and n < self.compacted then return nil, expired end
   local list_rv = self.rv
   local start
   if cont then
@@ -1291,12 +1362,28 @@ function Store:list(res, ns, params)
     limit = nil
     list_rv = res.last_rv
   end
-  local keys = self:sorted_keys(res)
-  local items, count, last = {}, 0, nil
+  -- An exact resourceVersion (or a continued list) in the past: the state
+  -- then, rebuilt from the event history while it reaches back so far.
+  local objects, keys = res.objects
+  if rvm == "Exact" and n and n ~= 0 then
+    objects = self:snapshot(res, n)
+    if not objects then return nil, expired end
+    list_rv = n
+  elseif cont then
+    objects = self:snapshot(res, list_rv) or res.objects
+  end
+  if objects == res.objects then
+    keys = self:sorted_keys(res)
+  else
+    keys = {}
+    for k in pairs(objects) do keys[#keys + 1] = k end
+    sort(keys)
+  end
+  local items, ents, count, last = {}, {}, 0, nil
   local remaining = 0
   local scoped = res.namespaced and ns
   for _, key in ipairs(keys) do
-    local e = res.objects[key]
+    local e = objects[key]
     local k = scoped and e.name or key
     if (not start or k >= start) and (f.simple or matches(f, e)) then
       if limit and count >= limit then
@@ -1304,25 +1391,54 @@ function Store:list(res, ns, params)
       else
         count = count + 1
         items[count] = item_json(e)
+        ents[count] = e
         last = k
       end
     end
   end
-  local md = '{"resourceVersion":"' .. list_rv .. '"'
+  local meta = { resourceVersion = tostring(list_rv) }
   if remaining > 0 then
-    md = md .. ',"continue":"' .. continue_token(list_rv, last .. "\0") .. '"'
-    if #f.labels == 0 and #f.fields == 0 then
+    meta.continue = continue_token(list_rv, last .. "\0")
+    if #f.labels == 0 and #f.fields == 0 then meta.remainingItemCount = remaining end
+  end
+  local md = '{"resourceVersion":"' .. list_rv .. '"'
+  if meta.continue then
+    md = md .. ',"continue":"' .. meta.continue .. '"'
+    if meta.remainingItemCount then
       md = md .. ',"remainingItemCount":' .. remaining
     end
   end
   md = md .. "}"
   return { head = '{"kind":"' .. res.list_kind .. '","apiVersion":"' .. res.api_version
-    .. '","metadata":' .. md .. ',"items":[', items = items, n = count, tail = "]}" }
+    .. '","metadata":' .. md .. ',"items":[', items = items, n = count, tail = "]}",
+    entries = ents, meta = meta }
+end
+
+-- The objects of res (key → entry) as they were at resourceVersion rv,
+-- undoing the history's later events; nil when the history does not reach
+-- back to rv (it was compacted or trimmed).
+function Store:snapshot(res, rv)
+  if rv >= res.last_rv then return res.objects end
+  if rv < res.hist_start or rv < self.compacted then return nil end
+  local objects = {}
+  for k, e in pairs(res.objects) do objects[k] = e end
+  local h = res.history
+  for i = res.hist_last, res.hist_first, -1 do
+    local ev = h[i]
+    if ev.rv <= rv then break end
+    local key = ev.entry.key
+    if ev.type == "ADDED" then
+      objects[key] = nil
+    else
+      objects[key] = ev.prev
+    end
+  end
+  return objects
 end
 
 -- The whole JSON text of a list body from list().
 function _M.join(lb)
-  return lb.head .. concat(lb.items, ",", 1, lb.n) .. lb.tail
+  return lb.head .. tostring(join_bytes(lb.items, 1, lb.n, ",")) .. lb.tail
 end
 
 function Store:bookmark_line(res, annotations)

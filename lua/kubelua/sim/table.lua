@@ -1,0 +1,229 @@
+-- kubelua.sim.table: the meta.k8s.io/v1 Table a real apiserver answers
+-- when a client asks for one (Accept: application/json;as=Table;v=v1;
+-- g=meta.k8s.io, what kubectl get sends): column definitions and one row
+-- per object, each row's object a PartialObjectMetadata
+-- (includeObject=Metadata, the default), or the whole object (Object) or
+-- nothing (None).
+--
+-- The columns are the real server's printers for the kinds where they are
+-- cheap to compute (ConfigMap, Secret, Namespace, ServiceAccount, Lease,
+-- Deployment, ReplicaSet, StatefulSet, Pod...), Name and Age for the other
+-- built-ins, and Name and "Created At" for custom resources, as the
+-- apiserver's default table convertor gives when a CRD lists no
+-- additionalPrinterColumns.
+
+local json = require "kubelua.json"
+
+local type, pairs, ipairs, tostring, floor = type, pairs, ipairs, tostring, math.floor
+local format = string.format
+local null, is_array = json.null, json.is_array
+
+local _M = {}
+
+local NAME_DESC = "Name must be unique within a namespace. Is required when creating "
+  .. "resources, although some resources may allow a client to request the generation of an "
+  .. "appropriate name automatically. Name is primarily intended for creation idempotence and "
+  .. "configuration definition. Cannot be updated. More info: "
+  .. "http://kubernetes.io/docs/user-guide/identifiers#names"
+local AGE_DESC = "CreationTimestamp is a timestamp representing the server time when this "
+  .. "object was created. It is not guaranteed to be set in happens-before order across "
+  .. "separate operations. Clients may not set this value. It is represented in RFC3339 form "
+  .. "and is in UTC.\n\nPopulated by the system. Read-only. Null for lists. More info: "
+  .. "https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md"
+  .. "#metadata"
+
+local function col(name, desc, typ, fmt, priority)
+  return { name = name, type = typ or "string", format = fmt or "", description = desc or "",
+    priority = priority or 0 }
+end
+
+local NAME = col("Name", NAME_DESC, "string", "name")
+local AGE = col("Age", AGE_DESC)
+
+-- "3h" or "3h20m": a count of a unit and, unless 0, of the next one.
+local function two(a, ua, b, ub)
+  return b == 0 and a .. ua or format("%d%s%d%s", a, ua, b, ub)
+end
+
+-- Go's duration.HumanDuration (k8s.io/apimachinery), as kubectl shows ages.
+function _M.human_duration(seconds)
+  local s = floor(seconds)
+  if s < -1 then return "<invalid>" end
+  if s < 0 then return "0s" end
+  if s < 120 then return s .. "s" end
+  local m = floor(s / 60)
+  if m < 10 then return two(m, "m", s % 60, "s") end
+  if m < 180 then return m .. "m" end
+  local h = floor(s / 3600)
+  if h < 8 then return two(h, "h", m % 60, "m") end
+  if h < 48 then return h .. "h" end
+  local d = floor(h / 24)
+  if h < 24 * 8 then return two(d, "d", h % 24, "h") end
+  if h < 24 * 365 * 2 then return d .. "d" end
+  if h < 24 * 365 * 8 then return two(floor(d / 365), "y", d % 365, "d") end
+  return floor(d / 365) .. "y"
+end
+
+-- Seconds since the epoch of an RFC 3339 UTC time "2006-01-02T15:04:05Z".
+local function epoch(ts)
+  if type(ts) ~= "string" then return nil end
+  local y, mo, d, h, mi, s = ts:match("^(%d+)-(%d+)-(%d+)T(%d+):(%d+):(%d+)")
+  if not y then return nil end
+  y, mo, d = tonumber(y), tonumber(mo), tonumber(d)
+  -- days from civil (Howard Hinnant's algorithm): no time zone involved
+  if mo <= 2 then y = y - 1 end
+  local era = floor(y / 400)
+  local yoe = y - era * 400
+  local doy = floor((153 * (mo + (mo > 2 and -3 or 9)) + 2) / 5) + d - 1
+  local doe = yoe * 365 + floor(yoe / 4) - floor(yoe / 100) + doy
+  local days = era * 146097 + doe - 719468
+  return days * 86400 + tonumber(h) * 3600 + tonumber(mi) * 60 + tonumber(s)
+end
+_M.epoch = epoch
+
+local function count(t)
+  local n = 0
+  if type(t) == "table" then
+    for _ in pairs(t) do n = n + 1 end
+  end
+  return n
+end
+
+local function field(o, ...)
+  for _, k in ipairs { ... } do
+    if type(o) ~= "table" then return nil end
+    o = o[k]
+  end
+  if o == null then return nil end
+  return o
+end
+
+local function num(v) return type(v) == "number" and v or 0 end
+
+local function workload(ready_of)
+  return {
+    cols = { NAME, col("Ready", "Number of the pods ready / desired"),
+      col("Up-to-date", "Total number of non-terminated pods targeted by this deployment that "
+        .. "have the desired template spec.", "integer"),
+      col("Available", "Total number of available pods (ready for at least minReadySeconds) "
+        .. "targeted by this deployment.", "integer"), AGE },
+    cells = function(o)
+      return { ready_of(o), num(field(o, "status", "updatedReplicas")),
+        num(field(o, "status", "availableReplicas")) }
+    end,
+  }
+end
+
+local function ready_desired(o)
+  return format("%d/%d", num(field(o, "status", "readyReplicas")),
+    num(field(o, "spec", "replicas")))
+end
+
+-- Per resource: the columns between Name and Age, and their cells.
+local printers = {
+  configmaps = {
+    cols = { NAME, col("Data", "Data contains the configuration data. Each key must consist of "
+      .. "alphanumeric characters, '-', '_' or '.'. Values with non-UTF-8 byte sequences must "
+      .. "use the BinaryData field. The keys stored in Data must not overlap with the keys in "
+      .. "the BinaryData field, this is enforced during validation process.", "string"), AGE },
+    cells = function(o) return { count(o.data) + count(o.binaryData) } end,
+  },
+  secrets = {
+    cols = { NAME, col("Type", "The type of secret"),
+      col("Data", "The number of items in the secret", "string"), AGE },
+    cells = function(o) return { o.type or "Opaque", count(o.data) } end,
+  },
+  namespaces = {
+    cols = { NAME, col("Status", "The status of the namespace"), AGE },
+    cells = function(o) return { field(o, "status", "phase") or "" } end,
+  },
+  serviceaccounts = {
+    cols = { NAME, col("Secrets", "Secrets is the list of secrets allowed to be used by pods "
+      .. "running using this ServiceAccount. More info: "
+      .. "https://kubernetes.io/docs/concepts/configuration/secret", "string"), AGE },
+    cells = function(o) return { is_array(o.secrets) and #o.secrets or 0 } end,
+  },
+  leases = {
+    cols = { NAME, col("Holder", "The holder of the lease"), AGE },
+    cells = function(o) return { field(o, "spec", "holderIdentity") or "" } end,
+  },
+  pods = {
+    cols = { NAME, col("Ready", "The aggregate readiness state of this pod for accepting "
+      .. "traffic."), col("Status", "The aggregate status of the containers in this pod."),
+      col("Restarts", "The number of times the containers in this pod have been restarted and "
+        .. "when the last container in this pod has restarted."), AGE },
+    cells = function(o)
+      local total, ready, restarts = 0, 0, 0
+      for _, c in ipairs(field(o, "spec", "containers") or {}) do
+        if type(c) == "table" then total = total + 1 end
+      end
+      for _, cs in ipairs(field(o, "status", "containerStatuses") or {}) do
+        if type(cs) == "table" then
+          if cs.ready == true then ready = ready + 1 end
+          restarts = restarts + num(cs.restartCount)
+        end
+      end
+      local st = field(o, "status", "phase") or "Pending"
+      if field(o, "metadata", "deletionTimestamp") then st = "Terminating" end
+      return { format("%d/%d", ready, total), st, tostring(restarts) }
+    end,
+  },
+  deployments = workload(ready_desired),
+  statefulsets = {
+    cols = { NAME, col("Ready", "Number of the pods ready / desired"), AGE },
+    cells = function(o) return { ready_desired(o) } end,
+  },
+  replicasets = {
+    cols = { NAME, col("Desired", "Replicas is the number of desired replicas.", "integer"),
+      col("Current", "Replicas is the most recently oberved number of replicas.", "integer"),
+      col("Ready", "The number of ready replicas for this replica set.", "integer"), AGE },
+    cells = function(o)
+      return { num(field(o, "spec", "replicas")), num(field(o, "status", "replicas")),
+        num(field(o, "status", "readyReplicas")) }
+    end,
+  },
+}
+
+local plain = { cols = { NAME, AGE }, cells = function() return {} end }
+local custom = { cols = { NAME, col("Created At", AGE_DESC, "date") } }
+
+-- The Accept header asks for a Table.
+function _M.wanted(accept)
+  return type(accept) == "string" and accept:find("as=Table", 1, true) ~= nil
+    and accept:find("g=meta.k8s.io", 1, true) ~= nil
+end
+
+-- The PartialObjectMetadata of an object.
+local function partial(o)
+  return { kind = "PartialObjectMetadata", apiVersion = "meta.k8s.io/v1", metadata = o.metadata }
+end
+
+-- build(res, objects, rv, include, now) -> the Table (a table to encode).
+-- include: "Metadata" (default), "Object" or "None"; now: epoch seconds.
+function _M.build(res, objects, rv, include, now)
+  local p = res.builtin and (printers[res.name] or plain) or custom
+  local rows = json.array {}
+  for i, o in ipairs(objects) do
+    local md = o.metadata or {}
+    local cells = json.array { md.name or "" }
+    if res.builtin then
+      for _, v in ipairs(p.cells(o)) do cells[#cells + 1] = v end
+      local born = epoch(md.creationTimestamp)
+      cells[#cells + 1] = born and _M.human_duration(now - born) or "<unknown>"
+    else
+      cells[2] = md.creationTimestamp or null
+    end
+    local row = { cells = cells }
+    if include == "Object" then
+      row.object = o
+    elseif include ~= "None" then
+      row.object = partial(o)
+    end
+    rows[i] = row
+  end
+  return { kind = "Table", apiVersion = "meta.k8s.io/v1",
+    metadata = { resourceVersion = rv and tostring(rv) or nil },
+    columnDefinitions = json.array(p.cols), rows = rows }
+end
+
+return _M

@@ -1,0 +1,170 @@
+-- The simulator's request bodies and read paths beyond the basic verbs:
+-- bodies over the size limit (413), YAML bodies, snapshot lists at an
+-- exact older resourceVersion, watches from a resourceVersion that has not
+-- happened yet, and kubectl's Table output.
+local json = require "kubelua.json"
+local H = require "spec.integration.sim_helper"
+local tables = require "kubelua.sim.table"
+
+local CMS = "/api/v1/namespaces/default/configmaps"
+local TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"
+
+local names = H.names
+
+-- status, decoded body, raw body
+local function api(sim, method, path, body, headers)
+  local code, _, raw, obj = H.request(sim, method, path, { body = body, headers = headers })
+  return code, obj, raw
+end
+
+describe("kubelua sim reads and bodies", function()
+  local sim
+  setup(function() sim = H.start() end)
+  teardown(function() H.stop(sim) end)
+
+  it("answers a body over 3 MiB with the real server's 413 Status", function()
+    local big = '{"metadata":{"name":"big"},"data":{"x":"' .. ("x"):rep(3 * 1024 * 1024) .. '"}}'
+    local code, h, raw, st = H.request(sim, "POST", CMS, { body = big, curl = true })
+    assert.equal(413, code, raw)
+    assert.equal("application/json", h["content-type"])
+    assert.same({ kind = "Status", apiVersion = "v1", metadata = {}, status = "Failure",
+      message = "Request entity too large: limit is 3145728", reason = "RequestEntityTooLarge",
+      code = 413 }, st)
+    -- and the server goes on serving
+    assert.equal(200, (api(sim, "GET", CMS)))
+  end)
+
+  it("creates and updates from YAML bodies", function()
+    local yaml_ct = { ["Content-Type"] = "application/yaml" }
+    local code, cm, raw = api(sim, "POST", CMS, table.concat({
+      "apiVersion: v1", "kind: ConfigMap", "metadata:", "  name: from-yaml", "  labels:",
+      "    app: y", "data:", "  n: \"1\"", "  text: hello world", "" }, "\n"), yaml_ct)
+    assert.equal(201, code, raw)
+    assert.same({ n = "1", text = "hello world" }, cm.data)
+    assert.same({ app = "y" }, cm.metadata.labels)
+    code, cm, raw = api(sim, "PUT", CMS .. "/from-yaml", table.concat({
+      "apiVersion: v1", "kind: ConfigMap", "metadata:", "  name: from-yaml",
+      "  resourceVersion: \"" .. cm.metadata.resourceVersion .. "\"", "data:", "  n: \"2\"",
+      "" }, "\n"), { ["Content-Type"] = "application/yaml; charset=utf-8" })
+    assert.equal(200, code, raw)
+    assert.same({ n = "2" }, cm.data)
+    local st
+    code, st = api(sim, "POST", CMS, "metadata:\n  name: [unclosed\n", yaml_ct)
+    assert.equal(400, code)
+    assert.equal("BadRequest", st.reason)
+    assert.matches("^the object provided is unrecognized %(must be of type ConfigMap%)", st.message)
+    code, st = api(sim, "POST", CMS, "- a\n- b\n", yaml_ct)
+    assert.equal(400, code)
+    assert.equal("BadRequest", st.reason)
+  end)
+
+  it("lists the state at an exact older resourceVersion while the history has it", function()
+    local _, a = api(sim, "POST", CMS, { metadata = { name = "snap-a" }, data = { v = "1" } })
+    local _, before = api(sim, "GET", CMS)
+    local rv = before.metadata.resourceVersion
+    api(sim, "POST", CMS, { metadata = { name = "snap-b" } })
+    a.data.v = "2"
+    assert.equal(200, (api(sim, "PUT", CMS .. "/snap-a", a)))
+    assert.equal(200, (api(sim, "DELETE", CMS .. "/from-yaml")))
+    local code, old, raw = api(sim, "GET", CMS .. "?resourceVersion=" .. rv
+      .. "&resourceVersionMatch=Exact")
+    assert.equal(200, code, raw)
+    assert.equal(rv, old.metadata.resourceVersion)
+    assert.same(names(before), names(old))
+    assert.same(before, old)
+    local _, now = api(sim, "GET", CMS)
+    assert.same({ "snap-a", "snap-b" }, names(now))
+    -- pages of an old list stay on that snapshot
+    local _, page = api(sim, "GET", CMS .. "?limit=1")
+    api(sim, "POST", CMS, { metadata = { name = "snap-0" } })
+    local _, rest = api(sim, "GET", CMS .. "?limit=5&continue=" .. page.metadata.continue)
+    assert.same({ "snap-b" }, names(rest))
+    -- past the history: 410 Expired, as for a compacted revision
+    local _, f = api(sim, "POST", "/_sim/faults", { compact = true })
+    assert.truthy(f.compacted)
+    local st
+    code, st = api(sim, "GET", CMS .. "?resourceVersion=" .. rv .. "&resourceVersionMatch=Exact")
+    assert.equal(410, code)
+    assert.same(H.fixture("97").response.body, st)
+  end)
+
+  it("starts a watch from a future resourceVersion and stays quiet until it passes", function()
+    local _, list = api(sim, "GET", CMS)
+    local future = tonumber(list.metadata.resourceVersion) + 2
+    local w = H.watch_start(sim, CMS .. "?watch=true&allowWatchBookmarks=true&timeoutSeconds=5"
+      .. "&resourceVersion=" .. future)
+    H.wait_watches(sim, 1)
+    api(sim, "POST", CMS, { metadata = { name = "fut-1" } }) -- rv future - 1
+    api(sim, "POST", CMS, { metadata = { name = "fut-2" } }) -- rv future
+    api(sim, "POST", CMS, { metadata = { name = "fut-3" } }) -- rv future + 1
+    local lines = H.watch_lines(w, 1)
+    H.watch_stop(w)
+    assert.equal(1, #lines)
+    assert.equal("ADDED", lines[1].type)
+    assert.equal("fut-3", lines[1].object.metadata.name)
+    assert.equal(tostring(future + 1), lines[1].object.metadata.resourceVersion)
+  end)
+
+  it("answers kubectl's Table for lists and gets", function()
+    local code, t, raw = api(sim, "GET", "/api/v1/namespaces?labelSelector="
+      .. "kubernetes.io%2Fmetadata.name%3Ddefault", nil, { Accept = TABLE })
+    assert.equal(200, code, raw)
+    assert.equal("Table", t.kind)
+    assert.equal("meta.k8s.io/v1", t.apiVersion)
+    local cols = {}
+    for i, c in ipairs(t.columnDefinitions) do cols[i] = c.name end
+    assert.same({ "Name", "Status", "Age" }, cols)
+    assert.equal(1, #t.rows)
+    assert.equal("default", t.rows[1].cells[1])
+    assert.equal("Active", t.rows[1].cells[2])
+    assert.matches("^%d+[smhdy]", t.rows[1].cells[3])
+    assert.equal("PartialObjectMetadata", t.rows[1].object.kind)
+    assert.is_nil(t.rows[1].object.spec)
+    code, t = api(sim, "GET", CMS .. "/snap-a?includeObject=Object", nil, { Accept = TABLE })
+    assert.equal(200, code)
+    assert.equal(1, #t.rows)
+    assert.same({ "snap-a", 1 }, { t.rows[1].cells[1], t.rows[1].cells[2] })
+    assert.equal("ConfigMap", t.rows[1].object.kind)
+    code, t = api(sim, "GET", CMS .. "?includeObject=None", nil, { Accept = TABLE })
+    assert.equal(200, code)
+    assert.is_nil(t.rows[1].object)
+    -- a custom resource without printer columns: Name and Created At
+    local crd = H.fixture("09").request.body
+    assert.equal(201, (api(sim, "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+      crd)))
+    H.sleep(0.1)
+    local widgets = "/apis/example.com/v1/namespaces/default/widgets"
+    local wcode, _, wraw = api(sim, "POST", widgets, { apiVersion = "example.com/v1",
+      kind = "Widget", metadata = { name = "w1" }, spec = { size = 1 } })
+    assert.equal(201, wcode, wraw)
+    code, t = api(sim, "GET", widgets, nil, { Accept = TABLE })
+    assert.equal(200, code)
+    assert.same({ "Name", "Created At" }, { t.columnDefinitions[1].name,
+      t.columnDefinitions[2].name })
+    assert.equal("date", t.columnDefinitions[2].type)
+    assert.equal("w1", t.rows[1].cells[1])
+    assert.matches("^%d+%-%d+%-%d+T", t.rows[1].cells[2])
+    -- without the Accept header, the plain list
+    code, t = api(sim, "GET", widgets)
+    assert.equal(200, code)
+    assert.equal("WidgetList", t.kind)
+    assert.is_true(json.is_array(t.items))
+  end)
+end)
+
+describe("kubelua.sim.table", function()
+  it("shows ages as kubectl does", function()
+    local d = tables.human_duration
+    assert.same({ "0s", "59s", "119s", "2m", "2m5s", "10m", "179m", "3h", "3h20m", "8h",
+      "47h", "2d", "2d3h", "8d", "729d", "2y", "2y10d", "8y" },
+      { d(0), d(59), d(119), d(120), d(125), d(600), d(179 * 60), d(3 * 3600),
+        d(3 * 3600 + 1200), d(8 * 3600), d(47 * 3600), d(48 * 3600), d(51 * 3600),
+        d(8 * 86400), d(729 * 86400), d(730 * 86400), d(740 * 86400), d(8 * 365 * 86400) })
+  end)
+
+  it("reads RFC 3339 times as UTC", function()
+    assert.equal(0, tables.epoch("1970-01-01T00:00:00Z"))
+    assert.equal(951782400, tables.epoch("2000-02-29T00:00:00Z"))
+    assert.equal(1798588800, tables.epoch("2026-12-30T00:00:00Z"))
+  end)
+end)
