@@ -34,6 +34,7 @@
 #include "http.h"
 #include "log.h"
 #include "mem.h"
+#include "metrics.h"
 
 #define TASK_MT "kubelua.task"
 #define AFTER_MT "kubelua.timer"
@@ -98,7 +99,8 @@ struct kl_rt {
   kl_timer_t stop_timer;
   stop_hook_t *hooks;
   size_t nhooks;
-  kl_http_t *http; /* made on first use; outlives the Lua state */
+  kl_http_t *http;       /* made on first use; outlives the Lua state */
+  kl_metrics_t *metrics; /* outlives the Lua state too */
   /* Generations of the scripts (hot reload): the active one, and the one
    * code runs for when C calls Lua on a generation's behalf (a load, a
    * handler, a timer, a server's request) while `scoped`; 0 is the
@@ -1008,6 +1010,8 @@ kl_rt_t *kl_rt_new(kl_loop_t *loop) {
     free(rt);
     return NULL;
   }
+  rt->metrics = kl_metrics_new();
+  kl_metrics_add_process(rt->metrics);
   luaL_openlibs(L);
   kl_rt_t **box = lua_newuserdata(L, sizeof *box);
   *box = rt;
@@ -1051,6 +1055,8 @@ kl_rt_t *kl_rt_new(kl_loop_t *loop) {
   lua_setfield(L, -2, "kubelua.http");
   lua_pushcfunction(L, kl_luaopen_kubeconfig);
   lua_setfield(L, -2, "kubelua.kubeconfig");
+  lua_pushcfunction(L, kl_luaopen_metrics);
+  lua_setfield(L, -2, "kubelua.metrics.core");
   for (const kl_lua_module_t *m = kl_lua_modules; m->name; m++) {
     lua_pushlightuserdata(L, (void *)m); /* static data, not heap */
     lua_pushcclosure(L, load_embedded, 1);
@@ -1072,11 +1078,13 @@ void kl_rt_free(kl_rt_t *rt) {
   kl_loop_undefer(rt->loop, &rt->on_stop_run);
   lua_close(rt->L); /* requests and reflectors end here, http is still up */
   kl_http_free(rt->http);
+  kl_metrics_free(rt->metrics);
   free(rt->hooks);
   free(rt);
 }
 
 lua_State *kl_rt_lua(kl_rt_t *rt) { return rt->L; }
+kl_metrics_t *kl_rt_metrics(kl_rt_t *rt) { return rt->metrics; }
 kl_loop_t *kl_rt_loop(kl_rt_t *rt) { return rt->loop; }
 
 int kl_lua_traceback(lua_State *L) {

@@ -12,6 +12,7 @@ local core = require "kubelua.core"
 local json = require "kubelua.json"
 local informer = require "kubelua.informer"
 local leader = require "kubelua.leader"
+local metrics = require "kubelua.metrics"
 
 local error, type, tostring, pairs, select = error, type, tostring, pairs, select
 local setmetatable, getmetatable, xpcall = setmetatable, getmetatable, xpcall
@@ -217,6 +218,22 @@ require("kubelua.generation").on_retire(function(gen)
   end
 end)
 
+-- /metrics reports the shared informers; /readyz waits for their caches.
+metrics.informers(function()
+  local list = {}
+  for _, inf in pairs(informers) do list[#list + 1] = inf end
+  return list
+end)
+metrics.readiness("informers", function()
+  local waiting = {}
+  for _, inf in pairs(informers) do
+    if not inf:has_synced() then waiting[#waiting + 1] = inf:name() end
+  end
+  if #waiting == 0 then return true end
+  sort(waiting)
+  return false, "not synced: " .. concat(waiting, ", ")
+end)
+
 -- kube.informer(api_version, resource, opts) -> a shared informer: the same
 -- arguments give the same informer (one watch, one cache). resource is the
 -- plural name ("configmaps"); opts: namespace, label_selector,
@@ -304,11 +321,23 @@ function _M.requeue_after(seconds)
 end
 
 local may_work = leader.may_work
+local reconcile_total, reconcile_errors = metrics.reconcile_total, metrics.reconcile_errors
+local reconcile_time = metrics.reconcile_time
+
+-- controller-runtime's reconcile metrics, the controller being the queue.
+local function count_reconcile(labels, result, started)
+  labels.result = result
+  reconcile_total:inc(labels)
+  labels.result = nil
+  if result == "error" then reconcile_errors:inc(labels) end
+  reconcile_time:observe(core.monotonic() - started, labels)
+end
 
 local function worker_loop(q, fn, qname)
   local get, done, forget, add = q.get, q.done, q.forget, q.add
   local add_after, add_rate_limited = q.add_after, q.add_rate_limited
   local alive, gen = core.generation_alive, core.generation()
+  local labels, monotonic = { controller = qname }, core.monotonic
   -- A hot reload retires this worker's generation: it finishes the key in
   -- hand and returns (one parked in get ends with its generation). With
   -- leader election, workers take keys only while this replica leads.
@@ -324,19 +353,24 @@ local function worker_loop(q, fn, qname)
       done(q, key)
       goto continue
     end
+    local started = monotonic()
     local ok, res, err = xpcall(fn, traceback, key)
     if not ok then
       log.error("reconcile failed", { queue = qname, key = key, error = res })
       add_rate_limited(q, key)
+      count_reconcile(labels, "error", started)
     elseif res == nil and err ~= nil then
       log.error("reconcile failed", { queue = qname, key = key,
                                       error = tostring(err) })
       add_rate_limited(q, key)
+      count_reconcile(labels, "error", started)
     elseif getmetatable(res) == requeue_mt then
       forget(q, key)
       add_after(q, key, res.seconds)
+      count_reconcile(labels, res.seconds > 0 and "requeue_after" or "requeue", started)
     else
       forget(q, key)
+      count_reconcile(labels, "success", started)
     end
     done(q, key)
     ::continue::
@@ -376,6 +410,11 @@ function _M.leader_election(opts)
 end
 _M.on_leading = leader.on_leading
 _M.on_stopped_leading = leader.on_stopped_leading
+
+-- kube.metrics.counter/gauge/histogram{name, help, labels, buckets}: the
+-- script's own metrics on /metrics (see lua/kubelua/metrics.lua).
+_M.metrics = { counter = metrics.counter, gauge = metrics.gauge,
+               histogram = metrics.histogram, render = metrics.render }
 
 -- The REST client (kubelua.client): verbs on the default client, and the
 -- error predicates. kube.client.new / kube.client.set_default make clients.
