@@ -20,6 +20,7 @@
 #include "metrics.h"
 
 #define FAMILY_MT "kubelua.metric"
+#define SERIES_MT "kubelua.metric.series"
 
 typedef struct lmetric {
   kl_metric_t *f;
@@ -185,10 +186,105 @@ static int m_eq(lua_State *L) {
   return 1;
 }
 
+/* A series bound to its label values (m:with(labels)): the hot path's
+ * handle, with no label lookup per call. */
+typedef struct lseries {
+  kl_series_t *s;
+  kl_metric_t *f;
+} lseries_t;
+
+static lseries_t *check_series(lua_State *L, const char *fn) {
+  lseries_t *ls = luaL_testudata(L, 1, SERIES_MT);
+  if (!ls)
+    kl_lua_error(L, fn, "expected a metric series, got %s",
+                 luaL_typename(L, 1));
+  return ls;
+}
+
+/* m:with(labels) -> a series handle with inc/dec/set/observe/value. */
+static int m_with(lua_State *L) {
+  lmetric_t *lm = check_metric(L, "metric:with");
+  if (!lua_istable(L, 2))
+    return kl_lua_error(L, "metric:with", "labels must be a table, got %s",
+                        luaL_typename(L, 2));
+  kl_series_t *s = series_at(L, lm, 2, "metric:with");
+  lseries_t *ls = lua_newuserdata(L, sizeof *ls);
+  ls->s = s;
+  ls->f = lm->f;
+  luaL_getmetatable(L, SERIES_MT);
+  lua_setmetatable(L, -2);
+  return 1;
+}
+
+static double opt_value(lua_State *L, double dflt, const char *fn) {
+  if (lua_isnoneornil(L, 2)) {
+    if (isnan(dflt)) kl_lua_error(L, fn, "a number is needed");
+    return dflt;
+  }
+  if (lua_type(L, 2) != LUA_TNUMBER)
+    kl_lua_error(L, fn, "expected a number, got %s", luaL_typename(L, 2));
+  return lua_tonumber(L, 2);
+}
+
+static void check_series_type(lua_State *L, lseries_t *ls, unsigned mask,
+                              const char *fn) {
+  kl_metric_type_t t = kl_metric_type(ls->f);
+  if (!(mask & (1u << t)))
+    kl_lua_error(L, fn, "%s is a %s", kl_metric_name(ls->f), type_names[t]);
+}
+
+static int s_inc(lua_State *L) {
+  lseries_t *ls = check_series(L, "series:inc");
+  check_series_type(L, ls, (1u << KL_METRIC_COUNTER) | (1u << KL_METRIC_GAUGE),
+                    "series:inc");
+  double v = opt_value(L, 1, "series:inc");
+  if (kl_series_add(ls->s, v) != 0)
+    kl_lua_error(L, "series:inc", "%s: a counter only goes up (got %g)",
+                 kl_metric_name(ls->f), v);
+  return 0;
+}
+
+static int s_dec(lua_State *L) {
+  lseries_t *ls = check_series(L, "series:dec");
+  check_series_type(L, ls, 1u << KL_METRIC_GAUGE, "series:dec");
+  kl_series_add(ls->s, -opt_value(L, 1, "series:dec"));
+  return 0;
+}
+
+static int s_set(lua_State *L) {
+  lseries_t *ls = check_series(L, "series:set");
+  check_series_type(L, ls, 1u << KL_METRIC_GAUGE, "series:set");
+  kl_series_set(ls->s, opt_value(L, NAN, "series:set"));
+  return 0;
+}
+
+static int s_observe(lua_State *L) {
+  lseries_t *ls = check_series(L, "series:observe");
+  check_series_type(L, ls, 1u << KL_METRIC_HISTOGRAM, "series:observe");
+  kl_series_observe(ls->s, opt_value(L, NAN, "series:observe"));
+  return 0;
+}
+
+static int s_value(lua_State *L) {
+  lseries_t *ls = check_series(L, "series:value");
+  if (kl_metric_type(ls->f) != KL_METRIC_HISTOGRAM) {
+    lua_pushnumber(L, kl_series_value(ls->s));
+    return 1;
+  }
+  lua_pushnumber(L, (double)kl_series_count(ls->s));
+  lua_pushnumber(L, kl_series_sum(ls->s));
+  return 2;
+}
+
+static const luaL_Reg series_methods[] = {
+    {"inc", s_inc},         {"dec", s_dec},     {"set", s_set},
+    {"observe", s_observe}, {"value", s_value}, {NULL, NULL},
+};
+
 static const luaL_Reg metric_methods[] = {
-    {"inc", m_inc},         {"dec", m_dec},     {"set", m_set},
-    {"observe", m_observe}, {"value", m_value}, {"name", m_name},
-    {NULL, NULL},
+    {"with", m_with}, {"inc", m_inc},         {"dec", m_dec},
+    {"set", m_set},   {"observe", m_observe}, {"value", m_value},
+    {"name", m_name}, {NULL, NULL},
 };
 
 /* Registers the family described by the spec table at 1. */
@@ -302,6 +398,12 @@ int kl_luaopen_metrics(lua_State *L) {
     lua_setfield(L, -2, "__tostring");
     lua_pushcfunction(L, m_eq);
     lua_setfield(L, -2, "__eq");
+  }
+  lua_pop(L, 1);
+  if (luaL_newmetatable(L, SERIES_MT)) {
+    lua_newtable(L);
+    luaL_setfuncs(L, series_methods, 0);
+    lua_setfield(L, -2, "__index");
   }
   lua_pop(L, 1);
   kl_metric_opts_t o = {KL_METRIC_GAUGE,

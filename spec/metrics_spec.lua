@@ -50,6 +50,22 @@ describe("kube.metrics", function()
     end)
   end)
 
+  describe("with", function()
+    it("binds label values once for the hot path", function()
+      local c = metrics.counter{ name = "spec_bound_total", labels = { "q" } }
+      local s = c:with{ q = "a" }
+      s:inc()
+      s:inc(2)
+      assert.equal(3, c:value{ q = "a" })
+      assert.equal(3, s:value())
+      local h = metrics.histogram{ name = "spec_bound_seconds", buckets = { 1 } }:with{}
+      h:observe(2)
+      assert.same({ 1, 2 }, { h:value() })
+      support.raises("series:observe: spec_bound_total is a counter", function() s:observe(1) end)
+      support.raises("series:set: spec_bound_total is a counter", function() s:set(1) end)
+    end)
+  end)
+
   describe("gauge", function()
     it("sets, increments and decrements", function()
       local g = metrics.gauge{ name = "spec_inflight" }

@@ -7,6 +7,8 @@
 --   synced:inc({ kind = "ConfigMap" })        -- or :inc(labels, n)
 --   kube.metrics.gauge{ … }:set(3, labels)    -- :inc, :dec too
 --   kube.metrics.histogram{ …, buckets = { 0.1, 1, 10 } }:observe(0.4, labels)
+--   local pods = synced:with{ kind = "Pod" }  -- bound once: pods:inc() is
+--                                            -- two C calls, no label lookup
 --
 -- Metrics live in the runtime's C registry (kubelua.metrics.core), not in a
 -- script generation: after a hot reload the same name gives the same
