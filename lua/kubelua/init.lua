@@ -347,7 +347,7 @@ local function worker_loop(q, fn, qname)
   local get, done, forget, add = q.get, q.done, q.forget, q.add
   local add_after, add_rate_limited = q.add_after, q.add_rate_limited
   local alive, gen = core.generation_alive, core.generation()
-  local labels, monotonic = reconcile_series(qname), core.monotonic
+  local series, monotonic = reconcile_series(qname), core.monotonic
   -- A hot reload retires this worker's generation: it finishes the key in
   -- hand and returns (one parked in get ends with its generation). With
   -- leader election, workers take keys only while this replica leads.
@@ -368,19 +368,19 @@ local function worker_loop(q, fn, qname)
     if not ok then
       log.error("reconcile failed", { queue = qname, key = key, error = res })
       add_rate_limited(q, key)
-      count_reconcile(labels, "error", started)
+      count_reconcile(series, "error", started)
     elseif res == nil and err ~= nil then
       log.error("reconcile failed", { queue = qname, key = key,
                                       error = tostring(err) })
       add_rate_limited(q, key)
-      count_reconcile(labels, "error", started)
+      count_reconcile(series, "error", started)
     elseif getmetatable(res) == requeue_mt then
       forget(q, key)
       add_after(q, key, res.seconds)
-      count_reconcile(labels, res.seconds > 0 and "requeue_after" or "requeue", started)
+      count_reconcile(series, res.seconds > 0 and "requeue_after" or "requeue", started)
     else
       forget(q, key)
-      count_reconcile(labels, "success", started)
+      count_reconcile(series, "success", started)
     end
     done(q, key)
     ::continue::
