@@ -211,6 +211,15 @@ kube.log.info("loaded", { version = %q })
     end
   end)
 
+  it("reports leader_election_master_status", function()
+    write(dir .. "/c.lua", 'require("kubelua").on_leading(function() require("kubelua").log.info("leads") end)\n')
+    proc = start(dir .. "/c.lua", ENDPOINTS .. " --leader-elect --leader-election-id spec-lease")
+    local murl = urls(proc)
+    wait_log(proc, "INFO  leads")
+    local _, body = get(murl .. "/metrics")
+    assert(lines_of(body)['leader_election_master_status{name="spec-lease"} 1'], body)
+  end)
+
   it("is off by default with --sim and fails the start on a bad address", function()
     local path = dir .. "/c.lua"
     write(path, 'require("kubelua").log.info("up") require("kubelua").stop(0)\n')
