@@ -1070,6 +1070,42 @@ static int inf_len(lua_State *L) {
   return 1;
 }
 
+static int add_bytes(void *ud, const char *key, size_t len, kl_obj_t *obj) {
+  (void)key;
+  (void)len;
+  *(double *)ud += (double)kl_obj_json(obj).n;
+  return 0;
+}
+
+/* inf:stats() -> {objects, bytes (of cached JSON), and the reflector's
+ * counters: lists, relists, watches, watch_restarts, events, errors} for
+ * /metrics. O(objects): a scrape's cost, not the hot path's. */
+static int inf_stats(lua_State *L) {
+  linf_t *li = check_informer(L, "informer:stats");
+  kl_store_t *st = kl_informer_store(li->inf);
+  double bytes = 0;
+  kl_store_list(st, add_bytes, &bytes);
+  kl_reflector_stats_t rs = {0};
+  if (li->refl) kl_reflector_get_stats(li->refl, &rs);
+  lua_createtable(L, 0, 8);
+  const struct {
+    const char *k;
+    double v;
+  } f[] = {{"objects", (double)kl_store_len(st)},
+           {"bytes", bytes},
+           {"lists", (double)rs.lists},
+           {"relists", (double)rs.relists},
+           {"watches", (double)rs.watches},
+           {"watch_restarts", (double)rs.watch_restarts},
+           {"events", (double)rs.events},
+           {"errors", (double)rs.errors}};
+  for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+    lua_pushnumber(L, f[i].v);
+    lua_setfield(L, -2, f[i].k);
+  }
+  return 1;
+}
+
 /* inf:pending() -> deltas queued + notifications not yet delivered */
 static int inf_pending(lua_State *L) {
   linf_t *li = check_informer(L, "informer:pending");
@@ -1300,6 +1336,7 @@ static const luaL_Reg informer_methods[] = {
     {"has_synced", inf_has_synced},
     {"last_sync_resource_version", inf_last_rv},
     {"len", inf_len},
+    {"stats", inf_stats},
     {"pending", inf_pending},
     {"feed", inf_feed},
     {"replace", inf_replace},

@@ -34,6 +34,7 @@
 #include "http.h"
 #include "log.h"
 #include "mem.h"
+#include "metrics.h"
 
 #define TASK_MT "kubelua.task"
 #define AFTER_MT "kubelua.timer"
@@ -98,7 +99,8 @@ struct kl_rt {
   kl_timer_t stop_timer;
   stop_hook_t *hooks;
   size_t nhooks;
-  kl_http_t *http; /* made on first use; outlives the Lua state */
+  kl_http_t *http;       /* made on first use; outlives the Lua state */
+  kl_metrics_t *metrics; /* outlives the Lua state too */
   /* Generations of the scripts (hot reload): the active one, and the one
    * code runs for when C calls Lua on a generation's behalf (a load, a
    * handler, a timer, a server's request) while `scoped`; 0 is the
@@ -717,6 +719,12 @@ static int core_in_task(lua_State *L) {
   return 1;
 }
 
+/* core.log_level() -> "debug", "info", "warn" or "error". */
+static int core_log_level(lua_State *L) {
+  lua_pushstring(L, kl_log_level_name(kl_log_get_level()));
+  return 1;
+}
+
 static int core_tasks(lua_State *L) {
   lua_pushinteger(L, (lua_Integer)up_rt(L)->ntasks);
   return 1;
@@ -996,6 +1004,7 @@ static const luaL_Reg core_funcs[] = {
     {"on_stop", core_on_stop},
     {"spawn_system", core_spawn_system},
     {"in_task", core_in_task},
+    {"log_level", core_log_level},
     {NULL, NULL},
 };
 
@@ -1135,6 +1144,8 @@ kl_rt_t *kl_rt_new(kl_loop_t *loop) {
     free(rt);
     return NULL;
   }
+  rt->metrics = kl_metrics_new();
+  kl_metrics_add_process(rt->metrics);
   luaL_openlibs(L);
   jitfix_traversal(L);
   kl_rt_t **box = lua_newuserdata(L, sizeof *box);
@@ -1179,6 +1190,8 @@ kl_rt_t *kl_rt_new(kl_loop_t *loop) {
   lua_setfield(L, -2, "kubelua.http");
   lua_pushcfunction(L, kl_luaopen_kubeconfig);
   lua_setfield(L, -2, "kubelua.kubeconfig");
+  lua_pushcfunction(L, kl_luaopen_metrics);
+  lua_setfield(L, -2, "kubelua.metrics.core");
   for (const kl_lua_module_t *m = kl_lua_modules; m->name; m++) {
     lua_pushlightuserdata(L, (void *)m); /* static data, not heap */
     lua_pushcclosure(L, load_embedded, 1);
@@ -1200,11 +1213,13 @@ void kl_rt_free(kl_rt_t *rt) {
   kl_loop_undefer(rt->loop, &rt->on_stop_run);
   lua_close(rt->L); /* requests and reflectors end here, http is still up */
   kl_http_free(rt->http);
+  kl_metrics_free(rt->metrics);
   free(rt->hooks);
   free(rt);
 }
 
 lua_State *kl_rt_lua(kl_rt_t *rt) { return rt->L; }
+kl_metrics_t *kl_rt_metrics(kl_rt_t *rt) { return rt->metrics; }
 kl_loop_t *kl_rt_loop(kl_rt_t *rt) { return rt->loop; }
 
 int kl_lua_traceback(lua_State *L) {

@@ -53,6 +53,10 @@ lua_State *kl_rt_lua(kl_rt_t *rt);
  * libcurl cannot start. Freed after the Lua state closes. */
 struct kl_http *kl_rt_http(kl_rt_t *rt);
 kl_loop_t *kl_rt_loop(kl_rt_t *rt);
+struct kl_metrics;
+/* The runtime's metrics registry (metrics.h): it outlives the Lua state, so
+ * metrics survive hot reloads; freed with the runtime. */
+struct kl_metrics *kl_rt_metrics(kl_rt_t *rt);
 /* The runtime of a state (or of any of its coroutines). */
 kl_rt_t *kl_rt_from(lua_State *L);
 
@@ -128,5 +132,6 @@ int kl_luaopen_httpd(lua_State *L);
 int kl_luaopen_informer(lua_State *L);
 int kl_luaopen_http(lua_State *L);
 int kl_luaopen_kubeconfig(lua_State *L);
+int kl_luaopen_metrics(lua_State *L);
 
 #endif

@@ -15,6 +15,7 @@
 #include "error.h"
 #include "lua_kube.h"
 #include "mem.h"
+#include "metrics.h"
 #include "ratelimit.h"
 #include "workqueue.h"
 
@@ -33,6 +34,7 @@ typedef struct lwq {
  * runtime's Lua state (the registry holds a userdata whose __gc frees it). */
 typedef struct queues {
   kl_dict_t *byname;
+  kl_metrics_t *metrics; /* the runtime's: collect_queues copies into it */
 } queues_t;
 
 static const char *lwq_key(const void *v, size_t *len) {
@@ -64,10 +66,88 @@ static void stop_all(kl_rt_t *rt, void *ud) {
     kl_wq_shutdown(w->q);
 }
 
+/* client-go's workqueue metrics (CLIENTGO.md 11.5), labelled by name. The
+ * queue counts them itself (kl_wq_stats); a scrape copies them here, so
+ * the hot path (Add, Get, Done) pays nothing for /metrics. */
+static const struct {
+  kl_metric_type_t type;
+  const char *name, *help;
+} wq_families[] = {
+    {KL_METRIC_GAUGE, "workqueue_depth", "Current depth of workqueue"},
+    {KL_METRIC_COUNTER, "workqueue_adds_total",
+     "Total number of adds handled by workqueue"},
+    {KL_METRIC_HISTOGRAM, "workqueue_queue_duration_seconds",
+     "How long in seconds an item stays in workqueue before being requested"},
+    {KL_METRIC_HISTOGRAM, "workqueue_work_duration_seconds",
+     "How long in seconds processing an item from workqueue takes"},
+    {KL_METRIC_GAUGE, "workqueue_unfinished_work_seconds",
+     "How many seconds of work has been done that is in progress and hasn't "
+     "been observed by work_duration. Large values indicate stuck threads. "
+     "One can deduce the number of stuck threads by observing the rate at "
+     "which this increases."},
+    {KL_METRIC_GAUGE, "workqueue_longest_running_processor_seconds",
+     "How many seconds has the longest running processor for workqueue been "
+     "running."},
+    {KL_METRIC_COUNTER, "workqueue_retries_total",
+     "Total number of retries handled by workqueue"},
+};
+#define WQ_NFAMILIES (sizeof wq_families / sizeof wq_families[0])
+
+static void register_families(kl_metrics_t *m, kl_metric_t **out) {
+  static const char *const labels[] = {"name"};
+  double bounds[KL_WQ_BUCKETS - 1];
+  char err[128];
+  for (int i = 0; i < KL_WQ_BUCKETS - 1; i++)
+    bounds[i] = kl_wq_bucket_bound(i);
+  for (size_t i = 0; i < WQ_NFAMILIES; i++) {
+    kl_metric_opts_t o = {wq_families[i].type,
+                          wq_families[i].name,
+                          wq_families[i].help,
+                          labels,
+                          1,
+                          bounds,
+                          KL_WQ_BUCKETS - 1};
+    out[i] = kl_metrics_register(m, &o, err, sizeof err);
+  }
+}
+
+static void set_value(kl_metric_t *f, const char *const *name, double v) {
+  kl_series_t *s = f ? kl_metric_series(f, name, NULL, 0) : NULL;
+  if (s) kl_series_set(s, v);
+}
+
+static void set_hist(kl_metric_t *f, const char *const *name,
+                     const kl_wq_histogram_t *h) {
+  kl_series_t *s = f ? kl_metric_series(f, name, NULL, 0) : NULL;
+  if (s)
+    kl_series_set_histogram(s, h->count, h->sum, h->buckets, KL_WQ_BUCKETS);
+}
+
+static void collect_queues(kl_metrics_t *m, void *ud) {
+  queues_t *qs = ud;
+  kl_metric_t *f[WQ_NFAMILIES];
+  size_t it = 0;
+  lwq_t *w;
+  register_families(m, f);
+  while ((w = kl_dict_next(qs->byname, &it))) {
+    const char *name[] = {w->name};
+    kl_wq_stats_t st;
+    kl_wq_stats(w->q, &st);
+    set_value(f[0], name, (double)st.depth);
+    set_value(f[1], name, (double)st.adds_total);
+    set_hist(f[2], name, &st.queue_duration);
+    set_hist(f[3], name, &st.work_duration);
+    set_value(f[4], name, st.unfinished_work_seconds);
+    set_value(f[5], name, st.longest_running_processor_seconds);
+    set_value(f[6], name, (double)st.retries_total);
+  }
+}
+
 static int queues_gc(lua_State *L) {
   queues_t *qs = lua_touserdata(L, 1);
   size_t it = 0;
   lwq_t *w;
+  kl_metrics_remove_collector(qs->metrics, collect_queues, qs);
   while ((w = kl_dict_next(qs->byname, &it))) {
     kl_wq_free(w->q);
     free(w->name);
@@ -463,6 +543,10 @@ int kl_luaopen_workqueue(lua_State *L) {
   if (lua_isnil(L, -1)) {
     queues_t *qs = lua_newuserdata(L, sizeof *qs);
     qs->byname = kl_dict_new(lwq_key);
+    qs->metrics = kl_rt_metrics(rt);
+    kl_metric_t *f[WQ_NFAMILIES];
+    register_families(qs->metrics, f);
+    kl_metrics_add_collector(qs->metrics, collect_queues, qs);
     lua_newtable(L);
     lua_pushcfunction(L, queues_gc);
     lua_setfield(L, -2, "__gc");

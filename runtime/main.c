@@ -38,6 +38,11 @@ static void usage(FILE *out) {
       "                           else \"default\")\n"
       "  --no-watch               reload the script on SIGHUP only, not when\n"
       "                           its files change\n"
+      "  --metrics-bind-address ADDR   serve /metrics on HOST:PORT or :PORT;\n"
+      "                           0 turns it off (default :8080 in a pod, else "
+      "0)\n"
+      "  --health-probe-bind-address ADDR   serve /healthz and /readyz\n"
+      "                           (default :8081 in a pod, else 0)\n"
       "  --log-level LEVEL        debug, info, warn or error (default info)\n"
       "  --v N                    klog's verbosity: 4 and above is debug\n"
       "  --log-format FORMAT      text (default) or json: one object a line\n"
@@ -76,6 +81,7 @@ static int start_sim(kl_rt_t *rt) {
 
 typedef struct run_opts {
   const char *kubeconfig, *context;
+  const char *metrics_addr, *probes_addr; /* NULL: the default */
   int leader_elect;
   const char *election_id, *election_ns;
 } run_opts_t;
@@ -111,6 +117,42 @@ static int run_options(kl_rt_t *rt, const run_opts_t *o) {
   }
   lua_settop(L, 0);
   return 0;
+}
+
+/* Starts the /metrics and probe servers before the script loads, so that
+ * /healthz answers while it starts and /readyz says what it waits for.
+ *
+ * Defaults: controller-runtime's :8080 and :8081, but only in a pod
+ * (KUBERNETES_SERVICE_HOST set) and not with --sim. Elsewhere, on a
+ * workstation or in tests, several `kubelua run` at once are the normal
+ * case, and binding every interface by default would make all but the
+ * first fail (and expose the endpoints beyond loopback): they are off
+ * unless asked for. A port that cannot be bound is a startup failure with
+ * a clear message, as in controller-runtime, never a silent one. */
+static int serve_endpoints(kl_rt_t *rt, const run_opts_t *o, int sim) {
+  int pod = !sim && getenv("KUBERNETES_SERVICE_HOST") &&
+            *getenv("KUBERNETES_SERVICE_HOST");
+  const char *maddr = o->metrics_addr ? o->metrics_addr : pod ? ":8080" : "0";
+  const char *paddr = o->probes_addr ? o->probes_addr : pod ? ":8081" : "0";
+  if (strcmp(maddr, "0") == 0 && strcmp(paddr, "0") == 0) return 0;
+  lua_State *L = kl_rt_lua(rt);
+  lua_getglobal(L, "require");
+  lua_pushliteral(L, "kubelua.metrics");
+  if (lua_pcall(L, 1, 1, 0) != 0) goto fail;
+  lua_getfield(L, -1, "serve");
+  lua_createtable(L, 0, 2);
+  lua_pushstring(L, maddr);
+  lua_setfield(L, -2, "metrics");
+  lua_pushstring(L, paddr);
+  lua_setfield(L, -2, "probes");
+  if (lua_pcall(L, 1, 2, 0) != 0) goto fail;
+  if (!lua_toboolean(L, -2)) goto fail;
+  lua_settop(L, 0);
+  return 0;
+fail:
+  kl_log(KL_LOG_ERROR, "%s", lua_tostring(L, -1));
+  lua_settop(L, 0);
+  return 1;
 }
 
 static int run_script(int argc, char **argv) {
@@ -166,6 +208,10 @@ static int run_script(int argc, char **argv) {
       ro.kubeconfig = val;
     } else if (strcmp(opt, "--context") == 0) {
       ro.context = val;
+    } else if (strcmp(opt, "--metrics-bind-address") == 0) {
+      ro.metrics_addr = val;
+    } else if (strcmp(opt, "--health-probe-bind-address") == 0) {
+      ro.probes_addr = val;
     } else if (strcmp(opt, "--leader-election-id") == 0) {
       ro.election_id = val;
     } else if (strcmp(opt, "--leader-election-namespace") == 0) {
@@ -197,6 +243,7 @@ static int run_script(int argc, char **argv) {
   }
   kl_rt_set_shutdown_timeout(rt, shutdown_timeout);
   int status = sim ? start_sim(rt) : 0;
+  if (status == 0) status = serve_endpoints(rt, &ro, sim);
   if (status == 0 && (!sim || ro.leader_elect)) status = run_options(rt, &ro);
   if (status == 0)
     status = kl_rt_start_script(rt, argv[i], argc - i - 1, argv + i + 1, watch);

@@ -30,6 +30,7 @@
 local core = require "kubelua.core"
 local http = require "kubelua.http"
 local json = require "kubelua.json"
+local metrics = require "kubelua.metrics"
 
 local type, tostring, tonumber, pairs, setmetatable, getmetatable, error =
   type, tostring, tonumber, pairs, setmetatable, getmetatable, error
@@ -284,6 +285,19 @@ end
 
 -- c:request(method, path, query, body, content_type) -> decoded body | nil, err.
 -- The raw verb under all the others; path is relative to the server.
+-- client-go's rest_client_requests_total{code,method,host} ("<error>" when
+-- no answer came) and rest_client_request_duration_seconds{verb,host}.
+local requests_total, request_duration = metrics.requests, metrics.request_duration
+local function count_request(self, method, r, started)
+  local host = self.metrics_host
+  if not host then
+    host = self.server:match("^%a[%w+.-]*://([^/]*)") or self.server
+    self.metrics_host = host
+  end
+  requests_total:inc({ code = r and tostring(r.status) or "<error>", method = method, host = host })
+  request_duration:observe(monotonic() - started, { verb = method, host = host })
+end
+
 function Client:request(method, path, query, body, content_type)
   local creds = self.creds
   local headers = self.headers
@@ -306,7 +320,9 @@ function Client:request(method, path, query, body, content_type)
     end
     -- on the creds' own clock when they have one (kubeconfig's: monotonic)
     local start = creds and creds.now and creds:now() or now()
+    local started = monotonic()
     r, msg = request(opts)
+    count_request(self, method, r, started)
     if not r then return nil, new_error(0, "Transport", msg) end
     local st = r.status
     if st >= 200 and st < 300 then

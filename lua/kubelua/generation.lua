@@ -23,6 +23,7 @@
 
 local core = require "kubelua.core"
 local informer = require "kubelua.informer"
+local metrics = require "kubelua.metrics"
 
 local type, setmetatable, setfenv = type, setmetatable, setfenv
 local loadfile, loadstring = loadfile, loadstring
@@ -145,6 +146,7 @@ function _M.load(path, args)
   end
   local old = current
   current = g
+  metrics.reload_generation:set(g.n)
   if old then
     core.retire(old.n)
     retired(old.n, true)
@@ -180,6 +182,7 @@ function _M.reload(force)
   if not force and not changed(g) then return true end
   local new, err = _M.load(g.path, g.args)
   if not new then
+    metrics.reload_failures:inc()
     log("error", "reload failed; generation " .. g.n .. " keeps running: " .. err,
         { script = g.path })
     return nil, err

@@ -15,6 +15,7 @@ local json = require "kubelua.json"
 local informer = require "kubelua.informer"
 local group = require "kubelua.informer_group"
 local leader = require "kubelua.leader"
+local metrics = require "kubelua.metrics"
 
 local error, type, tostring, pairs, ipairs, select = error, type, tostring, pairs, ipairs, select
 local setmetatable, getmetatable, xpcall = setmetatable, getmetatable, xpcall
@@ -222,6 +223,22 @@ require("kubelua.generation").on_retire(function(gen)
       informers[id], informer_users[id] = nil, nil
     end
   end
+end)
+
+-- /metrics reports the shared informers; /readyz waits for their caches.
+metrics.informers(function()
+  local list = {}
+  for _, inf in pairs(informers) do list[#list + 1] = inf end
+  return list
+end)
+metrics.readiness("informers", function()
+  local waiting = {}
+  for _, inf in pairs(informers) do
+    if not inf:has_synced() then waiting[#waiting + 1] = inf:name() end
+  end
+  if #waiting == 0 then return true end
+  sort(waiting)
+  return false, "not synced: " .. concat(waiting, ", ")
 end)
 
 -- The informer of one watch: the same arguments give the same one. kind
@@ -506,11 +523,42 @@ end
 -- Each worker: get a key, run fn(key[, ctx]) protected, settle the
 -- outcome, done. ctx is only built for a function that can receive it.
 local may_work = leader.may_work
+local reconcile_total, reconcile_errors = metrics.reconcile_total, metrics.reconcile_errors
+local reconcile_time = metrics.reconcile_time
+
+-- controller-runtime's reconcile metrics, the controller being the queue:
+-- series bound once per worker, so a reconcile pays two clock reads and
+-- two C calls for them.
+local function reconcile_series(qname)
+  local c = { controller = qname }
+  local function result(r)
+    return reconcile_total:with{ controller = qname, result = r }
+  end
+  return { success = result("success"), error = result("error"), requeue = result("requeue"),
+           requeue_after = result("requeue_after"), terminal = result("error"),
+           errors = reconcile_errors:with(c), time = reconcile_time:with(c) }
+end
+
+-- Counts a reconcile; at debug level, also logs it (controller-runtime's
+-- "Reconcile successful" line, with the key, duration and outcome).
+local function count_reconcile(m, result, started, fields, key)
+  local took = core.monotonic() - started
+  m[result]:inc()
+  if result == "error" or result == "terminal" then m.errors:inc() end
+  m.time:observe(took)
+  if m.debug then
+    local f = { key = key, result = result, duration = format("%.6f", took) }
+    for k, v in pairs(fields) do f[k] = v end
+    log.debug("reconcile", f)
+  end
+end
 
 local function worker_loop(q, fn, fields, with_ctx)
   local get, done, forget, add = q.get, q.done, q.forget, q.add
   local add_after, add_rate_limited = q.add_after, q.add_rate_limited
   local alive, gen = core.generation_alive, core.generation()
+  local series, monotonic = reconcile_series(q:name()), core.monotonic
+  series.debug = core.log_level() == "debug"
   -- A hot reload retires this worker's generation: it finishes the key in
   -- hand and returns (one parked in get ends with its generation). With
   -- leader election, workers take keys only while this replica leads.
@@ -526,6 +574,7 @@ local function worker_loop(q, fn, fields, with_ctx)
       done(q, key)
       goto continue
     end
+    local started, result = monotonic(), "success"
     local ok, res, err
     if with_ctx then
       ok, res, err = xpcall(fn, on_error, key, setmetatable({ key = key, _q = q, _fields = fields },
@@ -539,22 +588,27 @@ local function worker_loop(q, fn, fields, with_ctx)
       else
         failed(fields, key, tostring(err), "reconcile failed")
         add_rate_limited(q, key)
+        result = "error"
       end
     else
       local mt = getmetatable(res)
       if mt == requeue_mt and ok then
         forget(q, key)
         add_after(q, key, res.seconds)
+        result = res.seconds > 0 and "requeue_after" or "requeue"
       elseif mt == terminal_mt then
         failed(fields, key, res.message, "reconcile failed terminally, not retried")
         forget(q, key)
+        result = "terminal"
       elseif not ok then
         failed(fields, key, tostring(res), "reconcile failed")
         add_rate_limited(q, key)
+        result = "error"
       else
         forget(q, key)
       end
     end
+    count_reconcile(series, result, started, fields, key)
     done(q, key)
     ::continue::
   end
@@ -615,6 +669,11 @@ _M.on_stopped_leading = leader.on_stopped_leading
 local events = require "kubelua.events"
 _M.event = events.event
 _M.events = events
+
+-- kube.metrics.counter/gauge/histogram{name, help, labels, buckets}: the
+-- script's own metrics on /metrics (see lua/kubelua/metrics.lua).
+_M.metrics = { counter = metrics.counter, gauge = metrics.gauge,
+               histogram = metrics.histogram, render = metrics.render }
 
 -- The REST client (kubelua.client): verbs on the default client, and the
 -- error predicates. kube.client.new / kube.client.set_default make clients.

@@ -18,6 +18,7 @@
 
 local core = require "kubelua.core"
 local client = require "kubelua.client"
+local metrics = require "kubelua.metrics"
 
 local type, error, tostring, pairs = type, error, tostring, pairs
 local setmetatable, getmetatable = setmetatable, getmetatable
@@ -200,9 +201,15 @@ local function notify(fns, own, what)
   end
 end
 
+-- leader_election_master_status{name}: 1 while leading, else 0.
+local function report(self, leading)
+  metrics.leader_status:set(leading and 1 or 0, { name = self.name })
+end
+
 function Elector:set_leading(leading)
   if self.leading == leading then return end
   self.leading = leading
+  report(self, leading)
   if leading then
     log("info", "leader election: leading", { identity = self.identity,
                                                lease = self.namespace .. "/" .. self.name })
@@ -250,6 +257,7 @@ function Elector:release()
   self.stopped = true
   if not self.leading then return true end
   self.leading = false
+  report(self, false)
   local lease = self:call("get", LEASES, "leases", self.namespace, self.name)
   if not lease or record_of(lease).holder ~= self.identity then return false end
   local wall = micro_time(core.now())
@@ -280,6 +288,7 @@ function _M.start(opts)
   end
   local le = _M.new(opts)
   current = le
+  report(le, false)
   core.spawn_system("leader-election", function() le:run() end)
   core.on_stop(function() le:release() end)
   return le

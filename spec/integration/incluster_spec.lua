@@ -67,7 +67,8 @@ describe("kubelua run in a Pod", function()
     local bin = sh("readlink -f " .. support.kubelua):gsub("%s+$", "")
     local sa = "/var/run/secrets/kubernetes.io/serviceaccount"
     local inner = "mount -t tmpfs tmpfs /run && mkdir -p " .. sa .. " && cp " .. dir .. "/sa/* "
-      .. sa .. "/ && exec " .. bin .. " run " .. script
+      .. sa .. "/ && exec " .. bin .. " run --metrics-bind-address 127.0.0.1:0"
+      .. " --health-probe-bind-address 127.0.0.1:0 " .. script
     local status, out = support.sh("cd / && env -i KUBERNETES_SERVICE_HOST=127.0.0.1"
       .. " KUBERNETES_SERVICE_PORT=" .. sim.port .. " unshare --mount sh -c " .. quote(inner))
     os.remove(script)
@@ -75,6 +76,7 @@ describe("kubelua run in a Pod", function()
     assert.matches("INFO  connected namespace=team-a origin=in-cluster server=https://127.0.0.1:"
       .. sim.port .. "\n", out, 1, true)
     assert.matches("INFO  cached key=team-a/from-pod\n", out, 1, true)
+    assert.matches("INFO  probes: serving on http://127.0.0.1:%d+/healthz and /readyz\n", out)
     assert.is_nil(out:find(token, 1, true))
   end)
 end)

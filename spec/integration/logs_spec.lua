@@ -34,6 +34,26 @@ describe("logs", function()
     assert.is_nil(out:find("dbg", 1, true))
   end)
 
+  it("logs every reconcile at debug with its key, duration and outcome", function()
+    local status, out = run_script([[
+      local kube = require "kubelua"
+      local q = kube.workqueue("logged")
+      local seen = 0
+      kube.workers(q, 1, function(key)
+        seen = seen + 1
+        if key == "bad" and seen < 3 then return nil, "boom" end
+        if seen >= 3 then kube.stop() end
+      end)
+      q:add("good")
+      q:add("bad")
+    ]], "", "--log-level debug")
+    assert.equal(0, status)
+    assert.matches("DEBUG reconcile duration=%d+%.%d%d%d%d%d%d key=good queue=logged result=success\n", out)
+    assert.matches("DEBUG reconcile duration=%d+%.%d%d%d%d%d%d key=bad queue=logged result=error\n", out)
+    assert.matches("ERROR reconcile failed error=boom key=bad queue=logged\n", out, 1, true)
+    assert.matches("DEBUG reconcile duration=[%d.]+ key=bad queue=logged result=success\n", out)
+  end)
+
   it("refuses an unknown format", function()
     local status, out = support.sh(support.kubelua .. " run --log-format xml x.lua")
     assert.equal(2, status)
