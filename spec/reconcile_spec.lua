@@ -36,6 +36,23 @@ local function settle(q, cond)
 end
 
 describe("kube.workers outcomes", function()
+  it("hands ctx.triggers what queued the key since its last run, then nothing", function()
+    local q = kube.workqueue(fresh("triggers"))
+    local seen = {}
+    kube.note_trigger(q, "k", "update a/k")
+    kube.note_trigger(q:name(), "k", "add owned a/k-copy")
+    kube.workers(q, 1, function(_, ctx)
+      seen[#seen + 1] = table.concat(ctx.triggers, "|")
+      if #seen == 1 then return kube.requeue_after(0) end
+    end)
+    q:add("k")
+    for _ = 1, 500 do
+      if #seen >= 2 then break end
+      kube.sleep(0.01)
+    end
+    assert.same({ "update a/k|add owned a/k-copy", "" }, seen)
+  end)
+
   it("forgets a key whose reconcile returns normally", function()
     local q = kube.workqueue(fresh("ok"))
     local runs = 0

@@ -166,12 +166,16 @@ function _M.new(spec)
   local filter = predicate(spec.predicates)
 
   local function handlers(owner_group, owner_kind, namespaced)
+    local note = kube.note_trigger
     local function primary_event(ev)
-      if filter == nil or filter(ev) then q:add(ev.key) end
+      if filter == nil or filter(ev) then
+        note(q, ev.key, ev.type .. " " .. ev.key)
+        q:add(ev.key)
+      end
     end
     primary:add_handler{ add = primary_event, update = primary_event, delete = primary_event }
 
-    local function enqueue_owner(obj)
+    local function enqueue_owner(obj, why)
       local md = obj and obj.metadata
       local refs = md and md.ownerReferences
       if type(refs) ~= "table" then return end
@@ -180,15 +184,18 @@ function _M.new(spec)
             and type(r.apiVersion) == "string" and group_of(r.apiVersion) == owner_group
             and type(r.name) == "string" then
           local ns = md.namespace
-          q:add((namespaced and type(ns) == "string" and ns ~= "") and ns .. "/" .. r.name
-                or r.name)
+          local key = (namespaced and type(ns) == "string" and ns ~= "") and ns .. "/" .. r.name
+            or r.name
+          note(q, key, why)
+          q:add(key)
           return
         end
       end
     end
     local function owned_event(ev)
-      if ev.type == "update" then enqueue_owner(ev.old) end
-      enqueue_owner(ev.object)
+      local why = ev.type .. " owned " .. ev.key
+      if ev.type == "update" then enqueue_owner(ev.old, why) end
+      enqueue_owner(ev.object, why)
     end
     for _, inf in ipairs(owned) do
       inf:add_handler{ add = owned_event, update = owned_event, delete = owned_event }
@@ -206,7 +213,10 @@ function _M.new(spec)
         end
         for _, k in ipairs(keys) do
           local key = key_of(k)
-          if key then q:add(key) end
+          if key then
+            note(q, key, ev.type .. " mapped " .. ev.key)
+            q:add(key)
+          end
         end
       end
       inf:add_handler{ add = mapped_event, update = mapped_event, delete = mapped_event }

@@ -489,8 +489,10 @@ end
 
 -- ctx, a reconcile's second argument: key, namespace and name (nil for a
 -- cluster-scoped key), attempt (the queue's NumRequeues of the key: 0 on a
--- first try) and log (kube.log with the worker's fields and the key bound).
--- Fields other than key are computed when first read.
+-- first try), log (kube.log with the worker's fields and the key bound)
+-- and triggers (what queued the key since its last run began, as noted by
+-- kube.note_trigger: "update demo/a", "add owned demo/a-copy", …).
+-- namespace, name, attempt and log are computed when first read.
 local ctx_fields = {
   namespace = function(ctx)
     local ns = ctx.key:match("^([^/]*)/")
@@ -553,11 +555,27 @@ local function count_reconcile(m, result, started, fields, key)
   end
 end
 
+-- Why keys were queued, by queue and key, until their reconcile starts:
+-- ctx.triggers, for logs (kube.controller notes them; plain kube.workers
+-- users may call kube.note_trigger). At most MAX_TRIGGERS per key.
+local triggers, MAX_TRIGGERS, NO_TRIGGERS = {}, 16, setmetatable({}, { __newindex = error })
+
+-- kube.note_trigger(q, key, what): remember what queued key (a string).
+function _M.note_trigger(q, key, what)
+  local qname = type(q) == "string" and q or q:name()
+  local t = triggers[qname]
+  if not t then t = {} triggers[qname] = t end
+  local list = t[key]
+  if not list then list = {} t[key] = list end
+  if #list < MAX_TRIGGERS then list[#list + 1] = what end
+end
+
 local function worker_loop(q, fn, fields, with_ctx)
   local get, done, forget, add = q.get, q.done, q.forget, q.add
   local add_after, add_rate_limited = q.add_after, q.add_rate_limited
   local alive, gen = core.generation_alive, core.generation()
-  local series, monotonic = reconcile_series(q:name()), core.monotonic
+  local qname = q:name()
+  local series, monotonic = reconcile_series(qname), core.monotonic
   series.debug = core.log_level() == "debug"
   -- A hot reload retires this worker's generation: it finishes the key in
   -- hand and returns (one parked in get ends with its generation). With
@@ -575,9 +593,12 @@ local function worker_loop(q, fn, fields, with_ctx)
       goto continue
     end
     local started, result = monotonic(), "success"
+    local tq, trig = triggers[qname], nil
+    if tq then trig = tq[key] tq[key] = nil end
     local ok, res, err
     if with_ctx then
-      ok, res, err = xpcall(fn, on_error, key, setmetatable({ key = key, _q = q, _fields = fields },
+      ok, res, err = xpcall(fn, on_error, key, setmetatable({ key = key, _q = q, _fields = fields,
+                                                              triggers = trig or NO_TRIGGERS },
                                                             ctx_mt))
     else
       ok, res, err = xpcall(fn, on_error, key)
@@ -633,7 +654,7 @@ end
 -- raised error with its traceback) and re-added rate limited; returns
 -- kube.requeue_after(s) → forget, add after s; returns (or raises)
 -- kube.terminal(msg) → logged, forgotten, not retried until added again.
--- ctx: key, namespace, name, attempt, log (see ctx_fields above).
+-- ctx: key, namespace, name, attempt, log, triggers (see ctx_fields above).
 function _M.workers(q, n, fn)
   if getmetatable(q) ~= "workqueue" then
     error("kube.workers: bad argument #1 (workqueue expected, got " .. type(q) .. ")", 2)

@@ -139,7 +139,7 @@ describe("controller API", function()
     it("reconciles the watched objects once caches sync; owned objects enqueue their owner",
        function()
       assert(kube.create(greeting("b1", "one", { text = "hello" })))
-      local calls, synced_at_first = {}, nil
+      local calls, synced_at_first, why = {}, nil, {}
       local ctl
       ctl = kube.controller{
         name = "greeter-b1",
@@ -154,6 +154,7 @@ describe("controller API", function()
             end
           end
           calls[#calls + 1] = req.key
+          why[#why + 1] = table.concat(ctx.triggers, ",")
           assert.same({ namespace = "b1", name = req.name, key = "b1/" .. req.name }, req)
           assert.equal(req.key, ctx.key)
           local g = ctl.informers[1]:get(req.key)
@@ -181,6 +182,7 @@ describe("controller API", function()
       end))
       assert.is_true(ctl.started)
       assert.is_true(synced_at_first)
+      assert.equal("add b1/one", why[1]) -- what queued the first run
       local owned = ctl.informers[2]:get("b1/one-greeting")
       assert.same({ apiVersion = "example.com/v1", kind = "Greeting", name = "one",
                     uid = ctl.informers[1]:get("b1/one").metadata.uid, controller = true,
@@ -196,6 +198,9 @@ describe("controller API", function()
         return #calls > n and c and c.data.text == "hello"
       end))
       assert.equal("b1/one", calls[#calls])
+      local told = false
+      for i = n + 1, #why do told = told or why[i]:find("update owned b1/one-greeting", 1, true) end
+      assert.is_truthy(told)
 
       -- and deleted: recreated
       assert(kube.delete("v1", "configmaps", "b1", "one-greeting"))
