@@ -54,6 +54,35 @@ describe("leader election between processes", function()
     os.remove(a.log)
   end)
 
+  it("elects exactly one of three, and one of the two left when it is killed", function()
+    local ps = { start(sim, "a"), start(sim, "b"), start(sim, "c") }
+    local function leaders()
+      local n, who = 0, nil
+      for i = 1, #ps do
+        local c = count(read_file(ps[i].log) or "", "leading identity=")
+        if c > 0 then n, who = n + c, i end
+      end
+      return n, who
+    end
+    for _ = 1, 500 do
+      if leaders() >= 1 then break end
+      sleep(0.01)
+    end
+    sleep(0.5) -- long enough for a second leader to show, were there one
+    local n, who = leaders()
+    assert.equal(1, n)
+    ffi.C.kill(ps[who].pid, 9)
+    os.remove(ps[who].log)
+    table.remove(ps, who)
+    for _ = 1, 500 do
+      if leaders() >= 1 then break end
+      sleep(0.01)
+    end
+    sleep(0.5)
+    assert.equal(1, (leaders()))
+    for _, p in ipairs(ps) do helper.stop(p) end
+  end)
+
   it("hands over at once on SIGTERM, releasing the lease", function()
     local a = start(sim, "a")
     wait_log(a, "leading identity=a")
