@@ -687,6 +687,16 @@ static void test_malformed_messages(void) {
       {KL_JSON_LIST, 24, "{\"kind\":\"PodList\",\"items\":[{\"a\":1}],\"x\":1}",
        KL_ELIMIT,
        "byte 0: list envelope (all but the items) exceeds the 24-byte limit"},
+      /* A malformed byte past the cap reports the cap, whatever the cuts
+       * (found by spec/fuzz/fuzz_stream); one inside the cap is malformed. */
+      {KL_JSON_VALUES, 4, "{\"a\":1,x}", KL_ELIMIT,
+       "byte 4: value starting at byte 0 exceeds the 4-byte limit"},
+      {KL_JSON_VALUES, 16, "{\"a\":x0123456789abcdef}", KL_EPARSE,
+       "byte 5: expected a value, found 'x'"},
+      {KL_JSON_LIST, 8, "{\"kind\":{{", KL_ELIMIT,
+       "byte 0: list envelope (all but the items) exceeds the 8-byte limit"},
+      {KL_JSON_LIST, 1, "{\n{{{}[{{{", KL_ELIMIT,
+       "byte 0: list envelope (all but the items) exceeds the 1-byte limit"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     const bad_case_t *c = &cases[i];
