@@ -1,0 +1,62 @@
+-- fuzz_json.lua: the Lua half of spec/fuzz/fuzz_json.c. Called with the
+-- value kubelua.json decoded, the input text and, when the input is an
+-- object, the compact JSON of its kl_obj_t (else nil). Raises when the
+-- round trip is not exact.
+
+local json = require "kubelua.json"
+local has_cjson, cjson = pcall(require, "cjson")
+
+local type, pairs, tostring, error, format = type, pairs, tostring, error, string.format
+
+if has_cjson then cjson.decode_max_depth(1000) end
+
+-- a (kubelua.json's value) equals b (lua-cjson's) at path.
+local function same(a, b, path)
+  if type(a) ~= type(b) then
+    error(format("%s: kubelua %s, cjson %s", path, type(a), type(b)), 0)
+  end
+  if type(a) == "table" then
+    -- Debian's cjson marks no arrays: compare the keys (the C side checks
+    -- that arrays, empty ones too, stay arrays in the encoded text).
+    for k, v in pairs(a) do same(v, b[k], path .. "/" .. tostring(k)) end
+    for k in pairs(b) do
+      if a[k] == nil then error(format("%s/%s: only cjson has it", path, tostring(k)), 0) end
+    end
+  elseif a ~= b then
+    error(format("%s: kubelua %q, cjson %q", path, tostring(a), tostring(b)), 0)
+  end
+end
+
+-- The number of object members in v (arrays' elements are not members).
+local function members(v)
+  if type(v) ~= "table" then return 0 end
+  local n, obj = 0, not json.is_array(v)
+  for _, x in pairs(v) do
+    if obj then n = n + 1 end
+    n = n + members(x)
+  end
+  return n
+end
+
+-- json.decode that raises (assert would refuse a decoded false).
+local function decode(s)
+  local v, err = json.decode(s)
+  if err then error(err, 0) end
+  return v
+end
+
+return function(v, input, obj_json)
+  local e1 = json.encode(v)
+  local v2 = decode(e1)
+  local e2 = json.encode(v2)
+  if e1 ~= e2 then error(format("encode(decode(encode(x))) differs:\n%s\n%s", e1, e2), 0) end
+  if has_cjson then
+    local ok, c = pcall(cjson.decode, input)
+    if ok then same(v, c, "") end
+  end
+  if obj_json then
+    local e3 = json.encode(decode(obj_json))
+    if e3 ~= e1 then error(format("kl_obj JSON decodes differently:\n%s\n%s", e1, e3), 0) end
+  end
+  return e1, members(v)
+end
