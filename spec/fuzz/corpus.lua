@@ -1,11 +1,11 @@
 -- corpus.lua: writes the seed corpora of the fuzz targets into
--- spec/fuzz/corpus/<target>/ (run from the repository root with luajit:
--- `luajit spec/fuzz/corpus.lua`, or `scripts/fuzz --seed`). The seeds are
+-- spec/fuzz/corpus/<target>/ (run from the repository root by kubelua, for
+-- kubelua.json's sorted, exact encoding: `scripts/fuzz --seed`). The seeds are
 -- small and committed: apiserver bodies and watch streams from
 -- spec/fixtures/json/apiserver (copies of ../shared/fixtures), Status bodies,
 -- kubeconfig files like the specs', and selectors from the specs.
 
-local cjson = require "cjson"
+local json = require "kubelua.json"
 
 local FIXTURES = "spec/fixtures/json/apiserver"
 local OUT = "spec/fuzz/corpus"
@@ -56,17 +56,17 @@ write("json", "exact", '{"a":[],"b":{},"c":[[]],"i":9007199254740992,"f":-1.5e-3
 
 for _, path in ipairs(fixtures()) do
   local name = path:match("([^/]+)%.json$")
-  local fx = cjson.decode(read(path))
+  local fx = json.decode(read(path))
   local r = fx.response
   if r.body_lines then
     local lines = {}
     for i, l in ipairs(r.body_lines) do
-      if i <= 3 then lines[#lines + 1] = cjson.encode(l) end
+      if i <= 3 then lines[#lines + 1] = json.encode(l) end
     end
     local payload = table.concat(lines, "\n") .. "\n"
     write("stream", name, stream_seed(0, { 7, 100, 101, 300 }, payload))
   elseif type(r.body) == "table" then
-    local body = cjson.encode(r.body)
+    local body = json.encode(r.body)
     write("json", name, body)
     if r.body.items then write("stream", name, stream_seed(1, { 1, 50, 51, 400 }, body)) end
     if r.body.kind == "Status" then
@@ -74,7 +74,7 @@ for _, path in ipairs(fixtures()) do
         [415] = 8, [422] = 9, [429] = 10, [500] = 11, [503] = 12, [504] = 13 }
       write("status", name, string.char(codes[r.status] or 15) .. body)
       write("status", name .. "-event",
-        string.char(0) .. cjson.encode({ type = "ERROR", object = r.body }))
+        string.char(0) .. json.encode({ type = "ERROR", object = r.body }))
     end
   end
 end
@@ -141,6 +141,11 @@ preferences: {}
   flow = '{"clusters":[{"name":"c","cluster":{"server":"https://h"}}],'
     .. '"contexts":[{"name":"c","context":{"cluster":"c"}}],"current-context":"c"}',
   bad = "clusters: {oops\n",
+  merged = "# context: b\nclusters: [{name: c, cluster: {server: https://one}}]\n"
+    .. "contexts: [{name: a, context: {cluster: c}}]\ncurrent-context: a\n# next\n"
+    .. "clusters: [{name: c, cluster: {server: https://two}}, {name: d, cluster: {server: h:2}}]\n"
+    .. "contexts: [{name: b, context: {cluster: d, namespace: x}}]\n",
+  rfc3339 = "2024-05-01T10:00:00.123456+02:00",
 }
 for name, text in pairs(kubeconfigs) do write("kubeconfig", name, text) end
 
@@ -149,3 +154,5 @@ local selectors = { "app=demo", "app==demo,tier!=web", "app in (a, b),!x", "tier
   "metadata.namespace==demo", "spec.nodeName=n\\,1", " app = demo , x ", "app in ()", "=x",
   "a!b", "(a,b)", "x in (a,(b)),y", "" }
 for i, s in ipairs(selectors) do write("selector", string.format("%02d", i), s) end
+
+require("kubelua.core").stop(0) -- run as a script: nothing left to serve
