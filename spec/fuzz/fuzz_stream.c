@@ -7,7 +7,9 @@
  * (bits 1-3, 0 = the default), byte 1 the number of cuts (0-15), then two
  * bytes per cut (a position, taken modulo the payload's length); the rest is
  * the payload. Each piece is fed from its own heap copy, freed once the
- * decoder has used it, so ASan catches a pointer kept across feeds. */
+ * decoder has used it, so ASan catches a pointer kept across feeds. Each
+ * value is also built as the reflector builds it (kl_obj_event_parse, or
+ * kl_obj_parse for list items), from wherever the decoder left its bytes. */
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -16,6 +18,7 @@
 
 #include "error.h"
 #include "json.h"
+#include "object.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -53,6 +56,30 @@ static void log_span(log_t *b, const char *name, kl_json_span_t s) {
   log_add(b, "\n", 1);
 }
 
+/* Builds what the reflector builds from a value (a watch event, or a list
+ * item as an object) and logs its key and resourceVersion, or the error. */
+static void build(kl_json_mode_t mode, const kl_json_value_t *v, log_t *out) {
+  static const kl_obj_opts_t item = {.api_version = "v1", .kind = "Pod"};
+  char err[256], key[320];
+  kl_obj_event_t ev = {0};
+  kl_obj_t *o = NULL;
+  int rc = mode == KL_JSON_LIST
+               ? kl_obj_parse(v, &item, &o, err, sizeof err)
+               : kl_obj_event_parse(v, NULL, &ev, err, sizeof err);
+  if (rc != KL_OK) {
+    log_printf(out, "build %d: %s\n", rc, err);
+    return;
+  }
+  if (!o) o = ev.obj;
+  kl_obj_key(o, key, sizeof key);
+  log_printf(out, "built %s %s ", kl_obj_event_type_name(ev.type), key);
+  log_span(out, "rv", kl_obj_resource_version(o));
+  if (mode == KL_JSON_LIST)
+    kl_obj_unref(o);
+  else
+    kl_obj_event_clear(&ev);
+}
+
 /* Decodes payload[0, n) cut at the sorted positions cuts[0, ncuts) and logs
  * everything the decoder says. */
 static void run(const kl_json_opts_t *opts, const uint8_t *payload, size_t n,
@@ -71,6 +98,7 @@ static void run(const kl_json_opts_t *opts, const uint8_t *payload, size_t n,
       log_printf(out, "value @%llu compact=%d ", (unsigned long long)v.offset,
                  (int)v.compact);
       log_span(out, "json", v.json);
+      build(opts->mode, &v, out);
     }
     free(chunk);
     if (rc == KL_EAGAIN) rc = KL_OK;
