@@ -27,6 +27,23 @@ local function same(a, b, path)
   end
 end
 
+-- a equals b exactly, arrays marked alike (both kubelua.json values).
+local function identical(a, b, path)
+  if type(a) ~= type(b) then error(format("%s: %s became %s", path, type(a), type(b)), 0) end
+  if type(a) == "table" then
+    if json.is_array(a) ~= json.is_array(b) then
+      error(format("%s: array mark lost or gained", path), 0)
+    end
+    for k, v in pairs(a) do identical(v, b[k], path .. "/" .. tostring(k)) end
+    for k in pairs(b) do
+      if a[k] == nil then error(format("%s/%s: appeared", path, tostring(k)), 0) end
+    end
+  elseif a ~= b then
+    local f = type(a) == "number" and "%s: %.17g became %.17g" or "%s: %q became %q"
+    error(format(f, path, a, b), 0)
+  end
+end
+
 -- The number of object members in v (arrays' elements are not members).
 local function members(v)
   if type(v) ~= "table" then return 0 end
@@ -48,6 +65,7 @@ end
 return function(v, input, obj_json)
   local e1 = json.encode(v)
   local v2 = decode(e1)
+  identical(v, v2, "")
   local e2 = json.encode(v2)
   if e1 ~= e2 then error(format("encode(decode(encode(x))) differs:\n%s\n%s", e1, e2), 0) end
   if has_cjson then
