@@ -1017,6 +1017,7 @@ static bool key_equals(const char *p, size_t n, const char *key, size_t klen) {
 bool kl_json_member(kl_json_span_t obj, const char *key, kl_json_span_t *val) {
   const char *p = obj.p, *end = obj.p + obj.n;
   size_t klen = strlen(key);
+  bool found = false;
   p = kl_json_ws(p, end);
   if (p == end || *p != '{') return false;
   p = kl_json_ws(p + 1, end);
@@ -1028,12 +1029,15 @@ bool kl_json_member(kl_json_span_t obj, const char *key, kl_json_span_t *val) {
     p = kl_json_ws(p + 1, end);
     const char *ve = kl_json_skip(p, end);
     if (!ve) return false;
+    /* A repeated key: the last one wins, as in kl_obj_parse, kubelua.json
+     * and Go's encoding/json, so every reader sees the same value. */
     if (key_equals(ks, (size_t)(ke - 1 - ks), key, klen)) {
       val->p = p;
       val->n = (size_t)(ve - p);
-      return true;
+      found = true;
     }
     p = kl_json_ws(ve, end);
+    if (p < end && *p == '}') return found;
     if (p == end || *p != ',') return false;
     p = kl_json_ws(p + 1, end);
   }

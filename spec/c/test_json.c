@@ -976,6 +976,17 @@ static void test_readers(void) {
   KT_EQ_INT(i, -12);
   kl_json_span_t arr = {"[1]", 3};
   KT_TRUE(!kl_json_member(arr, "a", &v));
+  /* A repeated key gives its last value, as kl_obj_parse and kubelua.json
+   * read it (found by spec/fuzz/fuzz_status: a Status whose reason the C
+   * side and the client read differently). */
+  const char *dup = "{\"reason\":\"A\",\"code\":1,\"reason\":\"B\"}";
+  kl_json_span_t d = {dup, strlen(dup)};
+  KT_TRUE(kl_json_member(d, "reason", &v));
+  KT_EQ_MEM(v.p, v.n, "\"B\"");
+  KT_TRUE(kl_json_member(d, "code", &v));
+  KT_EQ_MEM(v.p, v.n, "1");
+  kl_json_span_t empty = {"{}", 2};
+  KT_TRUE(!kl_json_member(empty, "a", &v));
 
   static const struct {
     const char *in;

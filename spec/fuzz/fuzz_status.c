@@ -2,8 +2,11 @@
  * a non-2xx answer or in a watch ERROR event:
  *   - the client's response_error (lua/kubelua/client.lua) always gives a
  *     well-formed error table (spec/fuzz/fuzz_status.lua);
- *   - the C side reads the Status of an object and of a watch event.
+ *   - the C side reads the Status of an object and of a watch event, and
+ *     agrees with the client on code, reason and message where the body
+ *     gives them.
  * Byte 0 picks the HTTP status; the rest is the body. */
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,13 +27,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   const char *body = (const char *)data + 1;
   size_t n = size - 1;
 
+  lua_State *L = fuzz_lua("fuzz_status", &ref);
+  int top = lua_gettop(L);
+  lua_pushinteger(L, codes[data[0] & 15]);
+  lua_pushlstring(L, body, n);
+
   kl_json_value_t v;
+  bool have = false;
   if (kl_json_check(body, n, &v, NULL, 0) == KL_OK) {
     kl_obj_t *o;
     kl_obj_status_t st;
     if (kl_obj_parse(&v, NULL, &o, NULL, 0) == KL_OK) {
       kl_obj_status(o, &st);
       if (!st.status || !st.reason || !st.message) abort();
+      lua_pushnumber(L, (lua_Number)st.code);
+      lua_pushstring(L, st.reason);
+      lua_pushstring(L, st.message);
+      have = true;
       kl_obj_status_clear(&st);
       kl_obj_unref(o);
     }
@@ -43,11 +56,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
   }
 
-  lua_State *L = fuzz_lua("fuzz_status", &ref);
-  int top = lua_gettop(L);
-  lua_pushinteger(L, codes[data[0] & 15]);
-  lua_pushlstring(L, body, n);
-  fuzz_lua_call(L, ref, 2, 0);
+  fuzz_lua_call(L, ref, have ? 5 : 2, 0);
   lua_settop(L, top);
   return 0;
 }
