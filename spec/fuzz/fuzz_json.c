@@ -6,7 +6,9 @@
  *     and equals what lua-cjson decodes (arrays stay arrays, strings are
  *     byte-exact, numbers equal) — spec/fuzz/fuzz_json.lua;
  *   - an object the stream would yield parses as a kl_obj_t whose compact
- *     JSON decodes to the same value, and whose fields read without fault.
+ *     JSON decodes to the same value, whose fields read without fault and
+ *     equal what Lua sees (name, namespace, uid, resourceVersion, kind,
+ *     apiVersion, generation, labels).
  */
 #include <stdbool.h>
 #include <stdint.h>
@@ -19,6 +21,34 @@
 #include "json.h"
 #include "lua_json.h"
 #include "object.h"
+
+static void set_span(lua_State *L, const char *name, kl_json_span_t v) {
+  lua_pushlstring(L, v.p, v.n);
+  lua_setfield(L, -2, name);
+}
+
+/* Pushes what C extracted from o: {name=, namespace=, uid=,
+ * resource_version=, kind=, api_version=, generation=, labels={…}}. */
+static void push_fields(lua_State *L, const kl_obj_t *o) {
+  lua_newtable(L);
+  set_span(L, "name", kl_obj_name(o));
+  set_span(L, "namespace", kl_obj_namespace(o));
+  set_span(L, "uid", kl_obj_uid(o));
+  set_span(L, "resource_version", kl_obj_resource_version(o));
+  set_span(L, "kind", kl_obj_kind(o));
+  set_span(L, "api_version", kl_obj_api_version(o));
+  lua_pushnumber(L, (lua_Number)kl_obj_generation(o));
+  lua_setfield(L, -2, "generation");
+  lua_newtable(L);
+  for (size_t i = 0; i < kl_obj_label_count(o); i++) {
+    kl_json_span_t k, v;
+    kl_obj_label(o, i, &k, &v);
+    lua_pushlstring(L, k.p, k.n);
+    lua_pushlstring(L, v.p, v.n);
+    lua_rawset(L, -3);
+  }
+  lua_setfield(L, -2, "labels");
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -105,10 +135,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (o) {
       kl_json_span_t j = kl_obj_json(o);
       lua_pushlstring(L, j.p, j.n);
+      push_fields(L, o);
     } else {
       lua_pushnil(L);
+      lua_pushnil(L);
     }
-    fuzz_lua_call(L, ref, 3, 2);
+    fuzz_lua_call(L, ref, 4, 2);
     size_t n;
     const char *e = lua_tolstring(L, -2, &n);
     /* Unless duplicate keys dropped members, arrays (empty ones too) stay

@@ -1,7 +1,9 @@
 -- fuzz_json.lua: the Lua half of spec/fuzz/fuzz_json.c. Called with the
 -- value kubelua.json decoded, the input text and, when the input is an
--- object, the compact JSON of its kl_obj_t (else nil). Raises when the
--- round trip is not exact.
+-- object, the compact JSON of its kl_obj_t and the fields C extracted from
+-- it (else nil, nil). Raises when the round trip is not exact or C and Lua
+-- disagree; returns the encoded text and the number of object members in
+-- the value.
 
 local json = require "kubelua.json"
 local has_cjson, cjson = pcall(require, "cjson")
@@ -62,7 +64,34 @@ local function decode(s)
   return v
 end
 
-return function(v, input, obj_json)
+-- The fields C extracted (c: see push_fields in fuzz_json.c) equal the
+-- decoded object's; C reads an absent or null string as "".
+local function fields_agree(v, c)
+  local md = type(v.metadata) == "table" and not json.is_array(v.metadata) and v.metadata or {}
+  local want = { name = md.name, namespace = md.namespace, uid = md.uid,
+    resource_version = md.resourceVersion, kind = v.kind, api_version = v.apiVersion }
+  for k, x in pairs(want) do
+    if type(x) == "string" and x ~= c[k] then
+      error(format("%s: Lua %q, C %q", k, x, c[k]), 0)
+    elseif (x == nil or x == json.null) and c[k] ~= "" then
+      error(format("%s: absent in Lua, C %q", k, c[k]), 0)
+    end
+  end
+  if type(md.generation) == "number" and md.generation ~= c.generation then
+    error(format("generation: Lua %.17g, C %.17g", md.generation, c.generation), 0)
+  end
+  local labels = md.labels
+  if type(labels) == "table" and not json.is_array(labels) then
+    for k, x in pairs(labels) do
+      if c.labels[k] ~= x then error(format("label %q: Lua %q, C %q", k, x, tostring(c.labels[k])), 0) end
+    end
+    for k in pairs(c.labels) do
+      if labels[k] == nil then error(format("label %q: only in C", k), 0) end
+    end
+  end
+end
+
+return function(v, input, obj_json, c_fields)
   local e1 = json.encode(v)
   local v2 = decode(e1)
   identical(v, v2, "")
@@ -75,6 +104,7 @@ return function(v, input, obj_json)
   if obj_json then
     local e3 = json.encode(decode(obj_json))
     if e3 ~= e1 then error(format("kl_obj JSON decodes differently:\n%s\n%s", e1, e3), 0) end
+    fields_agree(v, c_fields)
   end
   return e1, members(v)
 end
