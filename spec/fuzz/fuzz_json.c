@@ -140,7 +140,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       lua_pushnil(L);
       lua_pushnil(L);
     }
-    fuzz_lua_call(L, ref, 4, 2);
+    lua_pushnumber(L, (lua_Number)count_outside(s, size, ':'));
+    fuzz_lua_call(L, ref, 5, 2);
     size_t n;
     const char *e = lua_tolstring(L, -2, &n);
     /* Unless duplicate keys dropped members, arrays (empty ones too) stay

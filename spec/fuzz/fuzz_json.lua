@@ -1,10 +1,9 @@
 -- fuzz_json.lua: the Lua half of spec/fuzz/fuzz_json.c. Called with the
 -- value kubelua.json decoded, the input text and, when the input is an
 -- object, the compact JSON of its kl_obj_t and the fields C extracted from
--- it (else nil, nil). Raises when the round trip is not exact or C and Lua
--- disagree; returns the encoded text and the number of object members in
--- the value.
-
+-- it (else nil, nil), and the number of ':' outside strings in the input.
+-- Raises when the round trip is not exact or C and Lua disagree; returns
+-- the encoded text and the number of object members in the value.
 local json = require "kubelua.json"
 local has_cjson, cjson = pcall(require, "cjson")
 
@@ -91,7 +90,7 @@ local function fields_agree(v, c)
   end
 end
 
-return function(v, input, obj_json, c_fields)
+return function(v, input, obj_json, c_fields, colons)
   local e1 = json.encode(v)
   local v2 = decode(e1)
   identical(v, v2, "")
@@ -101,10 +100,15 @@ return function(v, input, obj_json, c_fields)
     local ok, c = pcall(cjson.decode, input)
     if ok then same(v, c, "") end
   end
+  local nmembers
   if obj_json then
     local e3 = json.encode(decode(obj_json))
     if e3 ~= e1 then error(format("kl_obj JSON decodes differently:\n%s\n%s", e1, e3), 0) end
-    fields_agree(v, c_fields)
+    -- Repeated keys are read differently by design: a repeated "labels"
+    -- adds to the first in C (as Go's encoding/json merges maps) but
+    -- replaces it in Lua. Compare only objects without them.
+    nmembers = members(v)
+    if nmembers == colons then fields_agree(v, c_fields) end
   end
-  return e1, members(v)
+  return e1, nmembers or members(v)
 end

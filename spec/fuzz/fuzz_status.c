@@ -40,7 +40,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (kl_obj_parse(&v, NULL, &o, NULL, 0) == KL_OK) {
       kl_obj_status(o, &st);
       if (!st.status || !st.reason || !st.message) abort();
-      lua_pushnumber(L, (lua_Number)st.code);
+      /* "code": 4e00 is 0 here (as Go refuses it for an int32) but 4 for
+       * the client: compare codes only when written as integers. */
+      kl_json_span_t c;
+      int64_t code;
+      if (kl_json_member(v.json, "code", &c) && !kl_json_int64(c, &code))
+        lua_pushnil(L);
+      else
+        lua_pushnumber(L, (lua_Number)st.code);
       lua_pushstring(L, st.reason);
       lua_pushstring(L, st.message);
       have = true;

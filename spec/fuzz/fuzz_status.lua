@@ -51,7 +51,7 @@ local function agree(err, body, c_code, c_reason, c_message)
     error(format("reason: client %q, C %q", err.reason, c_reason), 0)
   end
   local code = st.code
-  if type(code) == "number" and code == floor(code) and abs(code) < 2 ^ 53
+  if c_code and type(code) == "number" and code == floor(code) and abs(code) < 2 ^ 53
     and err.code ~= c_code then
     error(format("code: client %.17g, C %.17g", err.code, c_code), 0)
   end
