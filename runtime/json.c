@@ -266,6 +266,33 @@ static int read_envelope(kl_json_stream_t *s) {
   return KL_OK;
 }
 
+/* Limits are checked where a value ends or a feed ends, so a malformed byte
+ * found past the cap of the value (or list envelope) it is in must report
+ * the cap: a cut just before that byte would have. Then the outcome does not
+ * depend on where the input was cut. p is where the error was detected. */
+static bool over_limit(const kl_json_stream_t *s, const uint8_t *p) {
+  if (s->in_value &&
+      s->base + (uint64_t)(p - s->chunk) - s->voff > s->max_value)
+    return true;
+  if (s->env_on) {
+    const uint8_t *from = s->env_from ? s->env_from : s->chunk;
+    if (s->env.len + (size_t)(p - from) > s->max_value) return true;
+  }
+  return false;
+}
+
+/* The limit error over_limit() found (value first, as suspend checks). */
+static int limit_fail(kl_json_stream_t *s, const uint8_t *p) {
+  if (s->in_value &&
+      s->base + (uint64_t)(p - s->chunk) - s->voff > s->max_value)
+    return fail(s, KL_ELIMIT, s->voff + s->max_value,
+                "value starting at byte %llu exceeds the %zu-byte limit",
+                (unsigned long long)s->voff, s->max_value);
+  return fail(s, KL_ELIMIT, s->list_off,
+              "list envelope (all but the items) exceeds the %zu-byte limit",
+              s->max_value);
+}
+
 #define OFF(q) (s->base + (uint64_t)((q)-s->chunk))
 #define SUSPEND(st)                                                            \
   do {                                                                         \
@@ -285,11 +312,13 @@ static int read_envelope(kl_json_stream_t *s) {
 #define FAIL(code, q, ...)                                                     \
   do {                                                                         \
     s->cur = (q);                                                              \
+    if (over_limit(s, p)) return limit_fail(s, p);                             \
     return fail(s, code, OFF(q), __VA_ARGS__);                                 \
   } while (0)
 #define FAIL_AT(off, ...)                                                      \
   do {                                                                         \
     s->cur = p;                                                                \
+    if (over_limit(s, p)) return limit_fail(s, p);                             \
     return fail(s, KL_EPARSE, (off), __VA_ARGS__);                             \
   } while (0)
 #define FOUND(c) (describe((c), found, sizeof found), found)
@@ -988,6 +1017,7 @@ static bool key_equals(const char *p, size_t n, const char *key, size_t klen) {
 bool kl_json_member(kl_json_span_t obj, const char *key, kl_json_span_t *val) {
   const char *p = obj.p, *end = obj.p + obj.n;
   size_t klen = strlen(key);
+  bool found = false;
   p = kl_json_ws(p, end);
   if (p == end || *p != '{') return false;
   p = kl_json_ws(p + 1, end);
@@ -999,12 +1029,15 @@ bool kl_json_member(kl_json_span_t obj, const char *key, kl_json_span_t *val) {
     p = kl_json_ws(p + 1, end);
     const char *ve = kl_json_skip(p, end);
     if (!ve) return false;
+    /* A repeated key: the last one wins, as in kl_obj_parse, kubelua.json
+     * and Go's encoding/json, so every reader sees the same value. */
     if (key_equals(ks, (size_t)(ke - 1 - ks), key, klen)) {
       val->p = p;
       val->n = (size_t)(ve - p);
-      return true;
+      found = true;
     }
     p = kl_json_ws(ve, end);
+    if (p < end && *p == '}') return found;
     if (p == end || *p != ',') return false;
     p = kl_json_ws(p + 1, end);
   }

@@ -132,8 +132,9 @@ const char *kl_json_skip(const char *p, const char *end);
 size_t kl_json_unescape(const char *p, size_t n, char *out);
 
 /* Looks up key (compared after decoding the member names) in the object
- * obj; sets *val to the member's value (no surrounding whitespace). Returns
- * false when obj is not an object or has no such member. */
+ * obj; sets *val to the member's value (no surrounding whitespace), the last
+ * one when the key repeats (as kl_obj_parse and kubelua.json read it).
+ * Returns false when obj is not an object or has no such member. */
 bool kl_json_member(kl_json_span_t obj, const char *key, kl_json_span_t *val);
 
 /* Parses an integer value (no fraction or exponent) in the int64 range.

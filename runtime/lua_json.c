@@ -113,7 +113,8 @@ static size_t utf8_len(const unsigned char *s, size_t n) {
 }
 
 /* Reads the number token [s, s + n) with strtod; tries the locale's decimal
- * point when it is not '.'. Returns false if the token does not parse. */
+ * point when it is not '.'. Returns false if the token does not parse or
+ * overflows a double (strtod's infinity could not be encoded back). */
 static bool parse_double(const char *s, size_t n, double *out) {
   char small[64], *tmp = n < sizeof small ? small : malloc(n + 1);
   char *end;
@@ -133,7 +134,7 @@ static bool parse_double(const char *s, size_t n, double *out) {
     }
   }
   if (tmp != small) free(tmp);
-  return ok;
+  return ok && isfinite(*out);
 }
 
 /* --- decode ------------------------------------------------------------- */

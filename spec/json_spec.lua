@@ -98,6 +98,14 @@ describe("kubelua.json", function()
       assert.equal(5e-324, v[7])
     end)
 
+    it("refuses floats beyond a double's range (found by spec/fuzz/fuzz_json)", function()
+      assert.same({ nil, "json: byte 0: cannot convert number 8e1111" },
+        { json.decode("8e1111") })
+      assert.same({ nil, "json: byte 5: cannot convert number -1.5E+400" },
+        { json.decode('{"a":-1.5E+400}') })
+      assert.equal(0, json.decode("1e-400"))
+    end)
+
     it("decodes escapes and keeps raw UTF-8", function()
       local v = assert(json.decode(
         '{"e":"\\u00e9","p":"\\ud83d\\ude00","s":"\\/\\"\\\\\\b\\f\\n\\r\\t",'
