@@ -48,6 +48,14 @@ describe("kubelua sim API", function()
     code, st = api(sim, "GET", CMS .. "?labelSelector=a%20b%20c")
     assert.equal(400, code)
     assert.equal("BadRequest", st.reason)
+    -- values are label values: "(b" is none (found by the selector fuzzer)
+    code, st = api(sim, "GET", CMS .. "?labelSelector=x%20in%20(a,(b)")
+    assert.equal(400, code)
+    assert.equal("unable to parse requirement: values[0][x]: Invalid value: \"(b\": a valid label "
+      .. "must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must "
+      .. "start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or "
+      .. "'12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')",
+      st.message)
   end)
 
   it("pages through a list with limit and continue", function()

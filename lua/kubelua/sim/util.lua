@@ -167,6 +167,21 @@ end
 
 local label_key = "^[%w][%w._/-]*$"
 
+local label_value_msg = "a valid label must be an empty string or consist of alphanumeric "
+  .. "characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. "
+  .. "'MyValue',  or 'my_value',  or '12345', regex used for validation is "
+  .. "'(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')"
+
+-- nil when v is a valid label value, else the requirement's error.
+local function check_label_value(key, v, i)
+  if v == "" or (#v <= 63 and (find(v, "^%w$") or find(v, "^%w[%w._-]*%w$"))) then
+    return nil
+  end
+  local why = #v > 63 and "must be no more than 63 characters" or label_value_msg
+  return format('unable to parse requirement: values[%d][%s]: Invalid value: "%s": %s',
+                i, key, v, why)
+end
+
 -- Parses a labelSelector into a list of requirements; nil, message when
 -- it is malformed.
 function _M.parse_label_selector(s)
@@ -206,6 +221,18 @@ function _M.parse_label_selector(s)
     end
     if not k or not find(k, label_key) then
       return nil, format("unable to parse requirement: invalid label key \"%s\"", tostring(k))
+    end
+    if op == "=" or op == "!=" then
+      local err = check_label_value(k, v, 0)
+      if err then return nil, err end
+    elseif op == "in" or op == "notin" then
+      local sorted = {}
+      for x in pairs(v) do sorted[#sorted + 1] = x end
+      table.sort(sorted)
+      for i, x in ipairs(sorted) do
+        local err = check_label_value(k, x, i - 1)
+        if err then return nil, err end
+      end
     end
     reqs[#reqs + 1] = { key = k, op = op, value = v }
   end
