@@ -31,6 +31,7 @@
 -- cache or the mirror does not show when the wait ends: must be 0),
 -- converged, crashed (the controller exited).
 -- Usage: kubelua run --no-watch bench/soak.lua KUBELUA_BINARY [--faults N | --seconds S]
+--          [--interval S]   (mean seconds between faults, default 0.05)
 local kube = require "kubelua"
 local json = require "kubelua.json"
 local simlib = require "kubelua.sim"
@@ -38,18 +39,20 @@ local proc = require "bench.lib.proc"
 
 local BIN = arg and arg[1] or "build/kubelua"
 local MAX_FAULTS, MAX_SECONDS = 10000, nil
+local FAULT_INTERVAL = 0.05 -- mean seconds between faults
 do
   local i = 2
   while arg and arg[i] do
     if arg[i] == "--faults" then MAX_FAULTS = assert(tonumber(arg[i + 1]), "--faults N")
     elseif arg[i] == "--seconds" then
       MAX_SECONDS, MAX_FAULTS = assert(tonumber(arg[i + 1]), "--seconds S"), math.huge
+    elseif arg[i] == "--interval" then
+      FAULT_INTERVAL = assert(tonumber(arg[i + 1]), "--interval S")
     else error("unknown option " .. arg[i]) end
     i = i + 2
   end
 end
 local NAMESPACES, NAMES = 4, 40
-local FAULT_INTERVAL = 0.05 -- mean seconds between faults
 local WRITE_INTERVAL = 0.004
 local CONVERGE_TIMEOUT = 180
 
