@@ -16,20 +16,11 @@
 local kube = require "kubelua"
 local json = require "kubelua.json"
 local simlib = require "kubelua.sim"
+local podlib = require "bench.lib.pods"
 
 local EVENTS = tonumber(arg and arg[1]) or 200000
 local OBJECTS = 1000
 local LIST_OBJECTS = tonumber(arg and arg[2]) or 100000
-
-local f = assert(io.open("spec/fixtures/json/pod-2.4k.json"))
-local template = assert(json.decode(f:read("*a")))
-f:close()
-
-local function shallow(t)
-  local c = {}
-  for k, v in pairs(t) do c[k] = v end
-  return c
-end
 
 local function quote(x) return "'" .. x:gsub("'", "'\\''") .. "'" end
 
@@ -40,13 +31,7 @@ local function sh_bg(cmd)
   return pid
 end
 
-local function running(pid)
-  local st = io.open("/proc/" .. pid .. "/stat")
-  if not st then return false end
-  local s = st:read("*l") or ""
-  st:close()
-  return not s:match("^%d+ %b() [ZX]")
-end
+local running = require("bench.lib.proc").running
 
 local function wait_exit(pids)
   for _, pid in ipairs(pids) do
@@ -69,16 +54,7 @@ local pods = s:resource("v1", "pods")
 
 -- Pod i as a new table sharing the template's unchanged parts.
 local function pod(i, ns, variant)
-  local p = shallow(template)
-  local md = shallow(template.metadata)
-  md.name, md.namespace = "web-" .. i, ns
-  md.uid = ("%08d-1234-5678-9abc-def012345678"):format(i)
-  md.resourceVersion = tostring(s:next_rv())
-  p.metadata = md
-  local st = shallow(template.status)
-  st.hostIP = "10.0." .. variant % 256 .. "." .. i % 256
-  p.status = st
-  return p
+  return podlib.table(i, ns, variant, tostring(s:next_rv()))
 end
 
 local function ensure_ns(ns)

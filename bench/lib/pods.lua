@@ -52,6 +52,40 @@ function _M.stream(kind, first, last, size, rv0)
   return chunks
 end
 
+local shared -- the fixture decoded, for table()
+
+local function shallow(t)
+  local c = {}
+  for k, v in pairs(t) do c[k] = v end
+  return c
+end
+
+-- Pod i as a new table for the simulator's store, sharing the fixture's
+-- unchanged parts: namespace ns, resourceVersion rv (a string), host ip
+-- variant v, and when `annotate`, the annotation bench/variant = v (an
+-- update the store keeps: a Pod's status alone is not, through PUT).
+function _M.table(i, ns, v, rv, annotate)
+  if not shared then
+    local f = assert(io.open(FIXTURE))
+    shared = assert(kube.json.decode(f:read("*a")))
+    f:close()
+  end
+  local p = shallow(shared)
+  local md = shallow(shared.metadata)
+  md.name, md.namespace = "web-" .. i, ns
+  md.uid = ("%08d-1234-5678-9abc-def012345678"):format(i)
+  md.resourceVersion = rv
+  if annotate then
+    md.annotations = shallow(shared.metadata.annotations)
+    md.annotations["bench/variant"] = tostring(v)
+  end
+  p.metadata = md
+  local st = shallow(shared.status)
+  st.hostIP = "10.0." .. v % 256 .. "." .. i % 256
+  p.status = st
+  return p
+end
+
 -- Resident set size of this process, in bytes.
 function _M.rss()
   local f = assert(io.open("/proc/self/statm"))

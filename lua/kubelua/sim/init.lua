@@ -431,10 +431,24 @@ function Sim:watch(req, res, ns, params, r)
     return
   end
   if not n or n == 0 or initial then
-    for _, key in ipairs(s:sorted_keys(res)) do
-      local e = res.objects[key]
+    -- The initial events are a snapshot (entries are immutable) sent at
+    -- the client's pace, as lists are: unpaced, 100,000 Pods pass the
+    -- stream's unsent-bytes cap and the watch is cut. Changes made while
+    -- it drains follow from the history before the watch joins.
+    local rv0, snap = res.last_rv, {}
+    for i, key in ipairs(s:sorted_keys(res)) do snap[i] = res.objects[key] end
+    for _, e in ipairs(snap) do
       if w.simple or store.matches(w, e) then
         if not req:write(store.heads.ADDED, e.json, store.TAIL) then return end
+        if req:buffered() > 4 * 1024 * 1024 and not req:wait_drain() then return end
+      end
+    end
+    if res.last_rv ~= rv0 then
+      if res.hist_start > rv0 then return req:finish() end -- history gone: the client retries
+      local hist = res.history
+      for i = res.hist_first, res.hist_last do
+        local ev = hist[i]
+        if ev.rv > rv0 then store.deliver(res, w, ev) end
       end
     end
     if initial then

@@ -1,0 +1,191 @@
+-- bench/compare.lua: kubelua's informer side by side with
+-- @kubernetes/client-node's makeInformer (a benchmark, not a test; run it
+-- with `bench/run compare [N M]`, which installs client-node first).
+--
+-- This process is the API server: the simulator (kubelua.sim) holding N
+-- generated 2.4 KB Pods (bench/lib/pods' template: managedFields included,
+-- namespaces ns-(i mod 50)). Each client runs in its own process, one after
+-- the other: `node bench/compare/client-node.mjs`, then `kubelua run
+-- bench/compare/kubelua_client.lua`. For each:
+--   sync_s              start of the informer until the initial list is cached
+--   bytes_per_object    (VmRSS after sync, after a full GC) - (VmRSS before
+--                       the informer starts) / N
+--   watch_events_per_s  M MODIFIED events: first to M-th event reaching the
+--                       client's handler (the client counts them: exactly M
+--                       update events, no other event, or the run fails)
+--   cpu_s               the client's utime + stime (/proc/self/stat) from
+--                       the informer's start to the M-th event
+--   events_per_cpu_s    M / the client's CPU seconds in the watch phase:
+--                       what the client could take if the writer were not
+--                       the limit (see below)
+-- The writer is this process: it changes Pods (an annotation and
+-- status.hostIP) through the store's event path, Store:put, which every
+-- write ends in: a new resourceVersion, the history, one encode, the event
+-- line written to every watcher. It pauses while the watcher's unsent
+-- output passes 4 MiB, as the simulator's handlers do. It skips what a PUT
+-- does before that (decoding the body, validation, managedFields), which
+-- runs at about 1,700 Pods/s here and would make both clients wait for the
+-- writer. writer_events_per_s is what the writer reached with that
+-- watcher: when a client's events/s comes close to it, the simulator is
+-- the limit, not the client.
+-- Usage: kubelua run --no-watch bench/compare.lua KUBELUA_BINARY [N [M [SYSTEMS]]]
+local kube = require "kubelua"
+local json = require "kubelua.json"
+local simlib = require "kubelua.sim"
+local proc = require "bench.lib.proc"
+local podlib = require "bench.lib.pods"
+
+local BIN = arg and arg[1] or "build/kubelua"
+local N = tonumber(arg and arg[2]) or 20000
+local M = tonumber(arg and arg[3]) or 200000
+local SYSTEMS = arg and arg[4] or "client-node,kubelua"
+local TIMEOUT = 1800
+
+local quote, read, running = proc.quote, proc.read, proc.running
+
+local sim = simlib.new { history_size = 20000 }
+local s = sim.store
+local srv = assert(sim:listen { host = "127.0.0.1", port = 0 })
+local nsres = s:resource("v1", "namespaces")
+local pods = s:resource("v1", "pods")
+
+local function pod(i, ns, variant, rv) return podlib.table(i, ns, variant, rv, true) end
+
+local function populate(n)
+  for i = 1, n do
+    local ns = "ns-" .. (i % 50)
+    if not nsres.objects[ns] then
+      s:create(nsres, nil, { apiVersion = "v1", kind = "Namespace", metadata = { name = ns } },
+        { internal = true })
+    end
+    local p = pod(i, ns, 0, tostring(s:next_rv()))
+    s:put(pods, p, "ADDED")
+  end
+end
+
+-- Starts a client; returns its pid and output file.
+local function start(cmd)
+  local out = os.tmpname()
+  return proc.start(cmd, out, out .. ".err"), out
+end
+
+-- Waits for the client's line of `phase`; returns it decoded.
+local function wait_line(pid, out, phase)
+  local deadline = kube.monotonic() + TIMEOUT
+  while kube.monotonic() < deadline do
+    for line in (read(out) or ""):gmatch("[^\n]+") do
+      local t = json.decode(line)
+      if t and t.phase == phase then return t end
+      if t and t.phase == "error" then error("client failed: " .. line) end
+    end
+    if not running(pid) then
+      error("the client exited: " .. (read(out) or "") .. (read(out .. ".err") or ""))
+    end
+    kube.sleep(0.02)
+  end
+  error("the client gave no " .. phase .. " line in " .. TIMEOUT .. " s")
+end
+
+local variant = 0
+
+-- M modifications through the store's event path; returns events/s.
+local function write_events()
+  local keys = s:sorted_keys(pods)
+  local t0 = kube.monotonic()
+  for n = 1, M do
+    local e = pods.objects[keys[(n % #keys) + 1]]
+    variant = variant + 1
+    local i = tonumber(e.name:match("%d+"))
+    s:put(pods, pod(i, e.ns, variant, tostring(s:next_rv())), "MODIFIED", e)
+    if n % 256 == 0 then
+      for w in pairs(pods.watchers) do
+        while w.req:alive() and w.req:buffered() > 4 * 1024 * 1024 do w.req:wait_drain() end
+      end
+      kube.sleep(0)
+    end
+  end
+  return M / (kube.monotonic() - t0)
+end
+
+local function run_system(name, cmd)
+  local pid, out = start(cmd)
+  local synced = wait_line(pid, out, "synced")
+  assert(synced.objects == N, name .. ": cached " .. tostring(synced.objects) .. " of " .. N)
+  -- the watch is open (client-node's start() resolves then; kubelua's
+  -- watch-list stream carried the list), so every write reaches it
+  local deadline = kube.monotonic() + 30
+  while next(pods.watchers) == nil do
+    assert(kube.monotonic() < deadline, name .. ": no watch opened")
+    kube.sleep(0.01)
+  end
+  local writer = write_events()
+  local done = wait_line(pid, out, "done")
+  kube.sleep(0.5) -- an extra event would arrive now
+  local extra
+  for line in (read(out) or ""):gmatch("[^\n]+") do
+    local t = json.decode(line)
+    if t and t.phase ~= "synced" and t.phase ~= "done" then extra = line end
+  end
+  os.execute("kill " .. pid)
+  while running(pid) do kube.sleep(0.01) end
+  os.remove(out)
+  os.remove(out .. ".err")
+  assert(not extra, name .. ": " .. tostring(extra))
+  assert(done.events == M and done.other_events == 0,
+    name .. ": " .. done.events .. " updates and " .. done.other_events .. " other events")
+  -- drop the watch's leftovers before the next client
+  sim:inject { drop_watches = "end" }
+  local watch_cpu = done.cpu_s - synced.cpu_s
+  return {
+    system = name,
+    sync_s = synced.sync_s,
+    watch_events_per_s = M / done.watch_s,
+    bytes_per_object = (synced.rss_after - synced.rss_before) / N,
+    cpu_s = done.cpu_s,
+    events_per_cpu_s = M / math.max(watch_cpu, 0.01),
+    writer_events_per_s = writer,
+  }
+end
+
+local function line(r)
+  return ('{"system":"%s","objects":%d,"events":%d,"sync_s":%.3f,"watch_events_per_s":%.0f,'
+    .. '"bytes_per_object":%.0f,"cpu_s":%.2f,"events_per_cpu_s":%.0f,'
+    .. '"writer_events_per_s":%.0f}'):format(r.system, N, M, r.sync_s, r.watch_events_per_s,
+    r.bytes_per_object, r.cpu_s, r.events_per_cpu_s, r.writer_events_per_s)
+end
+
+local function main()
+  populate(N)
+  local kubeconfig = proc.kubeconfig(srv:port())
+  local cmds = {
+    ["client-node"] = "node --expose-gc bench/compare/client-node.mjs " .. quote(kubeconfig)
+      .. " " .. M,
+    kubelua = quote(BIN) .. " run --no-watch --kubeconfig " .. quote(kubeconfig)
+      .. " bench/compare/kubelua_client.lua " .. M,
+    ["kubelua-managed-fields"] = quote(BIN) .. " run --no-watch --kubeconfig "
+      .. quote(kubeconfig)
+      .. " bench/compare/kubelua_client.lua " .. M .. " keep_managed_fields",
+  }
+  local results = {}
+  for name in SYSTEMS:gmatch("[^,]+") do
+    local r = run_system(name, assert(cmds[name], "unknown system " .. name))
+    results[name] = r
+    print(line(r))
+    io.stdout:flush()
+  end
+  os.remove(kubeconfig)
+  local k, c = results.kubelua, results["client-node"]
+  if k and c then
+    print(('{"bench":"compare","objects":%d,"events":%d,"events_ratio":%.2f,'
+      .. '"bytes_ratio":%.3f,"sync_ratio":%.3f,"cpu_events_ratio":%.2f}'):format(N, M,
+      k.watch_events_per_s / c.watch_events_per_s, k.bytes_per_object / c.bytes_per_object,
+      k.sync_s / c.sync_s, k.events_per_cpu_s / c.events_per_cpu_s))
+  end
+  srv:close()
+end
+
+kube.spawn(function()
+  local ok, err = xpcall(main, debug.traceback)
+  if not ok then io.stderr:write("bench/compare: ", tostring(err), "\n") end
+  kube.stop(ok and 0 or 1)
+end)

@@ -1,0 +1,60 @@
+-- bench/compare/kubelua_client.lua: kubelua's informer against the
+-- simulator bench/compare.lua runs (run with `kubelua run --kubeconfig F`).
+-- Prints the same two JSON lines as client-node.mjs:
+--   {"phase":"synced",...}  after the initial list is cached
+--   {"phase":"done",...}    after M update events reached the handler
+-- then waits to be killed. The handler takes ev.key, as a controller that
+-- queues keys does; the object is decoded only if a handler asks for it.
+-- Usage: kubelua run --kubeconfig F kubelua_client.lua M [keep_managed_fields]
+local kube = require "kubelua"
+
+local M = assert(tonumber(arg and arg[1]), "usage: kubelua_client.lua M")
+local KEEP = arg and arg[2] == "keep_managed_fields"
+
+local function rss()
+  local f = assert(io.open("/proc/self/status"))
+  local s = f:read("*a")
+  f:close()
+  return tonumber(s:match("VmRSS:%s+(%d+) kB")) * 1024
+end
+
+local function cpu() -- utime + stime, fields 14 and 15 of /proc/self/stat
+  local f = assert(io.open("/proc/self/stat"))
+  local s = f:read("*l")
+  f:close()
+  local rest = s:match("^%d+ %b() (.*)$")
+  local fields = {}
+  for x in rest:gmatch("%S+") do fields[#fields + 1] = x end
+  return (tonumber(fields[12]) + tonumber(fields[13])) / 100
+end
+
+local function out(s)
+  io.stdout:write(s, "\n")
+  io.stdout:flush()
+end
+
+kube.spawn(function()
+  collectgarbage()
+  collectgarbage()
+  local rss0, cpu0, t0 = rss(), cpu(), kube.monotonic()
+  local inf = assert(kube.informer("v1", "pods", { keep_managed_fields = KEEP or nil }))
+  local updates, others, first, last_key = 0, 0, 0, nil
+  inf:on_update(function(ev)
+    if updates == 0 then first = kube.monotonic() end
+    last_key = ev.key
+    updates = updates + 1
+    if updates == M then
+      out(string.format('{"phase":"done","events":%d,"other_events":%d,"watch_s":%.6f,'
+        .. '"cpu_s":%.2f,"last_key":"%s"}', updates, others, kube.monotonic() - first,
+        cpu() - cpu0, last_key))
+    end
+  end)
+  inf:on_add(function() if updates > 0 then others = others + 1 end end)
+  inf:on_delete(function() others = others + 1 end)
+  assert(kube.wait_for_sync(inf, 600), "the informer did not sync")
+  local sync_s = kube.monotonic() - t0
+  collectgarbage()
+  collectgarbage()
+  out(string.format('{"phase":"synced","sync_s":%.6f,"objects":%d,"rss_before":%d,'
+    .. '"rss_after":%d,"cpu_s":%.2f}', sync_s, inf:len(), rss0, rss(), cpu() - cpu0))
+end)
