@@ -42,7 +42,12 @@ local retire_hooks = {}
 -- shared informers use it to stop the ones nobody asks for any more.
 function _M.on_retire(fn) retire_hooks[#retire_hooks + 1] = fn end
 
+-- Generations that retired or failed to load, as a set: a worker asks it
+-- once per key, which is cheaper than asking the runtime.
+_M.dead = {}
+
 local function retired(n, drain)
+  _M.dead[n] = true
   informer.retire(n, drain)
   for i = 1, #retire_hooks do retire_hooks[i](n) end
 end

@@ -16,6 +16,7 @@ local informer = require "kubelua.informer"
 local group = require "kubelua.informer_group"
 local leader = require "kubelua.leader"
 local metrics = require "kubelua.metrics"
+local generation = require "kubelua.generation"
 
 local error, type, tostring, pairs, ipairs, select = error, type, tostring, pairs, ipairs, select
 local setmetatable, getmetatable, xpcall = setmetatable, getmetatable, xpcall
@@ -215,7 +216,7 @@ local function use_informer(id, inf)
   return inf
 end
 
-require("kubelua.generation").on_retire(function(gen)
+generation.on_retire(function(gen)
   for id, users in pairs(informer_users) do
     users[gen] = nil
     if next(users) == nil then
@@ -288,7 +289,7 @@ function _M._stop_informers(server)
   end
 end
 
-require("kubelua.generation").on_retire(function(gen)
+generation.on_retire(function(gen)
   for id, g in pairs(by_spec) do
     if g.generation == gen then by_spec[id] = nil end
   end
@@ -573,14 +574,14 @@ end
 local function worker_loop(q, fn, fields, with_ctx)
   local get, done, forget, add = q.get, q.done, q.forget, q.add
   local add_after, add_rate_limited = q.add_after, q.add_rate_limited
-  local alive, gen = core.generation_alive, core.generation()
+  local dead, gen = generation.dead, core.generation()
   local qname = q:name()
   local series, monotonic = reconcile_series(qname), core.monotonic
   series.debug = core.log_level() == "debug"
   -- A hot reload retires this worker's generation: it finishes the key in
   -- hand and returns (one parked in get ends with its generation). With
   -- leader election, workers take keys only while this replica leads.
-  while alive(gen) do
+  while not dead[gen] do
     if not may_work() then
       core.sleep(0.05)
       goto continue
