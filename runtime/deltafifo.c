@@ -29,7 +29,6 @@
 #include "mem.h"
 
 #define RING_MIN 16u
-#define KEY_INLINE 256
 
 typedef struct ff_item {
   kl_delta_t *d; /* &one while cap == 1 */
@@ -94,29 +93,6 @@ static int known_get(void *ud, const char *key, size_t len, kl_obj_t **obj) {
 kl_fifo_known_t kl_fifo_known_store(kl_store_t *s) {
   kl_fifo_known_t k = {known_list_keys, known_get, s};
   return k;
-}
-
-/* ---- keys ---- */
-
-typedef struct ff_key {
-  char *p;
-  size_t len;
-  char buf[KEY_INLINE];
-} ff_key;
-
-static int key_of(const kl_obj_t *o, ff_key *k) {
-  if (kl_obj_name(o).n == 0) return KL_EINVAL;
-  k->p = k->buf;
-  k->len = kl_obj_key(o, k->buf, sizeof k->buf);
-  if (k->len >= sizeof k->buf) {
-    k->p = kl_xmalloc(k->len + 1);
-    kl_obj_key(o, k->p, k->len + 1);
-  }
-  return KL_OK;
-}
-
-static void key_done(ff_key *k) {
-  if (k->p != k->buf) free(k->p);
 }
 
 /* ---- the ring ---- */
@@ -258,13 +234,13 @@ void kl_fifo_free(kl_fifo_t *f) {
 }
 
 static int enqueue_obj(kl_fifo_t *f, kl_delta_type_t type, kl_obj_t *o) {
-  ff_key k;
+  kl_obj_keybuf_t k;
   bool was_empty = f->count == 0;
-  if (key_of(o, &k) != KL_OK) return KL_EINVAL;
+  if (kl_obj_keybuf(o, &k) != KL_OK) return KL_EINVAL;
   f->populated = true;
   check_synced(f);
   int rc = queue_action(f, k.p, k.len, type, o, false, true);
-  key_done(&k);
+  kl_obj_keybuf_free(&k);
   finish(f, was_empty);
   return rc;
 }
@@ -278,10 +254,10 @@ int kl_fifo_update(kl_fifo_t *f, kl_obj_t *o) {
 }
 
 int kl_fifo_delete(kl_fifo_t *f, kl_obj_t *o) {
-  ff_key k;
+  kl_obj_keybuf_t k;
   int rc = KL_OK;
   bool was_empty = f->count == 0;
-  if (key_of(o, &k) != KL_OK) return KL_EINVAL;
+  if (kl_obj_keybuf(o, &k) != KL_OK) return KL_EINVAL;
   f->populated = true;
   check_synced(f);
   if (!item_get(f, k.p, k.len, false)) {
@@ -294,7 +270,7 @@ int kl_fifo_delete(kl_fifo_t *f, kl_obj_t *o) {
   }
   rc = queue_action(f, k.p, k.len, KL_DELTA_DELETED, o, false, true);
 out:
-  key_done(&k);
+  kl_obj_keybuf_free(&k);
   finish(f, was_empty);
   return rc;
 }
@@ -326,8 +302,8 @@ int kl_fifo_replace(kl_fifo_t *f, kl_obj_t *const *objs, size_t n) {
   if (++f->gen == 0) f->gen = 1;
   /* 1. The listed objects (transformed: the internal action is Replaced). */
   for (size_t j = 0; j < n; j++) {
-    ff_key k;
-    if ((r.rc = key_of(objs[j], &k)) != KL_OK) goto out;
+    kl_obj_keybuf_t k;
+    if ((r.rc = kl_obj_keybuf(objs[j], &k)) != KL_OK) goto out;
     r.rc = queue_action(f, k.p, k.len, action, objs[j], false, true);
     if (r.rc == KL_OK) {
       ff_item *it = item_get(f, k.p, k.len, false);
@@ -336,7 +312,7 @@ int kl_fifo_replace(kl_fifo_t *f, kl_obj_t *const *objs, size_t n) {
         listed++;
       }
     }
-    key_done(&k);
+    kl_obj_keybuf_free(&k);
     if (r.rc != KL_OK) goto out;
   }
   /* 2. Queued keys not listed: a tombstone with the newest object. Only

@@ -711,6 +711,21 @@ size_t kl_obj_key(const kl_obj_t *o, char *buf, size_t cap) {
   return n;
 }
 
+int kl_obj_keybuf(const kl_obj_t *o, kl_obj_keybuf_t *k) {
+  if (kl_obj_name(o).n == 0) return KL_EINVAL;
+  k->p = k->buf;
+  k->len = kl_obj_key(o, k->buf, sizeof k->buf);
+  if (k->len >= sizeof k->buf) {
+    k->p = kl_xmalloc(k->len + 1);
+    kl_obj_key(o, k->p, k->len + 1);
+  }
+  return KL_OK;
+}
+
+void kl_obj_keybuf_free(kl_obj_keybuf_t *k) {
+  if (k->p != k->buf) free(k->p);
+}
+
 static const label_t *labels(const kl_obj_t *o) {
   return (const label_t *)(const void *)(o->data + o->labels_off);
 }

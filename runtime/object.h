@@ -111,6 +111,20 @@ bool kl_obj_deletion_timestamp(const kl_obj_t *o, kl_json_span_t *ts);
  * Returns the key's length; when that is >= cap the key was truncated. */
 size_t kl_obj_key(const kl_obj_t *o, char *buf, size_t cap);
 
+/* A MetaNamespaceKey on the caller's stack when it is short, else on the
+ * heap: p points at it, len is its length. */
+#define KL_OBJ_KEY_INLINE 256
+typedef struct kl_obj_keybuf {
+  char *p;
+  size_t len;
+  char buf[KL_OBJ_KEY_INLINE];
+} kl_obj_keybuf_t;
+
+/* Fills k with o's key; KL_EINVAL (k untouched) when o has no name.
+ * Release with kl_obj_keybuf_free. */
+int kl_obj_keybuf(const kl_obj_t *o, kl_obj_keybuf_t *k);
+void kl_obj_keybuf_free(kl_obj_keybuf_t *k);
+
 /* metadata.labels, in the order of the JSON. */
 size_t kl_obj_label_count(const kl_obj_t *o);
 void kl_obj_label(const kl_obj_t *o, size_t i, kl_json_span_t *key,

@@ -36,7 +36,6 @@
 
 #define SET_VEC_MAX 8u   /* sets up to this size are plain vectors */
 #define SET_TAB_MIN 16u  /* smallest open-addressed table */
-#define KEY_INLINE 256   /* keys up to this length are built on the stack */
 #define DEDUP_LINEAR 16u /* value lists up to this length dedup in O(k^2) */
 
 typedef struct st_entry {
@@ -102,28 +101,6 @@ static const char *set_keyof(const void *val, size_t *len) {
   const st_set *t = val;
   *len = t->vlen;
   return t->val;
-}
-
-typedef struct st_key {
-  char *p;
-  size_t len;
-  char buf[KEY_INLINE];
-} st_key;
-
-/* MetaNamespaceKey of o into k; KL_EINVAL when o has no name. */
-static int key_of(const kl_obj_t *o, st_key *k) {
-  if (kl_obj_name(o).n == 0) return KL_EINVAL;
-  k->p = k->buf;
-  k->len = kl_obj_key(o, k->buf, sizeof k->buf);
-  if (k->len >= sizeof k->buf) {
-    k->p = kl_xmalloc(k->len + 1);
-    kl_obj_key(o, k->p, k->len + 1);
-  }
-  return KL_OK;
-}
-
-static void key_done(st_key *k) {
-  if (k->p != k->buf) free(k->p);
 }
 
 __attribute__((format(printf, 3, 4))) static void
@@ -616,12 +593,12 @@ static bool reindex(kl_store_t *s, st_entry *e) {
 
 static int put(kl_store_t *s, kl_obj_t *o, kl_obj_t **old, char *err,
                size_t errlen) {
-  st_key k;
+  kl_obj_keybuf_t k;
   st_entry *e;
   int rc;
   if (old) *old = NULL;
   if ((rc = check_idle(s, err, errlen)) != KL_OK) return rc;
-  if ((rc = key_of(o, &k)) != KL_OK) {
+  if ((rc = kl_obj_keybuf(o, &k)) != KL_OK) {
     set_err(err, errlen, "%s", "object has no name");
     return rc;
   }
@@ -648,7 +625,7 @@ static int put(kl_store_t *s, kl_obj_t *o, kl_obj_t **old, char *err,
   else
     kl_obj_unref(prev);
 out:
-  key_done(&k);
+  kl_obj_keybuf_free(&k);
   return rc;
 }
 
@@ -687,11 +664,11 @@ int kl_store_delete(kl_store_t *s, const char *key, size_t len,
 }
 
 int kl_store_delete_obj(kl_store_t *s, const kl_obj_t *o, kl_obj_t **old) {
-  st_key k;
+  kl_obj_keybuf_t k;
   if (old) *old = NULL;
-  if (key_of(o, &k) != KL_OK) return KL_ENOENT;
+  if (kl_obj_keybuf(o, &k) != KL_OK) return KL_ENOENT;
   int rc = kl_store_delete(s, k.p, k.len, old);
-  key_done(&k);
+  kl_obj_keybuf_free(&k);
   return rc;
 }
 
@@ -701,10 +678,10 @@ kl_obj_t *kl_store_get(const kl_store_t *s, const char *key, size_t len) {
 }
 
 kl_obj_t *kl_store_get_obj(const kl_store_t *s, const kl_obj_t *o) {
-  st_key k;
-  if (key_of(o, &k) != KL_OK) return NULL;
+  kl_obj_keybuf_t k;
+  if (kl_obj_keybuf(o, &k) != KL_OK) return NULL;
   kl_obj_t *r = kl_store_get(s, k.p, k.len);
-  key_done(&k);
+  kl_obj_keybuf_free(&k);
   return r;
 }
 
@@ -730,8 +707,8 @@ int kl_store_replace(kl_store_t *s, kl_obj_t *const *objs, size_t n, char *err,
   for (size_t i = 0; i < s->nix; i++)
     sets[i] = kl_dict_new(set_keyof);
   for (size_t j = 0; j < n; j++) {
-    st_key k;
-    if ((rc = key_of(objs[j], &k)) != KL_OK) {
+    kl_obj_keybuf_t k;
+    if ((rc = kl_obj_keybuf(objs[j], &k)) != KL_OK) {
       set_err(err, errlen, "%s", "object has no name");
       goto fail;
     }
@@ -744,7 +721,7 @@ int kl_store_replace(kl_store_t *s, kl_obj_t *const *objs, size_t n, char *err,
     } else {
       kl_dict_set_hashed(items, entry_new(k.p, k.len, objs[j]), h);
     }
-    key_done(&k);
+    kl_obj_keybuf_free(&k);
   }
   size_t it = 0;
   st_entry *e;
