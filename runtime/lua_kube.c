@@ -738,14 +738,6 @@ static int core_generation(lua_State *L) {
   return 1;
 }
 
-/* core.generation_alive(gen) -> false once gen has been retired (or its
- * load failed): its workers take no new key. */
-static int core_generation_alive(lua_State *L) {
-  lua_pushboolean(
-      L, kl_rt_generation_alive(up_rt(L), (unsigned)luaL_checkinteger(L, 1)));
-  return 1;
-}
-
 /* Ends gen's tasks that wait without holding a key; those in a reconcile
  * finish it (their workers then see the generation retired and return).
  * The running task, if it is one of them, ends when it next yields. */
@@ -995,7 +987,6 @@ static const luaL_Reg core_funcs[] = {
     {"log", core_log},
     {"tasks", core_tasks},
     {"generation", core_generation},
-    {"generation_alive", core_generation_alive},
     {"load", core_load},
     {"retire", core_retire},
     {"generation_busy", core_generation_busy},
