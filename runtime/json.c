@@ -1014,13 +1014,15 @@ static bool key_equals(const char *p, size_t n, const char *key, size_t klen) {
   return m == klen && memcmp(tmp, key, m) == 0;
 }
 
-bool kl_json_member(kl_json_span_t obj, const char *key, kl_json_span_t *val) {
+bool kl_json_members(kl_json_span_t obj, const char *const *keys, size_t n,
+                     kl_json_span_t *vals) {
   const char *p = obj.p, *end = obj.p + obj.n;
-  size_t klen = strlen(key);
-  bool found = false;
+  for (size_t i = 0; i < n; i++)
+    vals[i] = (kl_json_span_t){NULL, 0};
   p = kl_json_ws(p, end);
   if (p == end || *p != '{') return false;
   p = kl_json_ws(p + 1, end);
+  if (p < end && *p == '}') return true;
   while (p < end && *p == '"') {
     const char *ks = p + 1, *ke = skip_str(ks, end);
     if (!ke) return false;
@@ -1031,17 +1033,25 @@ bool kl_json_member(kl_json_span_t obj, const char *key, kl_json_span_t *val) {
     if (!ve) return false;
     /* A repeated key: the last one wins, as in kl_obj_parse, kubelua.json
      * and Go's encoding/json, so every reader sees the same value. */
-    if (key_equals(ks, (size_t)(ke - 1 - ks), key, klen)) {
-      val->p = p;
-      val->n = (size_t)(ve - p);
-      found = true;
+    for (size_t i = 0; i < n; i++) {
+      if (key_equals(ks, (size_t)(ke - 1 - ks), keys[i], strlen(keys[i]))) {
+        vals[i] = (kl_json_span_t){p, (size_t)(ve - p)};
+        break;
+      }
     }
     p = kl_json_ws(ve, end);
-    if (p < end && *p == '}') return found;
+    if (p < end && *p == '}') return true;
     if (p == end || *p != ',') return false;
     p = kl_json_ws(p + 1, end);
   }
   return false;
+}
+
+bool kl_json_member(kl_json_span_t obj, const char *key, kl_json_span_t *val) {
+  kl_json_span_t v;
+  if (!kl_json_members(obj, &key, 1, &v) || !v.p) return false;
+  *val = v;
+  return true;
 }
 
 bool kl_json_int64(kl_json_span_t v, int64_t *out) {

@@ -137,6 +137,12 @@ size_t kl_json_unescape(const char *p, size_t n, char *out);
  * Returns false when obj is not an object or has no such member. */
 bool kl_json_member(kl_json_span_t obj, const char *key, kl_json_span_t *val);
 
+/* kl_json_member for n keys in one walk of obj: vals[i] gets the value of
+ * keys[i] ({NULL, 0} when absent). Returns false when obj is not an
+ * object. */
+bool kl_json_members(kl_json_span_t obj, const char *const *keys, size_t n,
+                     kl_json_span_t *vals);
+
 /* Parses an integer value (no fraction or exponent) in the int64 range.
  * Returns false otherwise. */
 bool kl_json_int64(kl_json_span_t v, int64_t *out);

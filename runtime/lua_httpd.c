@@ -384,6 +384,10 @@ static const char *to_bytes(lua_State *L, int idx, int mt, size_t *len) {
   return b->data;
 }
 
+const char *kl_lua_bytes(lua_State *L, int idx, size_t *len) {
+  return to_bytes(L, idx, 0, len);
+}
+
 /* Adds up the bytes of parts[i..j] of the table at t (nested tables
  * counted whole), or raises. */
 static size_t join_size(lua_State *L, int t, lua_Integer i, lua_Integer j,

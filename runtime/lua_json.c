@@ -1,7 +1,10 @@
 /* lua_json.c — the kubelua.json module: exact JSON <-> Lua values.
  *
- *   json.decode(s)    -> value | nil, "json: byte N: reason"
+ *   json.decode(s)    -> value | nil, "json: byte N: reason" (s: a string
+ *                        or bytes, as httpd.join makes; so for meta)
  *   json.check(s)     -> true  | nil, "json: byte N: reason" (no building)
+ *   json.meta(s)      -> namespace, name, resourceVersion ("" when absent)
+ *                        | nil, "json: …" (checks s, builds nothing)
  *   json.encode(v)    -> compact JSON; raises "json: <reason> at <path>"
  *   json.array([t])   -> t (default {}) marked as an array
  *   json.is_array(v)  -> boolean
@@ -857,12 +860,21 @@ void kl_lua_json_encode(lua_State *L, int idx) {
 
 /* --- the module ----------------------------------------------------------- */
 
+/* The text argument at idx: a string or a bytes value (httpd.join). */
+static const char *check_text(lua_State *L, int idx, const char *fn,
+                              size_t *n) {
+  const char *s = kl_lua_bytes(L, idx, n);
+  if (!s)
+    kl_lua_error(L, fn, "expected a string or bytes, got %s",
+                 luaL_typename(L, idx));
+  return s;
+}
+
 /* json.decode(s) -> value | nil, "json: byte N: reason" */
 static int l_decode(lua_State *L) {
   size_t n;
   char err[256];
-  luaL_checktype(L, 1, LUA_TSTRING);
-  const char *s = lua_tolstring(L, 1, &n);
+  const char *s = check_text(L, 1, "json.decode", &n);
   if (kl_lua_json_decode(L, s, n, err, sizeof err) == KL_OK) return 1;
   lua_pushnil(L);
   lua_pushfstring(L, "json: %s", err);
@@ -883,6 +895,53 @@ static int l_check(lua_State *L) {
   lua_pushnil(L);
   lua_pushfstring(L, "json: %s", err);
   return 2;
+}
+
+/* Pushes the string value v ("" when absent or null); returns false when v
+ * is some other type. */
+static bool push_meta_string(lua_State *L, kl_json_span_t v) {
+  if (!v.p || (v.n == 4 && !memcmp(v.p, "null", 4))) {
+    lua_pushliteral(L, "");
+    return true;
+  }
+  if (v.n < 2 || v.p[0] != '"') return false;
+  const char *p = v.p + 1;
+  size_t n = v.n - 2;
+  if (!memchr(p, '\\', n)) {
+    lua_pushlstring(L, p, n);
+    return true;
+  }
+  char *out = lua_newuserdata(L, n); /* unescaping never grows it */
+  lua_pushlstring(L, out, kl_json_unescape(p, n, out));
+  lua_remove(L, -2);
+  return true;
+}
+
+/* json.meta(s) -> namespace, name, resourceVersion: what a store needs to
+ * file an object it is given as JSON, without building it. s must be one
+ * JSON object (checked whole, as json.check does). */
+static int l_meta(lua_State *L) {
+  static const char *const keys[] = {"namespace", "name", "resourceVersion"};
+  size_t n;
+  char err[256];
+  const char *s = check_text(L, 1, "json.meta", &n);
+  kl_json_value_t v;
+  if (kl_json_check(s, n, &v, err, sizeof err) != KL_OK) {
+    lua_pushnil(L);
+    lua_pushfstring(L, "json: %s", err);
+    return 2;
+  }
+  kl_json_span_t md, vals[3];
+  if (!kl_json_member(v.json, "metadata", &md)) md = (kl_json_span_t){"{}", 2};
+  kl_json_members(md, keys, 3, vals);
+  for (int i = 0; i < 3; i++) {
+    if (!push_meta_string(L, vals[i])) {
+      lua_pushnil(L);
+      lua_pushfstring(L, "json: metadata.%s is not a string", keys[i]);
+      return 2;
+    }
+  }
+  return 3;
 }
 
 /* json.encode(v) -> string; raises on values without an exact JSON form. */
@@ -919,8 +978,9 @@ static int l_is_array(lua_State *L) {
 }
 
 static const luaL_Reg json_funcs[] = {
-    {"decode", l_decode}, {"check", l_check},       {"encode", l_encode},
-    {"array", l_array},   {"is_array", l_is_array}, {NULL, NULL},
+    {"decode", l_decode}, {"check", l_check},       {"meta", l_meta},
+    {"encode", l_encode}, {"array", l_array},       {"is_array", l_is_array},
+    {NULL, NULL},
 };
 
 int kl_luaopen_json(lua_State *L) {

@@ -125,6 +125,11 @@ void kl_task_hold(kl_task_t *t, int delta);
 int kl_lua_error(lua_State *L, const char *name, const char *fmt, ...)
     __attribute__((format(printf, 3, 4), noreturn));
 
+/* The bytes of a string or of a bytes value (httpd.join's immutable
+ * userdata, kept out of LuaJIT's string table) at idx; NULL for any other
+ * value. */
+const char *kl_lua_bytes(lua_State *L, int idx, size_t *len);
+
 /* Bindings, each opening one module table on the stack. */
 int kl_luaopen_workqueue(lua_State *L);
 int kl_luaopen_json(lua_State *L);

@@ -1,6 +1,7 @@
 -- kubelua.json: exact decode and encode (arrays, null, integers, escapes),
 -- exact error messages, and the round trip of every real apiserver fixture.
 local json = require "kubelua.json"
+local httpd = require "kubelua.httpd"
 local support = require "spec.support"
 local raises = support.raises
 
@@ -240,6 +241,34 @@ describe("kubelua.json", function()
       assert.same({ nil, "json: byte 6: invalid escape '\\q'" },
         { json.check('{"a":"\\q"}') })
       assert.is_true(json.check("[12345678901234567890]"))
+    end)
+  end)
+
+  describe("meta", function()
+    it("reads namespace, name and resourceVersion without building", function()
+      assert.same({ "ns", "a", "12" }, { json.meta(
+        '{"kind":"Pod","metadata":{"name":"x","namespace":"ns","resourceVersion":"12",'
+        .. '"labels":{"name":"y"},"name":"a"},"spec":{"name":"z"}}') })
+      assert.same({ "", "n\"1", "" }, { json.meta(' {"metadata":{"name":"n\\"1","namespace":null}} ') })
+      assert.same({ "", "", "" }, { json.meta('{"kind":"Status"}') })
+      assert.same({ "", "", "" }, { json.meta('{"metadata":[1]}') })
+    end)
+
+    it("takes bytes as strings", function()
+      local b = httpd.join { '{"metadata":{"name":', '"b","namespace":"d"}}' }
+      assert.same({ "d", "b", "" }, { json.meta(b) })
+      assert.same({ metadata = { name = "b", namespace = "d" } }, json.decode(b))
+    end)
+
+    it("refuses what is not one object, or metadata fields that are not strings", function()
+      assert.same({ nil, "json: byte 13: unexpected end of stream inside the value that starts at byte 0" },
+        { json.meta('{"metadata":"') })
+      assert.same({ nil, "json: byte 0: top-level value is not an object" }, { json.meta("[1]") })
+      assert.same({ nil, "json: metadata.resourceVersion is not a string" },
+        { json.meta('{"metadata":{"name":"a","resourceVersion":12}}') })
+      local ok, err = pcall(json.meta, 12)
+      assert.is_false(ok)
+      assert.matches("json.meta: expected a string or bytes, got number$", err)
     end)
   end)
 

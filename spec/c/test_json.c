@@ -988,6 +988,21 @@ static void test_readers(void) {
   kl_json_span_t empty = {"{}", 2};
   KT_TRUE(!kl_json_member(empty, "a", &v));
 
+  /* Several keys in one walk: each gets its last value; absent ones NULL. */
+  static const char *const keys[] = {"code", "reason", "x", "k\xc3\xa9y"};
+  kl_json_span_t vals[4];
+  KT_TRUE(kl_json_members(d, keys, 4, vals));
+  KT_EQ_MEM(vals[0].p, vals[0].n, "1");
+  KT_EQ_MEM(vals[1].p, vals[1].n, "\"B\"");
+  KT_TRUE(vals[2].p == NULL && vals[2].n == 0);
+  KT_TRUE(vals[3].p == NULL);
+  KT_TRUE(kl_json_members(o, keys, 4, vals));
+  KT_EQ_MEM(vals[3].p, vals[3].n, "\"v\"");
+  KT_TRUE(kl_json_members(empty, keys, 4, vals));
+  KT_TRUE(vals[0].p == NULL && vals[1].p == NULL);
+  KT_TRUE(!kl_json_members(arr, keys, 4, vals));
+  KT_TRUE(vals[0].p == NULL);
+
   static const struct {
     const char *in;
     bool ok;
