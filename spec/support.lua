@@ -14,6 +14,18 @@ function _M.raises(msg, fn, ...)
   assert.equal(msg, rest)
 end
 
+-- Waits until fn() is true, at most `secs` (default 5) while the loop runs
+-- (inside a task); returns whether it became true.
+function _M.eventually(fn, secs)
+  local kube = require "kubelua"
+  local deadline = kube.monotonic() + (secs or 5)
+  while kube.monotonic() < deadline do
+    if fn() then return true end
+    kube.sleep(0.01)
+  end
+  return fn() and true or false
+end
+
 -- The kubelua binary under test.
 _M.kubelua = os.getenv("KUBELUA") or "build/kubelua"
 

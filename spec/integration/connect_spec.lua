@@ -146,15 +146,7 @@ describe("kubelua run --kubeconfig", function()
   end)
 end)
 
--- Waits until fn() is true (the loop runs meanwhile), at most `secs`.
-local function eventually(fn, secs)
-  local deadline = kube.monotonic() + (secs or 5)
-  while kube.monotonic() < deadline do
-    if fn() then return true end
-    kube.sleep(0.02)
-  end
-  return fn()
-end
+local eventually = support.eventually
 
 -- A request with a given token, past any credentials object.
 local function call(base, token, method, path, obj)

@@ -7,14 +7,7 @@ local support = require "spec.support"
 local json = kube.json
 local raises = support.raises
 
--- Waits until fn() is true (the loop runs meanwhile), at most 5 s.
-local function eventually(fn)
-  for _ = 1, 500 do
-    if fn() then return true end
-    kube.sleep(0.01)
-  end
-  return fn() and true or false
-end
+local eventually = support.eventually
 
 local function cm(ns, name, data, labels)
   return { apiVersion = "v1", kind = "ConfigMap",

@@ -21,14 +21,7 @@ local function cm(ns, name, data, labels)
            metadata = { name = name, namespace = ns, labels = labels }, data = data }
 end
 
--- Waits until fn() is true (the loop runs meanwhile), at most 5 s.
-local function eventually(fn)
-  for _ = 1, 500 do
-    if fn() then return true end
-    kube.sleep(0.01)
-  end
-  return fn()
-end
+local eventually = support.eventually
 
 -- The server's names in a namespace, sorted.
 local function server_names(ns)

@@ -418,23 +418,29 @@ function Store:close_watchers(res, mode)
   end
 end
 
-local function store_one(self, res, obj, etype, prev)
-  local e = make_entry(obj, res, prev)
+-- Files entry e under its key (takes it out for DELETED) and emits the
+-- event.
+local function file_entry(self, res, e, etype, prev)
+  local objects = res.objects
   if etype == "DELETED" then
-    if res.objects[e.key] then
-      res.objects[e.key] = nil
+    if objects[e.key] then
+      objects[e.key] = nil
       res.count = res.count - 1
       res.sorted = nil
     end
   else
-    if not res.objects[e.key] then
+    if not objects[e.key] then
       res.count = res.count + 1
       res.sorted = nil
     end
-    res.objects[e.key] = e
+    objects[e.key] = e
   end
   self:emit(res, etype, e, prev)
   return e
+end
+
+local function store_one(self, res, obj, etype, prev)
+  return file_entry(self, res, make_entry(obj, res, prev), etype, prev)
 end
 
 -- Stores obj (its resourceVersion set) and emits the event. A resource
@@ -451,6 +457,37 @@ function Store:put(res, obj, etype, prev)
     self:crd_changed(obj, etype)
   end
   return e
+end
+
+-- An entry made from JSON decodes its object when first asked for it.
+local lazy_entry = { __index = function(e, k)
+  if k ~= "obj" then return nil end
+  local obj = assert(decode(e.json))
+  e.obj = obj
+  return obj
+end }
+
+-- Stores an object given as its compact JSON (a string, kind and
+-- apiVersion included, metadata.resourceVersion set from next_rv) and
+-- emits the event: the path for writers that already hold the bytes
+-- (benchmarks, replays). Only the metadata is read; the table is decoded
+-- when something asks for it (a selector, a patch, a list). Resources that
+-- keep a second form (Events) or define others (CRDs) need put's tables.
+function Store:put_json(res, body, etype, prev)
+  if res.canon or res.mirror
+    or (res.name == "customresourcedefinitions" and res.group == "apiextensions.k8s.io") then
+    error("put_json: " .. res.name .. " must be stored from tables (put)", 2)
+  end
+  local ns, name, rv = json.meta(body)
+  if not ns then error("put_json: " .. name, 2) end
+  if name == "" then error("put_json: the object has no metadata.name", 2) end
+  rv = tonumber(rv)
+  if not rv or rv ~= floor(rv) or rv > self.rv then
+    error("put_json: metadata.resourceVersion must come from next_rv", 2)
+  end
+  local e = setmetatable({ json = body, name = name, ns = ns, rv = rv,
+    key = obj_key(ns, name), res = res }, lazy_entry)
+  return file_entry(self, res, e, etype, prev)
 end
 
 function Store:get(res, ns, name)
