@@ -19,12 +19,13 @@
 --                       what the client could take if the writer were not
 --                       the limit (see below)
 -- The writer is this process: it changes Pods (an annotation and
--- status.hostIP) through the store's event path, Store:put, which every
--- write ends in: a new resourceVersion, the history, one encode, the event
--- line written to every watcher. It pauses while the watcher's unsent
--- output passes 4 MiB, as the simulator's handlers do. It skips what a PUT
--- does before that (decoding the body, validation, managedFields), which
--- runs at about 1,700 Pods/s here and would make both clients wait for the
+-- status.hostIP), each given as its JSON bytes, through the store's event
+-- path for such objects, Store:put_json: the JSON checked and its metadata
+-- read, a new resourceVersion, the history, the event line written to
+-- every watcher. It pauses while the watcher's unsent output passes 4 MiB,
+-- as the simulator's handlers do. It skips what a PUT does before that
+-- (decoding the body, validation, managedFields, encoding), which runs at
+-- about 1,700 Pods/s here and would make both clients wait for the
 -- writer. writer_events_per_s is what the writer reached with that
 -- watcher: when a client's events/s comes close to it, the simulator is
 -- the limit, not the client.
@@ -95,8 +96,8 @@ local function write_events()
   for n = 1, M do
     local e = pods.objects[keys[(n % #keys) + 1]]
     variant = variant + 1
-    local i = tonumber(e.name:match("%d+"))
-    s:put(pods, pod(i, e.ns, variant, tostring(s:next_rv())), "MODIFIED", e)
+    s:put_json(pods, podlib.pod_bytes(tonumber(e.name:match("%d+")), s:next_rv(), variant, true),
+      "MODIFIED", e)
     if n % 256 == 0 then
       for w in pairs(pods.watchers) do
         while w.req:alive() and w.req:buffered() > 4 * 1024 * 1024 do w.req:wait_drain() end

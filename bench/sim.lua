@@ -8,8 +8,9 @@
 --                              (each event counted once)
 --   list_mb_per_s              a list of 100,000 Pods read by curl
 --
--- The writer changes Pods through the store's event path (new object, one
--- encode, one event line written to every watcher), pausing when a
+-- The writer changes Pods through the store's event path for objects given
+-- as JSON bytes (Store:put_json: the metadata read, a new resourceVersion,
+-- the history, the event written to every watcher), pausing when a
 -- watcher's unsent output passes 4 MiB, as the simulator's own handlers do.
 -- Time runs from the first event to the moment every watcher has read the
 -- end of its stream.
@@ -57,6 +58,11 @@ local function pod(i, ns, variant)
   return podlib.table(i, ns, variant, tostring(s:next_rv()))
 end
 
+-- Pod i as JSON bytes (its namespace is ns-(i mod 50)).
+local function pod_json(i, variant)
+  return podlib.pod_bytes(i, s:next_rv(), variant)
+end
+
 local function ensure_ns(ns)
   if not nsres.objects[ns] then
     s:create(nsres, nil, { apiVersion = "v1", kind = "Namespace", metadata = { name = ns } },
@@ -85,8 +91,7 @@ local function watch_phase(nwatchers)
   for n = 1, EVENTS do
     local key = keys[(n % #keys) + 1]
     local e = pods.objects[key]
-    local i = tonumber(e.name:match("%d+"))
-    s:put(pods, pod(i, e.ns, n), "MODIFIED", e)
+    s:put_json(pods, pod_json(tonumber(e.name:match("%d+")), n), "MODIFIED", e)
     if n % 256 == 0 then
       for w in pairs(pods.watchers) do
         if w.req:buffered() > 4 * 1024 * 1024 then w.req:wait_drain() end

@@ -4,31 +4,58 @@
 -- status.hostIP varied between MODIFIED events, as fixtures/bench/README.md
 -- asks so that figures compare across runs and with peers.
 local kube = require "kubelua"
+local httpd = require "kubelua.httpd"
 
 local _M = {}
 
 local FIXTURE = "spec/fixtures/json/pod-2.4k.json"
 
-local function template()
+-- The fixture cut around its varying fields: lits[1], field, lits[2], …
+-- with the fields in the order they appear in the JSON (keys are sorted);
+-- order[k] says which argument of fill() goes k-th: name, namespace, uid,
+-- resourceVersion, status.hostIP and, when annotated, the annotation
+-- bench/variant.
+local function template(annotated)
   local f = assert(io.open(FIXTURE))
   local pod = assert(kube.json.decode(f:read("*a")))
   f:close()
   local m = pod.metadata
   m.name, m.namespace, m.uid, m.resourceVersion = "@1@", "@2@", "@3@", "@4@"
   pod.status.hostIP = "@5@"
-  local t = kube.json.encode(pod):gsub("%%", "%%%%")
-  for i = 1, 5 do t = t:gsub("@" .. i .. "@", "%%s") end
-  return t
+  if annotated then m.annotations["bench/variant"] = "@6@" end
+  local text, lits, order, at = kube.json.encode(pod), {}, {}, 1
+  for s, d, e in text:gmatch("()@(%d)@()") do
+    lits[#lits + 1] = text:sub(at, s - 1)
+    order[#order + 1] = tonumber(d)
+    at = e
+  end
+  lits[#lits + 1] = text:sub(at)
+  return { lits = lits, order = order }
 end
 
-local tmpl = template()
+local plain, annotated = template(), template(true)
 
--- The compact JSON of Pod i (resourceVersion rv, host ip variant v).
-function _M.pod(i, rv, v)
-  return tmpl:format("web-" .. i, "ns-" .. (i % 50),
-    ("%08d-1234-5678-9abc-def012345678"):format(i), tostring(rv),
-    "10.0." .. (v or 0) % 256 .. "." .. i % 256)
+local function pod(join, i, rv, v, annotate)
+  local t = annotate and annotated or plain
+  local a = { "web-" .. i, "ns-" .. (i % 50), ("%08d-1234-5678-9abc-def012345678"):format(i),
+    tostring(rv), "10.0." .. (v or 0) % 256 .. "." .. i % 256, tostring(v) }
+  local lits, order, parts = t.lits, t.order, {}
+  for k = 1, #order do
+    parts[2 * k - 1], parts[2 * k] = lits[k], a[order[k]]
+  end
+  parts[#parts + 1] = lits[#lits]
+  return join(parts)
 end
+
+-- The compact JSON of Pod i (resourceVersion rv, host ip variant v), with
+-- the annotation bench/variant = v when `annotate`: the object _M.table
+-- makes.
+function _M.pod(i, rv, v, annotate) return pod(table.concat, i, rv, v, annotate) end
+
+-- The same as a bytes value (kubelua.httpd.join), for a store that keeps
+-- many of them: as Lua strings they would all collide in LuaJIT's string
+-- table (see runtime/lua_httpd.c).
+function _M.pod_bytes(i, rv, v, annotate) return pod(httpd.join, i, rv, v, annotate) end
 
 -- A watch event line for Pod i.
 function _M.event(kind, i, rv, v)
