@@ -117,6 +117,9 @@ _M.is_forbidden = predicate("Forbidden", 403)
 _M.is_invalid = predicate("Invalid", 422)
 _M.is_unauthorized = predicate("Unauthorized", 401)
 _M.is_too_many_requests = predicate("TooManyRequests", 429)
+-- The server serves no such kind or group-version (apimachinery's
+-- meta.IsNoMatchError): found out by discovery, before any request.
+_M.is_no_match = predicate("NoKindMatch")
 _M.is_error = function(err) return getmetatable(err) == error_mt end
 
 -- Argument checks (misuse raises at the caller's line) ------------------------

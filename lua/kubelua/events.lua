@@ -117,8 +117,9 @@ local function post(ev)
   local name = event_name(ev.ref, ev.now)
   local api, obj = new_event(ev, ns, name)
   local _, err = client.create(obj)
-  if err and client.is_not_found(err) and use_core == nil and api ~= "v1" then
-    use_core = true -- a server without events.k8s.io/v1
+  if err and (client.is_no_match(err) or client.is_not_found(err)) and use_core == nil
+    and api ~= "v1" then
+    use_core = true -- a server without events.k8s.io/v1 (discovery says so, or the POST)
     api, obj = new_event(ev, ns, name)
     _, err = client.create(obj)
   end

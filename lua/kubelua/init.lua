@@ -704,7 +704,7 @@ _M.client = client
 for _, k in pairs({ "get", "list", "list_all", "create", "update", "update_status", "patch",
                     "delete", "apply", "is_not_found", "is_conflict", "is_already_exists",
                     "is_gone", "is_expired", "is_forbidden", "is_invalid", "is_unauthorized",
-                    "is_too_many_requests" }) do
+                    "is_too_many_requests", "is_no_match" }) do
   _M[k] = client[k]
 end
 

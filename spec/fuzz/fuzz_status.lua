@@ -37,7 +37,8 @@ end
 local response_error = find_local(client, "response_error")
 
 local predicates = { "is_not_found", "is_conflict", "is_already_exists", "is_gone", "is_expired",
-  "is_forbidden", "is_invalid", "is_unauthorized", "is_too_many_requests", "is_error" }
+  "is_forbidden", "is_invalid", "is_unauthorized", "is_too_many_requests", "is_no_match",
+  "is_error" }
 
 -- The client's error agrees with the C reader (c_code, c_reason,
 -- c_message: kl_obj_status of the same body) on what the Status gives.

@@ -246,6 +246,8 @@ describe("kubelua.client", function()
       assert.is_nil(res)
       assert.equal('NoKindMatch: no matches for kind "Nothing" in version "v1"', tostring(err))
       assert.is_false(kube.is_not_found(err))
+      assert.is_true(kube.is_no_match(err))
+      assert.is_false(kube.is_no_match(client.new_error(404, "NotFound", "x")))
     end)
 
     it("resolves a CRD created during the run, and refreshes on a miss", function()

@@ -57,6 +57,30 @@ describe("kube.event", function()
     t:eventually(function() return #events() == 25 end)
   end)
 
+  it("posts core/v1 Events to a server without events.k8s.io/v1, counting repeats", function()
+    local store = t.sim.store
+    local core_events = store:resource("v1", "events")
+    store:remove_resource(store:resource("events.k8s.io/v1", "events"))
+    core_events.mirror, core_events.to_mirror, core_events.canon = nil, nil, nil
+    for _ = 1, 2 do kube.event(cm, "Warning", "SyncFailed", "cannot sync: boom") end
+    local list = t:eventually(function()
+      local l = t:list("v1", "events", "e")
+      return #l == 1 and l[1].count == 2 and l
+    end)
+    local ev = list[1]
+    assert.matches("^c1%.%x+$", ev.metadata.name)
+    assert.equal("Warning", ev.type)
+    assert.equal("SyncFailed", ev.reason)
+    assert.equal("cannot sync: boom", ev.message)
+    assert.same({ component = "kubelua" }, ev.source)
+    assert.equal("kubelua", ev.reportingComponent)
+    assert.same({ apiVersion = "v1", kind = "ConfigMap", namespace = "e", name = "c1",
+                  uid = cm.metadata.uid, resourceVersion = cm.metadata.resourceVersion },
+                ev.involvedObject)
+    assert.matches("^%d%d%d%d%-%d%d%-%d%dT%d%d:%d%d:%d%dZ$", ev.firstTimestamp)
+    assert.matches("^%d%d%d%d%-%d%d%-%d%dT%d%d:%d%d:%d%dZ$", ev.lastTimestamp)
+  end)
+
   it("checks its arguments", function()
     support.raises('kube.event: type must be "Normal" or "Warning", got Info',
       function() kube.event(cm, "Info", "R", "m") end)
