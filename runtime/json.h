@@ -44,15 +44,32 @@ typedef struct kl_json_opts {
   unsigned max_depth; /* containers open at once; 0 = default (128) */
 } kl_json_opts_t;
 
+/* Where a container inside a value lies: json.p[open] is its '{' or '[',
+ * json.p[close - 1] its closer. */
+typedef struct kl_json_container {
+  uint32_t open, close;
+} kl_json_container_t;
+
 /* A value the stream yields. json points into the bytes last fed when the
  * value lies entirely inside them (no copy), otherwise into the stream's own
  * buffer that holds the unfinished tail; either way it stays valid until the
- * next call on the stream. */
+ * next call on the stream, as does containers. */
 typedef struct kl_json_value {
   kl_json_span_t json; /* the value as received, from '{' to '}' */
   uint64_t offset;     /* stream offset of its first byte */
   bool compact;        /* true when it holds no insignificant whitespace */
+  /* The containers the scanner saw close, in the order they open (so by
+   * open): those nested at most KL_JSON_INDEX_DEPTH levels deep in the stream,
+   * up to the first KL_JSON_INDEX_MAX of them. A reader that skips a
+   * container it finds here jumps to its end instead of scanning it; one it
+   * does not find it scans. NULL and 0 when there are none (and always from
+   * kl_json_check). */
+  const kl_json_container_t *containers;
+  size_t ncontainers;
 } kl_json_value_t;
+
+#define KL_JSON_INDEX_DEPTH 8u
+#define KL_JSON_INDEX_MAX 4096u
 
 /* The list envelope (KL_JSON_LIST mode). Strings are decoded (escapes
  * resolved) and NUL-terminated, "" when absent; they live in the stream. */

@@ -64,6 +64,32 @@ typedef struct run {
 
 static void run_free(run_t *r) { free(r->log.p); }
 
+/* Checks v's container index against one found by brute force: every
+ * container that opens at most KL_JSON_INDEX_DEPTH deep in the stream (the
+ * value itself at depth, 0 or 2 in a list), the first KL_JSON_INDEX_MAX. */
+static void check_index(const kl_json_value_t *v, unsigned depth) {
+  const char *p = v->json.p, *end = p + v->json.n;
+  size_t n = 0;
+  for (const char *q = p; q < end; q++) {
+    if (*q == '"') {
+      q = kl_json_skip(q, end) - 1;
+    } else if (*q == '{' || *q == '[') {
+      if (depth++ >= KL_JSON_INDEX_DEPTH || n == KL_JSON_INDEX_MAX) continue;
+      if (n >= v->ncontainers) {
+        KT_FAIL_("container %zu at %zu is not indexed", n, (size_t)(q - p));
+        return;
+      }
+      const kl_json_container_t *c = &v->containers[n++];
+      KT_EQ_INT(c->open, q - p);
+      KT_EQ_INT(c->close, kl_json_skip(q, end) - p);
+    } else if (*q == '}' || *q == ']') {
+      depth--;
+    }
+  }
+  KT_EQ_INT(v->ncontainers, n);
+  KT_TRUE((v->containers != NULL) == (n > 0));
+}
+
 /* Feeds data[0, n) cut at the sorted positions cuts[0, ncuts). */
 static void run_cuts(kl_json_mode_t mode, size_t max_value, const char *data,
                      size_t n, const size_t *cuts, size_t ncuts, run_t *r) {
@@ -80,6 +106,7 @@ static void run_cuts(kl_json_mode_t mode, size_t max_value, const char *data,
     KT_EQ_INT(kl_json_stream_feed(s, chunk, to - from), KL_OK);
     int rc;
     while ((rc = kl_json_stream_next(s, &v)) == KL_OK) {
+      check_index(&v, mode == KL_JSON_LIST ? 2 : 0);
       sb_printf(&r->log, "@%llu %d %zu:", (unsigned long long)v.offset,
                 v.compact, v.json.n);
       sb_add(&r->log, v.json.p, v.json.n);
@@ -811,6 +838,43 @@ static void test_list_mode(void) {
   kl_json_stream_free(s);
 }
 
+/* The container index stops KL_JSON_INDEX_DEPTH deep and after
+ * KL_JSON_INDEX_MAX containers (check_index, run by every run, checks the
+ * entries); a value yielded later starts its own. */
+static void test_container_index(void) {
+  run_t r;
+  const char *deep = "{\"a\":[[[[[[[[[[{}]]]]]]]]]],\"b\":{\"c\":[1]}}{\"d\":[]}";
+  run_whole(KL_JSON_VALUES, 0, deep, strlen(deep), &r);
+  KT_EQ_INT(r.values, 2);
+  check_all_cuts("deep", KL_JSON_VALUES, 0, deep, strlen(deep), &r);
+  run_free(&r);
+  const char *list = "{\"items\":[{\"a\":[[[[[[[1]]]]]]]},{\"b\":{}}],\"x\":[]}";
+  run_whole(KL_JSON_LIST, 0, list, strlen(list), &r);
+  KT_EQ_INT(r.values, 2);
+  check_all_cuts("deep list", KL_JSON_LIST, 0, list, strlen(list), &r);
+  run_free(&r);
+
+  size_t n = 2 + 3 * (KL_JSON_INDEX_MAX + 10) + 8;
+  char *many = malloc(n), *q = many;
+  q += sprintf(q, "{\"a\":[");
+  for (size_t i = 0; i < KL_JSON_INDEX_MAX + 10; i++)
+    q += sprintf(q, "%s[]", i ? "," : "");
+  q += sprintf(q, "]}");
+  kl_json_stream_t *s = kl_json_stream_new(NULL);
+  kl_json_value_t v;
+  kl_json_stream_feed(s, many, (size_t)(q - many));
+  KT_EQ_INT(kl_json_stream_next(s, &v), KL_OK);
+  KT_EQ_INT(v.ncontainers, KL_JSON_INDEX_MAX);
+  check_index(&v, 0);
+  KT_EQ_INT(v.containers[0].close, q - many);
+  kl_json_stream_feed(s, "{\"z\":{}}", 8);
+  KT_EQ_INT(kl_json_stream_next(s, &v), KL_OK);
+  KT_EQ_INT(v.ncontainers, 2);
+  check_index(&v, 0);
+  kl_json_stream_free(s);
+  free(many);
+}
+
 /* --- feeding, limits, the tail -----------------------------------------------
  */
 
@@ -898,6 +962,8 @@ static void test_check(void) {
   KT_EQ_MEM(v.json.p, v.json.n, "{\"a\":[1]}");
   KT_EQ_INT(v.offset, 1);
   KT_TRUE(v.compact);
+  KT_TRUE(v.containers == NULL); /* the index would outlive its stream */
+  KT_EQ_INT(v.ncontainers, 0);
   KT_EQ_INT(kl_json_check("{} {}", 5, &v, err, sizeof err), KL_EPARSE);
   KT_EQ_STR(err, "byte 3: trailing data after the top-level object");
   KT_EQ_INT(kl_json_check("{} x", 4, &v, err, sizeof err), KL_EPARSE);
@@ -1041,6 +1107,7 @@ int main(void) {
   KT_RUN(test_valid_values);
   KT_RUN(test_malformed_messages);
   KT_RUN(test_list_mode);
+  KT_RUN(test_container_index);
   KT_RUN(test_feed_contract_and_tail);
   KT_RUN(test_check);
   KT_RUN(test_validate_any_value);

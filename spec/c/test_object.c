@@ -45,8 +45,29 @@ static bool span_eq(kl_json_span_t s, const char *c) {
   } while (0)
 
 static kl_json_value_t value(const char *s, bool compact) {
-  kl_json_value_t v = {{s, strlen(s)}, 0, compact};
+  kl_json_value_t v = {{s, strlen(s)}, 0, compact, NULL, 0};
   return v;
+}
+
+/* s as the watch decoder yields it, with its container index (s must be
+ * one valid JSON object); the value lives until *st is freed. */
+static kl_json_value_t streamed(const char *s, kl_json_stream_t **st) {
+  kl_json_value_t v = value(s, true);
+  *st = kl_json_stream_new(NULL);
+  kl_json_stream_feed(*st, s, strlen(s));
+  if (kl_json_stream_next(*st, &v) != KL_OK)
+    KT_FAIL_("stream %.80s: %s", s, kl_json_stream_error(*st));
+  return v;
+}
+
+/* The value of pass 0 (indented, as in the file), 1 (compact) or 2
+ * (compact, from the stream with its index). */
+static kl_json_value_t pass_value(int pass, kl_json_span_t target,
+                                  const char *compact, kl_json_stream_t **st) {
+  *st = NULL;
+  if (pass == 2) return streamed(compact, st);
+  if (pass == 1) return value(compact, true);
+  return (kl_json_value_t){target, 0, false, NULL, 0};
 }
 
 /* Parses a literal object (compact as written) and checks success. */
@@ -176,14 +197,16 @@ static void test_fixture_objects_match_expected(void) {
     char err[256];
     kl_obj_opts_t keep = {true, NULL, NULL};
     if (is_event) {
-      /* As the apiserver sends it (compact), and as indented in the file. */
-      for (int pass = 0; pass < 2; pass++) {
+      /* As indented in the file, and as the apiserver sends it (compact),
+       * also through the stream with its container index. */
+      for (int pass = 0; pass < 3; pass++) {
         kl_obj_event_t ev;
-        kl_json_value_t v =
-            pass ? value(compact, true) : (kl_json_value_t){target, 0, false};
+        kl_json_stream_t *st;
+        kl_json_value_t v = pass_value(pass, target, compact, &st);
         int rc = kl_obj_event_parse(&v, NULL, &ev, err, sizeof err);
         if (rc != KL_OK) {
           KT_FAIL_("%s: %s", what, err);
+          kl_json_stream_free(st);
           continue;
         }
         KT_EQ_STR(kl_obj_event_type_name(ev.type), col[C_TYPE]);
@@ -192,15 +215,17 @@ static void test_fixture_objects_match_expected(void) {
         KT_EQ_INT(kl_obj_event_parse(&v, &keep, &ev, err, sizeof err), KL_OK);
         KT_TRUE(span_eq(kl_obj_json(ev.obj), col[C_FULL]));
         kl_obj_event_clear(&ev);
+        kl_json_stream_free(st);
       }
       events++;
     } else {
-      for (int pass = 0; pass < 2; pass++) {
-        kl_json_value_t v =
-            pass ? value(compact, true) : (kl_json_value_t){target, 0, false};
+      for (int pass = 0; pass < 3; pass++) {
+        kl_json_stream_t *st;
+        kl_json_value_t v = pass_value(pass, target, compact, &st);
         kl_obj_t *o = NULL;
         if (kl_obj_parse(&v, NULL, &o, err, sizeof err) != KL_OK) {
           KT_FAIL_("%s: %s", what, err);
+          kl_json_stream_free(st);
           continue;
         }
         check_obj(o, col, what);
@@ -209,6 +234,7 @@ static void test_fixture_objects_match_expected(void) {
         if (!span_eq(kl_obj_json(o), col[C_FULL]))
           KT_FAIL_("%s: kept managedFields differ", what);
         kl_obj_unref(o);
+        kl_json_stream_free(st);
       }
     }
     checked++;
@@ -440,13 +466,18 @@ static void test_type_errors(void) {
       {"{\"metadata\":{\"deletionTimestamp\":0}}",
        "byte 33: metadata.deletionTimestamp is not a string"},
   };
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    kl_json_value_t v = value(cases[i].in, true);
+  /* The same errors at the same offsets when the walk skips containers by
+   * the stream's index. */
+  for (size_t i = 0; i < 2 * (sizeof cases / sizeof cases[0]); i++) {
+    const char *in = cases[i / 2].in;
+    kl_json_stream_t *st = NULL;
+    kl_json_value_t v = i % 2 ? streamed(in, &st) : value(in, true);
     kl_obj_t *o = (kl_obj_t *)1;
     char err[256];
     int rc = kl_obj_parse(&v, NULL, &o, err, sizeof err);
     KT_EQ_INT(rc, KL_EPARSE);
-    if (rc == KL_EPARSE) KT_EQ_STR(err, cases[i].msg);
+    if (rc == KL_EPARSE) KT_EQ_STR(err, cases[i / 2].msg);
+    kl_json_stream_free(st);
   }
   /* Offsets are stream offsets: the value's own plus the position in it;
    * for indented input (compacted first) the value's start. */
@@ -606,6 +637,11 @@ static void test_unvalidated_input_is_safe(void) {
                     pod);
   static const char bytes[] = "\"\\{}[],:0-1.eEtfnu \x01\x80\xff";
   uint64_t rng = 0x9e3779b97f4a7c15ull;
+  /* Half the time with the container index of the intact event, which no
+   * longer matches the bytes: it may mislead the walk, never crash it. */
+  kl_json_stream_t *st;
+  kl_json_value_t intact = streamed(ev, &st);
+  KT_TRUE(intact.ncontainers > 20);
   size_t ok = 0, failed = 0;
   for (int i = 0; i < 4000; i++) {
     char *m = malloc((size_t)en);
@@ -625,7 +661,11 @@ static void test_unvalidated_input_is_safe(void) {
     /* Exactly the bytes: a heap copy of mn bytes. */
     char *exact = malloc(mn);
     memcpy(exact, m, mn);
-    kl_json_value_t v = {{exact, mn}, 0, i % 2 == 0};
+    kl_json_value_t v = {{exact, mn}, 0, i % 2 == 0, NULL, 0};
+    if (i % 4 < 2) {
+      v.containers = intact.containers;
+      v.ncontainers = intact.ncontainers;
+    }
     kl_obj_event_t e;
     char err[256];
     if (kl_obj_event_parse(&v, NULL, &e, err, sizeof err) == KL_OK) {
@@ -634,7 +674,8 @@ static void test_unvalidated_input_is_safe(void) {
     } else {
       failed++;
     }
-    kl_json_value_t ov = {{exact + 28, mn > 29 ? mn - 29 : 0}, 0, i % 2 == 1};
+    kl_json_value_t ov = {{exact + 28, mn > 29 ? mn - 29 : 0}, 0, i % 2 == 1,
+                          v.containers, v.ncontainers};
     kl_obj_t *o = NULL;
     if (kl_obj_parse(&ov, NULL, &o, err, sizeof err) == KL_OK) kl_obj_unref(o);
     free(exact);
@@ -642,6 +683,7 @@ static void test_unvalidated_input_is_safe(void) {
   }
   KT_EQ_INT(ok + failed, 4000);
   KT_TRUE(failed > 0);
+  kl_json_stream_free(st);
   free(text);
   free(pod);
   free(ev);
