@@ -39,7 +39,8 @@
 -- 0), converged, crashed (the controller exited), objects (on the server,
 -- copies included), seconds (of writing), cache_s (last write to the
 -- caches equal to the server's: the rest of convergence_s is the workers
--- catching up), and the same figures by kind under "kinds".
+-- catching up), and the same figures by kind under "kinds", with
+-- reflector_wait_s (see below).
 -- Usage: kubelua run --no-watch bench/soak.lua KUBELUA_BINARY [--faults N | --seconds S]
 --          [--interval S]   (mean seconds between faults, default 0.05)
 local kube = require "kubelua"
@@ -88,45 +89,21 @@ for _, ns in ipairs { "src-0", "src-1", "src-2", "src-3", soak.MIRROR } do
 end
 assert(sim:apply_object(soak.crd)) -- established at once
 
--- Each kind's store resource and its figures; copies are ConfigMaps.
-local kinds, by_res = {}, {}
-for i, k in ipairs(soak.kinds) do
-  kinds[i] = { spec = k, res = assert(s:resource(k.api_version, k.resource)),
-               operations = 0, relists = 0 }
-  by_res[kinds[i].res] = kinds[i]
-end
-local cms = s:resource("v1", "configmaps")
-
--- relists: lists of a source kind, and its watches that start from the
--- full state
-local serve_resource, watch = sim.serve_resource, sim.watch
-function sim.serve_resource(self, req, r, user)
-  local ret = serve_resource(self, req, r, user)
-  local k = by_res[r.res]
-  if r.verb == "list" and k then k.relists = k.relists + 1 end
-  return ret
-end
-function sim.watch(self, req, res, ns, params, r)
-  local rv, k = params.resourceVersion, by_res[res]
-  if k and (params.sendInitialEvents == "true" or not rv or rv == "" or rv == "0") then
-    k.relists = k.relists + 1
-  end
-  return watch(self, req, res, ns, params, r)
-end
-
-local function write_configmap(e, ns, name, n)
+-- The writer's changes of one object, e its store entry (nil: absent);
+-- n numbers the operation.
+local function write_configmap(res, e, ns, name, n)
   local obj = { apiVersion = "v1", kind = "ConfigMap",
     metadata = { name = name, namespace = ns, labels = { gen = tostring(n % 7) } },
     data = { n = tostring(n), text = string.rep(e and "y" or "x", math.random(0, 400)) } }
-  if not e then return s:create(cms, ns, obj, ctx) end
+  if not e then return s:create(res, ns, obj, ctx) end
   if math.random() < 0.75 then
     obj.metadata.resourceVersion = e.obj.metadata.resourceVersion
-    return s:update(cms, ns, name, obj, ctx)
+    return s:update(res, ns, name, obj, ctx)
   end
-  return s:delete(cms, ns, name, nil, ctx)
+  return s:delete(res, ns, name, nil, ctx)
 end
 
-local function write_widget(e, ns, name, n, res)
+local function write_widget(res, e, ns, name, n)
   local obj = { apiVersion = res.api_version, kind = "Widget",
     metadata = { name = name, namespace = ns, labels = { gen = tostring(n % 7) } },
     spec = { n = n, text = string.rep(e and "y" or "x", math.random(0, 400)) } }
@@ -134,22 +111,61 @@ local function write_widget(e, ns, name, n, res)
   local r = math.random()
   obj.metadata.resourceVersion = e.obj.metadata.resourceVersion
   if r < 0.4 then return s:update(res, ns, name, obj, ctx) end
-  if r < 0.75 then
-    obj.spec = e.obj.spec
+  if r < 0.75 then -- the status alone, through its subresource: no generation bump
+    obj.spec, obj.metadata.labels = nil, nil
     obj.status = { observed = n, phase = ({ "Pending", "Ready", "Failed" })[math.random(1, 3)] }
     return s:update(res, ns, name, obj, status_ctx)
   end
   return s:delete(res, ns, name, nil, ctx)
 end
 
+-- Each kind's store resource, its writer and its figures.
+local writers = { configmaps = { "cm-", write_configmap }, widgets = { "w-", write_widget } }
+local kinds, by_res = {}, {}
+for i, k in ipairs(soak.kinds) do
+  local w = writers[k.resource]
+  kinds[i] = { spec = k, res = assert(s:resource(k.api_version, k.resource)),
+               prefix = w[1], write = w[2], operations = 0, relists = 0 }
+  by_res[kinds[i].res] = kinds[i]
+end
+local cms = s:resource("v1", "configmaps") -- every copy is a ConfigMap
+
+-- relists: lists of a source kind, and its watches that start from the
+-- full state. reflector_wait_s: from the last write (t_last) until the
+-- kind's reflector next asked for a list or a watch, which is what was
+-- left of the backoff it served then (none if its watch stayed open).
+local t_last
+local function asked(k)
+  if t_last and not k.reflector_wait_s then k.reflector_wait_s = kube.monotonic() - t_last end
+end
+local serve_resource, watch = sim.serve_resource, sim.watch
+function sim.serve_resource(self, req, r, user)
+  local ret = serve_resource(self, req, r, user)
+  local k = by_res[r.res]
+  if k and r.verb == "list" then
+    k.relists = k.relists + 1
+    asked(k)
+  end
+  return ret
+end
+function sim.watch(self, req, res, ns, params, r) -- streams until the watch ends
+  local rv, k = params.resourceVersion, by_res[res]
+  if k then
+    if params.sendInitialEvents == "true" or not rv or rv == "" or rv == "0" then
+      k.relists = k.relists + 1
+    end
+    asked(k)
+  end
+  return watch(self, req, res, ns, params, r)
+end
+
 local operations, writing = 0, true
 local function write_one()
   local k = kinds[math.random(1, #kinds)]
   local ns = "src-" .. math.random(0, NAMESPACES - 1)
-  local name = (k.res == cms and "cm-" or "w-") .. math.random(1, NAMES)
+  local name = k.prefix .. math.random(1, NAMES)
   local n = operations + 1
-  local ok, err = (k.res == cms and write_configmap or write_widget)(
-    k.res.objects[ns .. "/" .. name], ns, name, n, k.res)
+  local ok, err = k.write(k.res, k.res.objects[ns .. "/" .. name], ns, name, n)
   if not ok then error("writer: " .. tostring(err and err.message)) end
   operations, k.operations = n, k.operations + 1
 end
@@ -226,9 +242,10 @@ local function report(d, lost, waited, peak, crashed, writing_s)
     local ev = d.events[k.spec.resource] or 0
     events, relists, objects = events + ev, relists + k.relists, objects + k.res.count
     cache_s = k.cache_s and cache_s and math.max(cache_s, k.cache_s) or nil
-    per[#per + 1] = ('"%s":{"operations":%d,"events":%d,"relists":%d,"cache_s":%s,'
-      .. '"convergence_s":%s,"lost":%d,"objects":%d}'):format(k.spec.resource, k.operations,
-      ev, k.relists, seconds(k.cache_s), seconds(k.convergence_s), count(k.lost), k.res.count)
+    per[#per + 1] = ('"%s":{"operations":%d,"events":%d,"relists":%d,"reflector_wait_s":%.2f,'
+      .. '"cache_s":%s,"convergence_s":%s,"lost":%d,"objects":%d}'):format(k.spec.resource,
+      k.operations, ev, k.relists, k.reflector_wait_s or 0, seconds(k.cache_s),
+      seconds(k.convergence_s), count(k.lost), k.res.count)
   end
   return ('{"bench":"soak","operations":%d,"faults":{%s},"events":%d,"relists":%d,'
     .. '"convergence_s":%.2f,"peak_rss_mb":%.1f,"lost":%d,"converged":%s,"crashed":%s,'
@@ -267,7 +284,7 @@ local function main()
   writing = false
   kube.sleep(0.01) -- the writer's last operation is done
   sim:inject { delay = 0, fail_next = 0 }
-  local t_last = kube.monotonic()
+  t_last = kube.monotonic()
   -- Each kind's cache_s and convergence_s: since the last write, until the
   -- check that began the final run of clean checks (a kind's ConfigMap
   -- cache also holds the other kind's copies, so it may go stale again).
