@@ -39,7 +39,8 @@
 -- 0), converged, crashed (the controller exited), objects (on the server,
 -- copies included), seconds (of writing), cache_s (last write to the
 -- caches equal to the server's: the rest of convergence_s is the workers
--- catching up), and the same figures by kind under "kinds", with
+-- catching up), and the same figures by kind under "kinds", with retries
+-- (failed reconciles retried through the rate limiter) and
 -- reflector_wait_s (see below).
 -- Usage: kubelua run --no-watch bench/soak.lua KUBELUA_BINARY [--faults N | --seconds S]
 --          [--interval S]   (mean seconds between faults, default 0.05)
@@ -239,13 +240,13 @@ local function report(d, lost, waited, peak, crashed, writing_s)
   for k, v in pairs(faults) do fk[#fk + 1] = ('"%s":%d'):format(k, v) end
   table.sort(fk)
   for _, k in ipairs(kinds) do
-    local ev = d.events[k.spec.resource] or 0
+    local ev, retries = d.events[k.spec.resource] or 0, d.retries[k.spec.resource] or 0
     events, relists, objects = events + ev, relists + k.relists, objects + k.res.count
     cache_s = k.cache_s and cache_s and math.max(cache_s, k.cache_s) or nil
-    per[#per + 1] = ('"%s":{"operations":%d,"events":%d,"relists":%d,"reflector_wait_s":%.2f,'
-      .. '"cache_s":%s,"convergence_s":%s,"lost":%d,"objects":%d}'):format(k.spec.resource,
-      k.operations, ev, k.relists, k.reflector_wait_s or 0, seconds(k.cache_s),
-      seconds(k.convergence_s), count(k.lost), k.res.count)
+    per[#per + 1] = ('"%s":{"operations":%d,"events":%d,"retries":%d,"relists":%d,'
+      .. '"reflector_wait_s":%.2f,"cache_s":%s,"convergence_s":%s,"lost":%d,"objects":%d}'):format(
+      k.spec.resource, k.operations, ev, retries, k.relists, k.reflector_wait_s or 0,
+      seconds(k.cache_s), seconds(k.convergence_s), count(k.lost), k.res.count)
   end
   return ('{"bench":"soak","operations":%d,"faults":{%s},"events":%d,"relists":%d,'
     .. '"convergence_s":%.2f,"peak_rss_mb":%.1f,"lost":%d,"converged":%s,"crashed":%s,'
@@ -304,7 +305,7 @@ local function main()
     if not running(pid) then crashed = true break end
     kube.sleep(0.05)
   end
-  local d = dump(dumpfile) or { events = {} }
+  local d = dump(dumpfile) or { events = {}, retries = {} }
   local peak = proc.status_kb(pid, "VmHWM") or 0
   crashed = crashed or not running(pid)
   os.execute("kill " .. pid)

@@ -7,7 +7,8 @@
 -- reconciled). Deleting the source deletes the copy. One workqueue and two
 -- workers per kind, as two controllers would have. Every 0.2 s it writes
 -- DUMP (atomically): its informer caches as resource -> key ->
--- resourceVersion, and the events its handlers saw by resource.
+-- resourceVersion, and by resource the events its handlers saw and the
+-- rate-limited retries of failed reconciles (the queue's retries_total).
 local kube = require "kubelua"
 local soak = require "bench.soak.kinds"
 
@@ -75,7 +76,7 @@ kube.spawn(function()
   end
 
   while true do
-    local caches, counts, synced = {}, {}, true
+    local caches, counts, retries, synced = {}, {}, {}, true
     for res, c in pairs(by_res) do
       local parts = {}
       for _, obj in ipairs(c.informer:list()) do
@@ -85,10 +86,12 @@ kube.spawn(function()
       end
       caches[#caches + 1] = string.format('"%s":{%s}', res, table.concat(parts, ","))
       counts[#counts + 1] = string.format('"%s":%d', res, events[res])
+      retries[#retries + 1] = string.format('"%s":%d', res, c.queue:stats().retries_total)
       synced = synced and c.informer:has_synced()
     end
     local f = assert(io.open(DUMP .. ".tmp", "w"))
-    f:write('{"events":{', table.concat(counts, ","), '},"synced":', tostring(synced),
+    f:write('{"events":{', table.concat(counts, ","), '},"retries":{', table.concat(retries, ","),
+      '},"synced":', tostring(synced),
       ',"cache":{', table.concat(caches, ","), "}}\n")
     f:close()
     assert(os.rename(DUMP .. ".tmp", DUMP))
