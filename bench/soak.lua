@@ -42,6 +42,23 @@
 -- catching up), and the same figures by kind under "kinds", with retries
 -- (failed reconciles retried through the rate limiter) and
 -- reflector_wait_s (see below).
+--
+-- Where convergence_s goes, and why it is long (tens of seconds) by design:
+-- the reflectors back off as client-go's do (CLIENTGO.md 6.3: 0.8 s
+-- doubling to 30 s, jittered to [d, 2d), reset only after 2 min without a
+-- backoff). A 410 after compaction, a 5xx on a list or a 429 each cost a
+-- backoff, so a fault every 0.05 s holds every informer at [30, 60) s
+-- waits within about a minute: it relists a few times a minute and sees
+-- the rest of the writes through those relists, not its watch (events is a
+-- small part of operations). When the writer stops, each informer still
+-- has what is left of its current wait to serve (reflector_wait_s),
+-- sometimes two waits (a watch retried after a 429, then its 410). Then
+-- the workers catch up, one write per changed source at the client's 20
+-- QPS (controller-runtime's default) since nearly every key changed while
+-- the caches waited. The workqueue's rate limiter is not on that path:
+-- every reconcile that fails after the last write (a stale cached copy) is
+-- followed by an event that adds its key again, and an add does not wait
+-- out a backoff.
 -- Usage: kubelua run --no-watch bench/soak.lua KUBELUA_BINARY [--faults N | --seconds S]
 --          [--interval S]   (mean seconds between faults, default 0.05)
 local kube = require "kubelua"
