@@ -137,12 +137,13 @@ local function write_widget(res, e, ns, name, n)
   return s:delete(res, ns, name, nil, ctx)
 end
 
--- Each kind's store resource, its writer and its figures.
+-- Each kind: its definition (bench/soak/kinds.lua), store resource, writer
+-- and figures.
 local writers = { configmaps = { "cm-", write_configmap }, widgets = { "w-", write_widget } }
 local kinds, by_res = {}, {}
 for i, k in ipairs(soak.kinds) do
   local w = writers[k.resource]
-  kinds[i] = { spec = k, res = assert(s:resource(k.api_version, k.resource)),
+  kinds[i] = { def = k, res = assert(s:resource(k.api_version, k.resource)),
                prefix = w[1], write = w[2], operations = 0, relists = 0 }
   by_res[kinds[i].res] = kinds[i]
 end
@@ -224,7 +225,7 @@ end
 -- without their source. math.huge twice while DUMP is missing.
 local function lost_of(k, d)
   if not d then return math.huge, math.huge end
-  local resource, objects = k.spec.resource, k.res.objects
+  local resource, objects = k.def.resource, k.res.objects
   local cache = d.cache[resource] or {}
   local stale, unmirrored = 0, 0
   for key, e in pairs(objects) do
@@ -233,7 +234,7 @@ local function lost_of(k, d)
     if e.ns:match("^src%-") then
       local m = cms.objects[soak.MIRROR .. "/" .. soak.copy_name(resource, e.ns, e.name)]
       if not m or (m.obj.metadata.annotations or {})["soak/source-rv"] ~= rv
-          or not same(m.obj.data, k.spec.copy_data(e.obj)) then
+          or not same(m.obj.data, k.def.copy_data(e.obj)) then
         unmirrored = unmirrored + 1
       end
     end
@@ -257,12 +258,12 @@ local function report(d, lost, waited, peak, crashed, writing_s)
   for k, v in pairs(faults) do fk[#fk + 1] = ('"%s":%d'):format(k, v) end
   table.sort(fk)
   for _, k in ipairs(kinds) do
-    local ev, retries = d.events[k.spec.resource] or 0, d.retries[k.spec.resource] or 0
+    local ev, retries = d.events[k.def.resource] or 0, d.retries[k.def.resource] or 0
     events, relists, objects = events + ev, relists + k.relists, objects + k.res.count
     cache_s = k.cache_s and cache_s and math.max(cache_s, k.cache_s) or nil
     per[#per + 1] = ('"%s":{"operations":%d,"events":%d,"retries":%d,"relists":%d,'
       .. '"reflector_wait_s":%.2f,"cache_s":%s,"convergence_s":%s,"lost":%d,"objects":%d}'):format(
-      k.spec.resource, k.operations, ev, retries, k.relists, k.reflector_wait_s or 0,
+      k.def.resource, k.operations, ev, retries, k.relists, k.reflector_wait_s or 0,
       seconds(k.cache_s), seconds(k.convergence_s), count(k.lost), k.res.count)
   end
   return ('{"bench":"soak","operations":%d,"faults":{%s},"events":%d,"relists":%d,'
