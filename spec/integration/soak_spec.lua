@@ -1,8 +1,9 @@
--- The short soak (bench/soak.lua for 30 s): a writer changes ConfigMaps in
--- four namespaces while every fault kind is injected at random, and a
--- kubelua controller mirrors them. Afterwards nothing is lost: the
--- controller's cache equals the server's state, every source's last
--- version is mirrored, no copy is left over, and the controller is alive.
+-- The short soak (bench/soak.lua for 30 s): a writer changes ConfigMaps and
+-- Widgets (a CRD with a status subresource) in four namespaces while every
+-- fault kind is injected at random, and a kubelua controller mirrors them.
+-- Afterwards nothing is lost, of either kind: the controller's caches
+-- equal the server's state, every source's last version is mirrored, no
+-- copy is left over, and the controller is alive.
 local support = require "spec.support"
 
 local function quote(x) return "'" .. tostring(x):gsub("'", "'\\''") .. "'" end
@@ -27,6 +28,13 @@ describe("soak", function()
     end
     assert.is_true(r.operations > 1000, line)
     assert.is_true(r.events > 0, line)
+    for _, res in ipairs { "configmaps", "widgets" } do
+      local k = r.kinds[res]
+      assert.equal(0, k.lost, res .. ": " .. line)
+      assert.is_number(k.convergence_s, res .. " did not converge: " .. line)
+      assert.is_true(k.operations > 500, res .. ": " .. line)
+      assert.is_true(k.events > 0, res .. ": " .. line)
+    end
     assert.is_true(r.peak_rss_mb < 200, line)
   end)
 end)
