@@ -235,6 +235,16 @@ local volatile = { uid = true, creationTimestamp = true, resourceVersion = true,
   lastTransitionTime = true, deletionTimestamp = true, continue = true,
   storageVersionHash = true, serverAddress = true }
 
+-- The server orders managedFields by operation, time (in seconds), manager,
+-- apiVersion and subresource. With the times masked, the order they decide
+-- goes too: two writes a second apart swap two entries that the recording
+-- (made within one second) has the other way round.
+local function managed_key(e)
+  if type(e) ~= "table" then return "" end
+  return table.concat({ tostring(e.operation), tostring(e.manager), tostring(e.apiVersion),
+    tostring(e.subresource or "") }, "\0")
+end
+
 -- A copy of v with volatile values replaced by "<x>" (strings only, so a
 -- null stays null and a missing field stays missing).
 local function mask(v)
@@ -246,6 +256,9 @@ local function mask(v)
     else
       t[k] = mask(x)
     end
+  end
+  if type(t.managedFields) == "table" then
+    table.sort(t.managedFields, function(a, b) return managed_key(a) < managed_key(b) end)
   end
   return setmetatable(t, getmetatable(v))
 end
