@@ -1046,7 +1046,7 @@ static ssize_t h2_read(nghttp2_session *ss, int32_t id, uint8_t *buf,
   (void)ss;
   (void)id;
   size_t n = s->out.len < length ? s->out.len : length;
-  memcpy(buf, hbuf_data(&s->out), n);
+  if (n) memcpy(buf, hbuf_data(&s->out), n);
   hbuf_consume(&s->out, n);
   if (n && !s->pulled) {
     s->pulled = 1;
@@ -2460,6 +2460,7 @@ static int h2_writev(kl_httpd_req_t *r, const struct iovec *iov, int n,
   if (s->out.len >= HTTPD_SYNC_FLUSH && s->out.len >= s->flush_at) {
     conn_flush(c, 0);
     if (c->dead) return KL_ESHUTDOWN;
+    if (!r->s) return 0; /* cut, reset and closed by the flush: s is gone */
     s->flush_at = s->out.len + HTTPD_SYNC_FLUSH;
   }
   return 0;
