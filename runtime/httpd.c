@@ -1,30 +1,37 @@
-/* httpd.c — the HTTP/1.1 server (see httpd.h).
+/* httpd.c — the HTTP/1.1 and HTTP/2 server (see httpd.h).
  *
  * Layers: the listener accepts sockets into connections; a connection owns
  * its socket, its TLS session, one ev_io, one deadline on the loop's timer
- * heap, an input and an output buffer; the HTTP/1 codec (h1_*) turns input
- * into requests and responses into output. An h2 session negotiated by ALPN
- * would replace the h1_* functions behind the same request API.
+ * heap, an input and an output buffer; a codec turns input into requests
+ * and responses into output: the HTTP/1 codec (h1_*), or, when ALPN chose
+ * h2 on a TLS connection, an nghttp2 session (h2_*) behind the same request
+ * API.
  *
  * Invariants:
- *   - A connection holds at most one request (c->req): the one being read
- *     (RQ_BODY, owned by the server) or the one being answered (RQ_HANDLER,
- *     RQ_STREAM, owned by the handler). Pipelined requests wait as bytes in
- *     c->in, so responses leave in request order.
+ *   - An HTTP/1 connection holds at most one request (c->req): the one
+ *     being read (RQ_BODY, owned by the server) or the one being answered
+ *     (RQ_HANDLER, RQ_STREAM, owned by the handler). Pipelined requests
+ *     wait as bytes in c->in, so responses leave in request order.
+ *   - An HTTP/2 connection holds one h2s per open stream (c->streams), each
+ *     with its request (r->s) and its own output buffer; c->req is unused.
  *   - Nothing is freed inside a callback that might still use it: a
  *     connection is killed (socket closed, watchers stopped, moved to the
  *     dead list) and freed from its kl_defer_t; a request whose connection
- *     went away is detached, put on the zombie list, and freed from its own
- *     kl_defer_t after its on_close ran. kl_httpd_free finalizes both lists.
+ *     (or stream) went away is detached, put on the zombie list, and freed
+ *     from its own kl_defer_t after its on_close ran. kl_httpd_free
+ *     finalizes both lists. Streams are freed by nghttp2's close callback,
+ *     or with their session when the connection is freed.
  *   - Owner callbacks (handler, on_close, on_drain) run only from loop
- *     callbacks, bracketed by h->depth; kl_httpd_free at depth > 0 closes
- *     everything and the outermost callback frees the server (h_leave).
- *   - Output is appended to c->out and written before the loop next blocks
- *     (the connection's defer node, or the end of its io callback); a write
- *     that leaves 64 KiB queued is attempted at once.
- * The server owns its connections, their buffers and requests, the listening
- * socket and the SSL_CTX; request bodies given to kl_httpd_reply and stream
- * data stay the caller's. */
+ *     callbacks, bracketed by h->depth, and never inside nghttp2's;
+ *     kl_httpd_free at depth > 0 closes everything and the outermost
+ *     callback frees the server (h_leave).
+ *   - Output is appended to c->out (HTTP/2: to the stream's buffer, which
+ *     h2_pump moves into c->out as frames) and written before the loop
+ *     next blocks (the connection's defer node, or the end of its io
+ *     callback); a write that leaves 64 KiB queued is attempted at once.
+ * The server owns its connections, their buffers, streams and requests,
+ * the listening socket and the SSL_CTX; request bodies given to
+ * kl_httpd_reply and stream data stay the caller's. */
 #define _GNU_SOURCE /* accept4, SOCK_NONBLOCK */
 #include "httpd.h"
 
