@@ -210,7 +210,7 @@ describe("HTTP/2", function()
     end)
   end)
 
-  describe("a slow reader", function()
+  describe("kubelua.httpd's streams", function()
     -- The client runs on this loop, so it reads nothing while a handler
     -- writes without yielding: the slowest reader there is.
     local state, held
@@ -220,7 +220,7 @@ describe("HTTP/2", function()
         tls_cert = tls_on and cert or nil, tls_key = tls_on and key or nil,
         max_stream_buffer = 256 * 1024, handler = function(req)
           if req:path() == "/hold" then
-            held = req
+            held[req:param("id")] = req
             req:stream_begin(200)
             req:write("held\n")
             return
@@ -249,14 +249,34 @@ describe("HTTP/2", function()
       return w
     end
 
-    before_each(function() state, held = {}, nil end)
+    before_each(function() state, held = {}, {} end)
 
-    it("has its h2 stream reset at the cap, and the connection's other streams go on",
+    it("reset one stream when its owner aborts it, and the others go on", function()
+      local srv = server(true)
+      local base = "https://127.0.0.1:" .. srv:port()
+      local a = get(base, "/hold?id=a", { ca_file = cert })
+      local b = get(base, "/hold?id=b", { ca_file = cert })
+      wait(function() return held.a and held.b end)
+      assert.is_true(held.a:abort(0))
+      wait(function() return a.done end)
+      assert.is_nil(a.r)
+      assert.matches("INTERNAL_ERROR", a.err)
+      assert.is_true(held.b:write("more\n"))
+      assert.is_true(held.b:finish())
+      wait(function() return b.done end)
+      assert.equal("held\nmore\n", b.r.body)
+      assert.same({ connections = 1, accepted = 1, streams = 0 },
+        { connections = srv:stats().connections, accepted = srv:stats().accepted,
+          streams = srv:stats().streams })
+      srv:close()
+    end)
+
+    it("reset a slow reader's h2 stream at the cap, and the connection's others go on",
       function()
       local srv = server(true)
       local base = "https://127.0.0.1:" .. srv:port()
-      local hold = get(base, "/hold", { ca_file = cert })
-      wait(function() return held end)
+      local hold = get(base, "/hold?id=h", { ca_file = cert })
+      wait(function() return held.h end)
       local flood = get(base, "/flood", { ca_file = cert })
       wait(function() return flood.done and state.closed end)
       assert.equal("limit", state.write)
@@ -266,8 +286,8 @@ describe("HTTP/2", function()
       assert.matches("INTERNAL_ERROR", flood.err)
       assert.equal(1, srv:stats().accepted)
       assert.equal(1, srv:stats().streams)
-      assert.is_true(held:write("more\n"))
-      assert.is_true(held:finish())
+      assert.is_true(held.h:write("more\n"))
+      assert.is_true(held.h:finish())
       wait(function() return hold.done end)
       assert.equal(200, hold.r.status)
       assert.equal("held\nmore\n", hold.r.body)
@@ -275,7 +295,7 @@ describe("HTTP/2", function()
       srv:close()
     end)
 
-    it("has its HTTP/1.1 connection closed at the same cap", function()
+    it("close a slow reader's HTTP/1.1 connection at the same cap", function()
       local srv = server(false)
       local base = "http://127.0.0.1:" .. srv:port()
       local flood = get(base, "/flood")
