@@ -123,6 +123,21 @@ describe("HTTP/2", function()
     end)
   end)
 
+  it("tells an h2 client with GOAWAY when the simulator stops", function()
+    local sim = H.start("--tls-cert " .. cert .. " --tls-key " .. key)
+    local err = dir .. "/goaway.err"
+    local bg = io.popen("curl -s -S -v -N --http2 --cacert " .. cert .. " -o /dev/null "
+      .. H.quote(sim.base .. "/api/v1/namespaces/default/configmaps?watch=1") .. " 2>" .. err)
+    for _ = 1, 500 do -- until the watch's response head has come
+      if (H.read_file(err) or ""):find("< HTTP/2 200", 1, true) then break end
+      H.sleep(0.01)
+    end
+    H.stop(sim)
+    bg:read("*a")
+    bg:close()
+    assert.matches("GOAWAY, error=0, last_stream=1", H.read_file(err), 1, true)
+  end)
+
   describe("with kubelua's client against a simulator in this process", function()
     local sim, srv, base, tls
 
