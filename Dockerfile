@@ -2,7 +2,7 @@
 FROM debian:12 AS build
 RUN apt-get update && apt-get install -y --no-install-recommends \
       build-essential cmake pkg-config luajit libluajit-5.1-dev libev-dev \
-      libcurl4-openssl-dev libyaml-dev libssl-dev libzstd-dev && rm -rf /var/lib/apt/lists/*
+      libcurl4-openssl-dev libyaml-dev libssl-dev libzstd-dev libnghttp2-dev && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
 RUN cmake -S . -B /build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKL_WERROR=OFF \
@@ -10,7 +10,8 @@ RUN cmake -S . -B /build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKL_WERROR=OFF \
 
 FROM debian:12-slim
 RUN apt-get update && apt-get install -y --no-install-recommends \
-      libluajit-5.1-2 libev4 libcurl4 libyaml-0-2 libzstd1 ca-certificates lua-cjson \
+      libluajit-5.1-2 libev4 libcurl4 libyaml-0-2 libzstd1 libnghttp2-14 \
+      ca-certificates lua-cjson \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --uid 65532 --no-create-home --shell /usr/sbin/nologin kubelua
 COPY --from=build /build/kubelua /usr/local/bin/kubelua

@@ -1,30 +1,37 @@
-/* httpd.c — the HTTP/1.1 server (see httpd.h).
+/* httpd.c — the HTTP/1.1 and HTTP/2 server (see httpd.h).
  *
  * Layers: the listener accepts sockets into connections; a connection owns
  * its socket, its TLS session, one ev_io, one deadline on the loop's timer
- * heap, an input and an output buffer; the HTTP/1 codec (h1_*) turns input
- * into requests and responses into output. An h2 session negotiated by ALPN
- * would replace the h1_* functions behind the same request API.
+ * heap, an input and an output buffer; a codec turns input into requests
+ * and responses into output: the HTTP/1 codec (h1_*), or, when ALPN chose
+ * h2 on a TLS connection, an nghttp2 session (h2_*) behind the same request
+ * API.
  *
  * Invariants:
- *   - A connection holds at most one request (c->req): the one being read
- *     (RQ_BODY, owned by the server) or the one being answered (RQ_HANDLER,
- *     RQ_STREAM, owned by the handler). Pipelined requests wait as bytes in
- *     c->in, so responses leave in request order.
+ *   - An HTTP/1 connection holds at most one request (c->req): the one
+ *     being read (RQ_BODY, owned by the server) or the one being answered
+ *     (RQ_HANDLER, RQ_STREAM, owned by the handler). Pipelined requests
+ *     wait as bytes in c->in, so responses leave in request order.
+ *   - An HTTP/2 connection holds one h2s per open stream (c->streams), each
+ *     with its request (r->s) and its own output buffer; c->req is unused.
  *   - Nothing is freed inside a callback that might still use it: a
  *     connection is killed (socket closed, watchers stopped, moved to the
  *     dead list) and freed from its kl_defer_t; a request whose connection
- *     went away is detached, put on the zombie list, and freed from its own
- *     kl_defer_t after its on_close ran. kl_httpd_free finalizes both lists.
+ *     (or stream) went away is detached, put on the zombie list, and freed
+ *     from its own kl_defer_t after its on_close ran. kl_httpd_free
+ *     finalizes both lists. Streams are freed by nghttp2's close callback,
+ *     or with their session when the connection is freed.
  *   - Owner callbacks (handler, on_close, on_drain) run only from loop
- *     callbacks, bracketed by h->depth; kl_httpd_free at depth > 0 closes
- *     everything and the outermost callback frees the server (h_leave).
- *   - Output is appended to c->out and written before the loop next blocks
- *     (the connection's defer node, or the end of its io callback); a write
- *     that leaves 64 KiB queued is attempted at once.
- * The server owns its connections, their buffers and requests, the listening
- * socket and the SSL_CTX; request bodies given to kl_httpd_reply and stream
- * data stay the caller's. */
+ *     callbacks, bracketed by h->depth, and never inside nghttp2's;
+ *     kl_httpd_free at depth > 0 closes everything and the outermost
+ *     callback frees the server (h_leave).
+ *   - Output is appended to c->out (HTTP/2: to the stream's buffer, which
+ *     h2_pump moves into c->out as frames) and written before the loop
+ *     next blocks (the connection's defer node, or the end of its io
+ *     callback); a write that leaves 64 KiB queued is attempted at once.
+ * The server owns its connections, their buffers, streams and requests,
+ * the listening socket and the SSL_CTX; request bodies given to
+ * kl_httpd_reply and stream data stay the caller's. */
 #define _GNU_SOURCE /* accept4, SOCK_NONBLOCK */
 #include "httpd.h"
 
@@ -35,6 +42,7 @@
 #include <math.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <nghttp2/nghttp2.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <stdio.h>
@@ -56,6 +64,12 @@
 #define HTTPD_LINGER_TIMEOUT 2.0
 #define HTTPD_LINGER_BYTES (1024 * 1024)
 #define HTTPD_KEEP_BUF (64 * 1024)
+/* HTTP/2: frames are taken from the session into c->out up to this much,
+ * so a blocked socket leaves the backlog in each stream's own buffer,
+ * where its producer sees it (kl_httpd_buffered) and its cap applies. */
+#define HTTPD_H2_OUT_HIGH (64 * 1024)
+/* What kube-apiserver advertises (--http2-max-streams-per-connection). */
+#define HTTPD_H2_MAX_STREAMS 1000
 
 #define CONTAINER(p, type, member)                                             \
   ((type *)(void *)((char *)(p)-offsetof(type, member)))
@@ -120,6 +134,7 @@ typedef struct hdr {
 } hdr;
 
 typedef struct conn conn;
+typedef struct h2s h2s;
 
 struct kl_httpd_req {
   kl_defer_t defer; /* finalization of a detached request */
@@ -141,7 +156,28 @@ struct kl_httpd_req {
   kl_httpd_drain_fn *on_drain;
   void *cb_ud;
   const char *peer;
+  h2s *s; /* its HTTP/2 stream; NULL for HTTP/1 and once detached */
+  int h2;
   /* the head's copy, the tables and decoded parameters follow */
+};
+
+/* An HTTP/2 stream: the request being read, then the response's payload
+ * that nghttp2 has not taken yet. It lives from the client's HEADERS to
+ * nghttp2's stream close; its request may end (the owner is done, or it
+ * is detached) before that. */
+struct h2s {
+  conn *c;
+  h2s *prev, *next;   /* c->streams */
+  h2s *pprev, *pnext; /* c->pulled */
+  int32_t id;
+  kl_httpd_req_t *req; /* NULL until the head is complete, and after */
+  hbuf head;           /* the fields as HTTP/1.1 header lines, while read */
+  char *method, *path, *authority;
+  hbuf out;        /* payload not yet taken by nghttp2 */
+  size_t flush_at; /* a write tries the socket at this much unsent */
+  int reason;      /* what the owner hears when the stream closes */
+  int refused;     /* the status answered instead of the request */
+  int host, ready, pulled, eof, cut, deferred;
 };
 
 struct conn {
@@ -165,6 +201,11 @@ struct conn {
   double linger_since;
   int dead, in_io, close_after, cut, lingering, handshake, blocked;
   int tls_rw, tls_wr, hs_write;
+  nghttp2_session *h2; /* ALPN chose h2: c->req and the h1_* codec unused */
+  h2s *streams;        /* open streams */
+  h2s *pulled;     /* streams whose output nghttp2 took since the drain pass */
+  size_t h2_ready; /* streams whose request waits for the handler */
+  int goaway;
   char peer[INET6_ADDRSTRLEN + 8];
 };
 
@@ -176,6 +217,7 @@ struct kl_httpd {
   ev_io lio;
   kl_timer_t accept_timer;
   SSL_CTX *ssl_ctx;
+  nghttp2_session_callbacks *h2cb;
   conn *live, *dead;
   kl_httpd_req_t *zombies;
   size_t nconns, nreqs, nstreams;
@@ -394,11 +436,17 @@ static void conn_req_gone(conn *c) {
   c->bstate = B_NONE;
 }
 
-/* Separates r from its connection; the owner learns it from on_close. */
+/* Separates r from its connection (or stream); the owner learns it from
+ * on_close. */
 static void req_detach(kl_httpd_req_t *r, int reason) {
   conn *c = r->c;
   kl_httpd_t *h = r->h;
-  conn_req_gone(c);
+  if (r->s) {
+    r->s->req = NULL;
+    r->s = NULL;
+  } else {
+    conn_req_gone(c);
+  }
   r->c = NULL;
   if (r->phase == RQ_STREAM) h->nstreams--;
   if (r->phase == RQ_BODY) {
@@ -424,7 +472,10 @@ static void req_drop_dead(kl_httpd_req_t *r) {
 /* The owner completed the response: the request is freed now. */
 static void req_complete(conn *c, kl_httpd_req_t *r) {
   if (r->phase == RQ_STREAM) c->h->nstreams--;
-  conn_req_gone(c);
+  if (r->s)
+    r->s->req = NULL; /* the stream goes on until its bytes are out */
+  else
+    conn_req_gone(c);
   req_free(r);
   conn_kick(c);
 }
@@ -436,17 +487,26 @@ typedef struct span {
 } span;
 
 /* Queues a server-generated error response and closes after it. */
+/* The body of an error the server answers by itself: the owner's page for
+ * status, or "<status> <reason>" written into plain. */
+static void error_page(const kl_httpd_t *h, int status, char plain[64],
+                       const char **ctype, const char **body) {
+  *ctype = "text/plain; charset=utf-8";
+  *body = plain;
+  snprintf(plain, 64, "%d %s", status, reason_phrase(status));
+  for (size_t i = 0; i < h->o.nerror_pages; i++)
+    if (h->o.error_pages[i].status == status) {
+      *ctype = h->o.error_pages[i].content_type;
+      *body = h->o.error_pages[i].body;
+    }
+}
+
 static void h1_error(conn *c, int status) {
   char buf[256];
   const char *why = reason_phrase(status);
   char plain[64];
-  const char *ctype = "text/plain; charset=utf-8", *body = plain;
-  snprintf(plain, sizeof plain, "%d %s", status, why);
-  for (size_t i = 0; i < c->h->o.nerror_pages; i++)
-    if (c->h->o.error_pages[i].status == status) {
-      ctype = c->h->o.error_pages[i].content_type;
-      body = c->h->o.error_pages[i].body;
-    }
+  const char *ctype, *body;
+  error_page(c->h, status, plain, &ctype, &body);
   size_t bn = strlen(body);
   int n = snprintf(buf, sizeof buf,
                    "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: "
@@ -502,45 +562,19 @@ static void decode_params(kl_httpd_req_t *r, char *store) {
   }
 }
 
-/* Parses the head at the start of c->in. Returns 1 when c->req was created
- * (head consumed), 0 when more bytes are needed, or -status. */
-static int h1_parse_head(conn *c) {
+/* What a head says about its body and the connection. */
+typedef struct head_info {
+  int keepalive, chunked, expect;
+  uint64_t cl;
+} head_info;
+
+/* Parses the complete head p[0, end) (the request line through the empty
+ * line) into a new request of connection c, in phase RQ_BODY, in *out.
+ * Returns 0, or -status when the head is refused. HTTP/2 requests come
+ * here too, as the HTTP/1.1 head their fields spell (h2_request). */
+static int head_parse(conn *c, const char *p, size_t end, head_info *hi,
+                      kl_httpd_req_t **out) {
   kl_httpd_t *h = c->h;
-  const size_t max = h->o.max_header_bytes;
-  /* Empty lines before a request line are ignored (RFC 9112 2.2). */
-  while (c->in.len &&
-         (hbuf_data(&c->in)[0] == '\r' || hbuf_data(&c->in)[0] == '\n')) {
-    hbuf_consume(&c->in, 1);
-    c->scan = 0;
-  }
-  const char *p = hbuf_data(&c->in);
-  size_t n = c->in.len, end = 0;
-  if (!n) return 0;
-
-  /* Find the empty line that ends the head, resuming where the last search
-   * stopped (a slow client must not make this quadratic). */
-  size_t i = c->scan;
-  while (i < n) {
-    const char *nl = memchr(p + i, '\n', n - i);
-    if (!nl) break;
-    i = (size_t)(nl - p);
-    if ((i >= 1 && p[i - 1] == '\n') ||
-        (i >= 2 && p[i - 1] == '\r' && p[i - 2] == '\n')) {
-      end = i + 1;
-      break;
-    }
-    i++;
-  }
-  if (!end) {
-    c->scan = n;
-    if (n > max) return memchr(p, '\n', n) ? -431 : -414;
-    return 0;
-  }
-  if (end > max) {
-    const char *nl = memchr(p, '\n', n);
-    return (size_t)(nl - p) >= max ? -414 : -431;
-  }
-
   /* The request line. */
   size_t pos = 0;
   span method, target;
@@ -712,23 +746,73 @@ static int h1_parse_head(conn *c) {
   decode_params(r, store);
   kl_defer_init(&r->defer, req_finalize);
   h->nreqs++;
+  hi->keepalive = keepalive;
+  hi->chunked = chunked;
+  hi->expect = expect;
+  hi->cl = cl;
+  *out = r;
+  return 0;
+}
 
+/* Parses the head at the start of c->in. Returns 1 when c->req was created
+ * (head consumed), 0 when more bytes are needed, or -status. */
+static int h1_parse_head(conn *c) {
+  kl_httpd_t *h = c->h;
+  const size_t max = h->o.max_header_bytes;
+  /* Empty lines before a request line are ignored (RFC 9112 2.2). */
+  while (c->in.len &&
+         (hbuf_data(&c->in)[0] == '\r' || hbuf_data(&c->in)[0] == '\n')) {
+    hbuf_consume(&c->in, 1);
+    c->scan = 0;
+  }
+  const char *p = hbuf_data(&c->in);
+  size_t n = c->in.len, end = 0;
+  if (!n) return 0;
+
+  /* Find the empty line that ends the head, resuming where the last search
+   * stopped (a slow client must not make this quadratic). */
+  size_t i = c->scan;
+  while (i < n) {
+    const char *nl = memchr(p + i, '\n', n - i);
+    if (!nl) break;
+    i = (size_t)(nl - p);
+    if ((i >= 1 && p[i - 1] == '\n') ||
+        (i >= 2 && p[i - 1] == '\r' && p[i - 2] == '\n')) {
+      end = i + 1;
+      break;
+    }
+    i++;
+  }
+  if (!end) {
+    c->scan = n;
+    if (n > max) return memchr(p, '\n', n) ? -431 : -414;
+    return 0;
+  }
+  if (end > max) {
+    const char *nl = memchr(p, '\n', n);
+    return (size_t)(nl - p) >= max ? -414 : -431;
+  }
+
+  head_info hi;
+  kl_httpd_req_t *r;
+  int rc = head_parse(c, p, end, &hi, &r);
+  if (rc < 0) return rc;
   hbuf_consume(&c->in, end);
   c->scan = 0;
   c->req = r;
   c->trailer_bytes = 0;
-  if (!keepalive) c->close_after = 1;
-  if (chunked) {
+  if (!hi.keepalive) c->close_after = 1;
+  if (hi.chunked) {
     c->bstate = B_CHUNK_SIZE;
-  } else if (cl) {
+  } else if (hi.cl) {
     c->bstate = B_CL;
-    c->bleft = cl;
-    r->body_cap = (size_t)cl + 1;
+    c->bleft = hi.cl;
+    r->body_cap = (size_t)hi.cl + 1;
     r->body = kl_xmalloc(r->body_cap);
   } else {
     c->bstate = B_NONE;
   }
-  if (expect && minor == 1 && c->bstate != B_NONE && !c->in.len)
+  if (hi.expect && r->minor == 1 && c->bstate != B_NONE && !c->in.len)
     hbuf_puts(&c->out, "HTTP/1.1 100 Continue\r\n\r\n");
   return 1;
 }
@@ -905,6 +989,460 @@ static void h1_head(conn *c, kl_httpd_req_t *r, int status, int framing,
   h->responses++;
 }
 
+/* ---- the HTTP/2 codec (nghttp2): one session per connection ----
+ *
+ * nghttp2 parses what c->in holds and produces what goes into c->out; this
+ * layer maps its streams to requests. Owner code never runs inside an
+ * nghttp2 callback: a complete request is marked ready there and handed
+ * to the handler once nghttp2_session_mem_recv has returned (h2_dispatch),
+ * and a request whose stream closes is detached, so its on_close comes
+ * from the loop. The response functions only submit to the session and
+ * append to the stream's buffer; frames are taken out by h2_pump, from
+ * conn_flush, at most HTTPD_H2_OUT_HIGH ahead of the socket. */
+
+static void h2_stream_link(h2s **head, h2s *s, int pulled) {
+  h2s **prev = pulled ? &s->pprev : &s->prev;
+  h2s **next = pulled ? &s->pnext : &s->next;
+  *prev = NULL;
+  *next = *head;
+  if (*head) {
+    if (pulled)
+      (*head)->pprev = s;
+    else
+      (*head)->prev = s;
+  }
+  *head = s;
+}
+
+static void h2_stream_unlink(h2s **head, h2s *s, int pulled) {
+  h2s *prev = pulled ? s->pprev : s->prev;
+  h2s *next = pulled ? s->pnext : s->next;
+  if (prev) {
+    if (pulled)
+      prev->pnext = next;
+    else
+      prev->next = next;
+  } else {
+    *head = next;
+  }
+  if (next) {
+    if (pulled)
+      next->pprev = prev;
+    else
+      next->prev = prev;
+  }
+}
+
+static void h2_stream_free(h2s *s) {
+  hbuf_free(&s->head);
+  hbuf_free(&s->out);
+  free(s->method);
+  free(s->path);
+  free(s->authority);
+  free(s);
+}
+
+/* nghttp2 takes the stream's payload; it waits (DEFERRED) for more until
+ * the owner ends it (EOF), and resets the stream with INTERNAL_ERROR once
+ * an aborted stream's last byte is out, as a Go client sees a cut watch. */
+static ssize_t h2_read(nghttp2_session *ss, int32_t id, uint8_t *buf,
+                       size_t length, uint32_t *flags, nghttp2_data_source *src,
+                       void *ud) {
+  h2s *s = src->ptr;
+  conn *c = ud;
+  (void)ss;
+  (void)id;
+  size_t n = s->out.len < length ? s->out.len : length;
+  if (n) memcpy(buf, hbuf_data(&s->out), n);
+  hbuf_consume(&s->out, n);
+  if (n && !s->pulled) {
+    s->pulled = 1;
+    h2_stream_link(&c->pulled, s, 1);
+  }
+  if (s->out.len) return (ssize_t)n;
+  if (s->cut) return n ? (ssize_t)n : NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+  if (s->eof) {
+    *flags |= NGHTTP2_DATA_FLAG_EOF;
+    return (ssize_t)n;
+  }
+  if (n) return (ssize_t)n;
+  s->deferred = 1;
+  return NGHTTP2_ERR_DEFERRED;
+}
+
+/* The stream has more for h2_read: wake its deferred data. */
+static void h2_resume(h2s *s) {
+  if (s->deferred) {
+    s->deferred = 0;
+    nghttp2_session_resume_data(s->c->h2, s->id);
+  }
+  conn_kick(s->c);
+}
+
+/* Fields HTTP/2 forbids in a response (RFC 9113 8.2.2). */
+static int h2_hop_by_hop(const char *name, size_t n) {
+  return ieq(name, n, "keep-alive") || ieq(name, n, "proxy-connection") ||
+         ieq(name, n, "upgrade") || ieq(name, n, "te");
+}
+
+/* Submits the response head: status, Date, the "Name: value\r\n" lines of
+ * fields (names lowercased, as HTTP/2 wants), content-length unless clen
+ * is negative, and a payload from s->out when body is set (else the
+ * HEADERS frame ends the stream). */
+static void h2_submit(h2s *s, int status, const char *fields, size_t flen,
+                      int64_t clen, int body) {
+  conn *c = s->c;
+  kl_httpd_t *h = c->h;
+  size_t lines = 0;
+  for (size_t i = 0; i < flen; i++)
+    if (fields[i] == '\n') lines++;
+  nghttp2_nv *nv = kl_xmalloc((lines + 3) * sizeof *nv);
+  char *lower_fields = kl_xmalloc(flen + 1);
+  char st[8], len[24];
+  size_t n = 0;
+  snprintf(st, sizeof st, "%d", status);
+#define NV(nm, nml, val, vall)                                                 \
+  nv[n++] = (nghttp2_nv){(uint8_t *)(nm), (uint8_t *)(val), (nml), (vall),     \
+                         NGHTTP2_NV_FLAG_NONE}
+  NV(":status", 7, st, strlen(st));
+  if (h->o.send_date) {
+    const char *d = date_now(h);
+    NV("date", 4, d, strlen(d));
+  }
+  if (clen >= 0) NV("content-length", 14, len, fmt_u64(len, (uint64_t)clen));
+  for (size_t i = 0; i < flen; i++)
+    lower_fields[i] = (char)lower((unsigned char)fields[i]);
+  char *p = lower_fields, *end = lower_fields + flen;
+  while (p < end) {
+    char *colon = memchr(p, ':', (size_t)(end - p));
+    char *eol = memchr(p, '\r', (size_t)(end - p));
+    const char *value = fields + (colon - lower_fields) + 2;
+    if (!h2_hop_by_hop(p, (size_t)(colon - p)))
+      NV(p, (size_t)(colon - p), value, (size_t)(eol - (colon + 2)));
+    p = eol + 2;
+  }
+#undef NV
+  nghttp2_data_provider prd;
+  prd.source.ptr = s;
+  prd.read_callback = h2_read;
+  int rv = nghttp2_submit_response(c->h2, s->id, nv, n, body ? &prd : NULL);
+  if (rv != 0)
+    kl_log(KL_LOG_DEBUG, "httpd: %s: HTTP/2 response: %s", c->peer,
+           nghttp2_strerror(rv));
+  free(nv);
+  free(lower_fields);
+  h->responses++;
+}
+
+/* An aborted stream: RST_STREAM INTERNAL_ERROR once its last byte is out
+ * (h2_read), and its owner hears KL_ESHUTDOWN. */
+static void h2_cut(h2s *s) {
+  s->cut = 1;
+  s->reason = KL_ESHUTDOWN;
+}
+
+/* Resets the stream now (RST_STREAM INTERNAL_ERROR), its unsent bytes
+ * dropped; its request, if any, is detached with reason. */
+static void h2_reset(h2s *s, int reason) {
+  s->cut = 1;
+  s->reason = reason;
+  hbuf_free(&s->out);
+  nghttp2_submit_rst_stream(s->c->h2, NGHTTP2_FLAG_NONE, s->id,
+                            NGHTTP2_INTERNAL_ERROR);
+  if (s->req) req_detach(s->req, reason);
+  conn_kick(s->c);
+}
+
+/* Answers an error by itself, as h1_error does; the request, if any, was
+ * the server's and is freed. */
+static void h2_error(h2s *s, int status) {
+  conn *c = s->c;
+  char plain[64], fields[320];
+  const char *ctype, *body;
+  error_page(c->h, status, plain, &ctype, &body);
+  kl_log(KL_LOG_DEBUG, "httpd: %s: %d %s", c->peer, status,
+         reason_phrase(status));
+  if (s->req) req_detach(s->req, 0); /* RQ_BODY: freed */
+  int fl = snprintf(fields, sizeof fields, "Content-Type: %s\r\n", ctype);
+  if (fl < 0 || (size_t)fl >= sizeof fields) fl = 0;
+  s->refused = status;
+  hbuf_puts(&s->out, body);
+  s->eof = 1;
+  h2_submit(s, status, fields, (size_t)fl, (int64_t)s->out.len, 1);
+}
+
+/* Sends GOAWAY once: no new streams; the connection closes when the
+ * streams it has are done. */
+static void h2_goaway(conn *c) {
+  if (c->goaway) return;
+  c->goaway = 1;
+  nghttp2_submit_goaway(c->h2, NGHTTP2_FLAG_NONE,
+                        nghttp2_session_get_last_proc_stream_id(c->h2),
+                        NGHTTP2_NO_ERROR, NULL, 0);
+}
+
+static int h2_on_begin_headers(nghttp2_session *ss, const nghttp2_frame *f,
+                               void *ud) {
+  conn *c = ud;
+  if (f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST)
+    return 0;
+  h2s *s = kl_xcalloc(1, sizeof *s);
+  s->c = c;
+  s->id = f->hd.stream_id;
+  s->reason = KL_EIO; /* unless the server ends it: the client went away */
+  h2_stream_link(&c->streams, s, 0);
+  nghttp2_session_set_stream_user_data(ss, s->id, s);
+  return 0;
+}
+
+/* Collects a request's fields; trailers are read and ignored, as the
+ * HTTP/1 codec ignores chunked trailers. */
+static int h2_on_header(nghttp2_session *ss, const nghttp2_frame *f,
+                        const uint8_t *name, size_t nl, const uint8_t *value,
+                        size_t vl, uint8_t flags, void *ud) {
+  conn *c = ud;
+  (void)flags;
+  h2s *s = nghttp2_session_get_stream_user_data(ss, f->hd.stream_id);
+  if (!s || f->headers.cat != NGHTTP2_HCAT_REQUEST || s->refused) return 0;
+  const char *n = (const char *)name;
+  if (nl && n[0] == ':') {
+    char **slot = ieq(n, nl, ":method")      ? &s->method
+                  : ieq(n, nl, ":path")      ? &s->path
+                  : ieq(n, nl, ":authority") ? &s->authority
+                                             : NULL;
+    if (slot && !*slot) *slot = kl_xstrndup((const char *)value, vl);
+    return 0;
+  }
+  if (s->head.len + nl + vl + 4 > c->h->o.max_header_bytes) {
+    s->refused = 431;
+    hbuf_free(&s->head);
+    return 0;
+  }
+  if (ieq(n, nl, "host")) s->host = 1;
+  hbuf_append(&s->head, name, nl);
+  hbuf_append(&s->head, ": ", 2);
+  hbuf_append(&s->head, value, vl);
+  hbuf_append(&s->head, "\r\n", 2);
+  return 0;
+}
+
+/* The head is complete: the request is made as the HTTP/1 codec makes
+ * one, from the HTTP/1.1 head its fields spell (:authority as Host), so
+ * both protocols give the handler the same request. */
+static void h2_request(h2s *s) {
+  conn *c = s->c;
+  kl_httpd_t *h = c->h;
+  if (s->refused) {
+    h2_error(s, s->refused);
+    return;
+  }
+  if (!s->method || !s->path) { /* CONNECT */
+    h2_error(s, 400);
+    return;
+  }
+  hbuf t = {0};
+  hbuf_puts(&t, s->method);
+  hbuf_append(&t, " ", 1);
+  hbuf_puts(&t, s->path);
+  hbuf_puts(&t, " HTTP/1.1\r\n");
+  if (s->authority && !s->host) {
+    hbuf_puts(&t, "Host: ");
+    hbuf_puts(&t, s->authority);
+    hbuf_append(&t, "\r\n", 2);
+  }
+  hbuf_append(&t, hbuf_data(&s->head), s->head.len);
+  hbuf_append(&t, "\r\n", 2);
+  hbuf_free(&s->head);
+  head_info hi;
+  kl_httpd_req_t *r = NULL;
+  int rc = t.len > h->o.max_header_bytes
+               ? -431
+               : head_parse(c, hbuf_data(&t), t.len, &hi, &r);
+  hbuf_free(&t);
+  if (rc < 0) {
+    h2_error(s, -rc);
+    return;
+  }
+  r->s = s;
+  r->h2 = 1;
+  s->req = r;
+  if (hi.cl) {
+    r->body_cap = (size_t)hi.cl + 1;
+    r->body = kl_xmalloc(r->body_cap);
+  }
+}
+
+static int h2_on_data(nghttp2_session *ss, uint8_t flags, int32_t id,
+                      const uint8_t *data, size_t len, void *ud) {
+  conn *c = ud;
+  (void)flags;
+  h2s *s = nghttp2_session_get_stream_user_data(ss, id);
+  if (!s || !s->req) return 0; /* refused: the rest is dropped */
+  kl_httpd_req_t *r = s->req;
+  if (r->body_len + len > c->h->o.max_body_bytes) {
+    h2_error(s, 413);
+    return 0;
+  }
+  body_reserve(r, len);
+  memcpy(r->body + r->body_len, data, len);
+  r->body_len += len;
+  r->body[r->body_len] = '\0';
+  return 0;
+}
+
+static int h2_on_frame_recv(nghttp2_session *ss, const nghttp2_frame *f,
+                            void *ud) {
+  conn *c = ud;
+  h2s *s = nghttp2_session_get_stream_user_data(ss, f->hd.stream_id);
+  if (!s) return 0;
+  if (f->hd.type == NGHTTP2_HEADERS && f->headers.cat == NGHTTP2_HCAT_REQUEST)
+    h2_request(s);
+  else if (f->hd.type != NGHTTP2_HEADERS && f->hd.type != NGHTTP2_DATA)
+    return 0;
+  if ((f->hd.flags & NGHTTP2_FLAG_END_STREAM) && s->req && !s->ready) {
+    s->ready = 1;
+    c->h2_ready++;
+  }
+  return 0;
+}
+
+static int h2_on_stream_close(nghttp2_session *ss, int32_t id, uint32_t code,
+                              void *ud) {
+  conn *c = ud;
+  (void)code;
+  h2s *s = nghttp2_session_get_stream_user_data(ss, id);
+  if (!s) return 0;
+  if (s->req) req_detach(s->req, s->reason);
+  if (s->ready) c->h2_ready--;
+  if (s->pulled) h2_stream_unlink(&c->pulled, s, 1);
+  h2_stream_unlink(&c->streams, s, 0);
+  h2_stream_free(s);
+  if (!c->streams) c->idle_since = now(c->h);
+  return 0;
+}
+
+/* nghttp2 fails these only when out of memory. */
+static void h2_oom(void) {
+  kl_log(KL_LOG_ERROR, "httpd: out of memory");
+  abort();
+}
+
+static nghttp2_session_callbacks *h2_callbacks_new(void) {
+  nghttp2_session_callbacks *cb;
+  if (nghttp2_session_callbacks_new(&cb) != 0) h2_oom();
+  nghttp2_session_callbacks_set_on_begin_headers_callback(cb,
+                                                          h2_on_begin_headers);
+  nghttp2_session_callbacks_set_on_header_callback(cb, h2_on_header);
+  nghttp2_session_callbacks_set_on_frame_recv_callback(cb, h2_on_frame_recv);
+  nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, h2_on_data);
+  nghttp2_session_callbacks_set_on_stream_close_callback(cb,
+                                                         h2_on_stream_close);
+  return cb;
+}
+
+/* ALPN chose h2: the connection speaks it from its first byte on. */
+static void h2_start(conn *c) {
+  kl_httpd_t *h = c->h;
+  if (nghttp2_session_server_new(&c->h2, h->h2cb, c) != 0) h2_oom();
+  nghttp2_settings_entry iv[] = {
+      {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, HTTPD_H2_MAX_STREAMS},
+  };
+  nghttp2_submit_settings(c->h2, NGHTTP2_FLAG_NONE, iv, 1);
+  c->started = 0;
+  c->idle_since = now(h);
+}
+
+/* Hands the complete requests to the handler, oldest stream last. The
+ * scan starts over after each: a handler's write may flush, and nghttp2
+ * may then close and free other streams. */
+static void h2_dispatch(conn *c) {
+  kl_httpd_t *h = c->h;
+  while (c->h2_ready && !c->dead) {
+    h2s *s = c->streams;
+    while (s && !s->ready)
+      s = s->next;
+    if (!s) break;
+    s->ready = 0;
+    c->h2_ready--;
+    kl_httpd_req_t *r = s->req;
+    if (!r) continue;
+    r->phase = RQ_HANDLER;
+    h->o.handler(r, h->o.ud);
+  }
+}
+
+/* Feeds c->in to the session, then runs the requests it completed. */
+static void h2_recv(conn *c) {
+  ssize_t n = nghttp2_session_mem_recv(
+      c->h2, (const uint8_t *)hbuf_data(&c->in), c->in.len);
+  hbuf_consume(&c->in, c->in.len);
+  if (n < 0) {
+    kl_log(KL_LOG_DEBUG, "httpd: %s: HTTP/2: %s", c->peer,
+           nghttp2_strerror((int)n));
+    conn_kill(c, KL_EIO);
+    return;
+  }
+  h2_dispatch(c);
+}
+
+/* Moves frames from the session into c->out. Returns -1 on a fatal
+ * session error. */
+static int h2_pump(conn *c) {
+  while (c->out.len < HTTPD_H2_OUT_HIGH) {
+    const uint8_t *d;
+    ssize_t n = nghttp2_session_mem_send(c->h2, &d);
+    if (n < 0) {
+      kl_log(KL_LOG_DEBUG, "httpd: %s: HTTP/2: %s", c->peer,
+             nghttp2_strerror((int)n));
+      return -1;
+    }
+    if (!n) break;
+    hbuf_append(&c->out, d, (size_t)n);
+  }
+  return 0;
+}
+
+/* Both sides are done (GOAWAY and no streams left, or nothing to read). */
+static int h2_finished(conn *c) {
+  return !nghttp2_session_want_read(c->h2) &&
+         !nghttp2_session_want_write(c->h2);
+}
+
+/* The drain pass after a flush: streams whose producers wait for room
+ * hear about it; drained buffers of idle streams are given back. */
+static void h2_drained(conn *c) {
+  size_t low = c->h->o.stream_low_water;
+  while (c->pulled && !c->dead) {
+    h2s *s = c->pulled;
+    h2_stream_unlink(&c->pulled, s, 1);
+    s->pulled = 0;
+    if (!s->out.len) hbuf_free(&s->out);
+    kl_httpd_req_t *r = s->req;
+    if (r && r->phase == RQ_STREAM && r->want_drain && s->out.len <= low) {
+      r->want_drain = 0;
+      if (r->on_drain) r->on_drain(r, r->cb_ud);
+    }
+  }
+}
+
+/* Every stream's request is detached (the connection is gone); the
+ * streams themselves are freed with the session. */
+static void h2_detach_all(conn *c, int reason) {
+  for (h2s *s = c->streams; s; s = s->next)
+    if (s->req) req_detach(s->req, reason);
+}
+
+static void h2_free(conn *c) {
+  if (!c->h2) return;
+  nghttp2_session_del(c->h2);
+  c->h2 = NULL;
+  while (c->streams) {
+    h2s *s = c->streams;
+    h2_stream_unlink(&c->streams, s, 0);
+    h2_stream_free(s);
+  }
+}
+
 /* ---- connections ---- */
 
 static size_t in_limit(const kl_httpd_t *h) {
@@ -916,6 +1454,10 @@ static double conn_deadline(conn *c) {
   if (c->lingering) return c->linger_since + HTTPD_LINGER_TIMEOUT;
   double d = INFINITY;
   if (c->blocked) d = c->wprogress + o->write_timeout;
+  if (c->h2) {
+    double idle = c->idle_since + o->idle_timeout;
+    return !c->streams && !c->out.len && idle < d ? idle : d;
+  }
   if (!c->req || c->req->phase == RQ_BODY || c->handshake) {
     double x = c->started > 0 ? c->started + o->read_timeout
                : !c->out.len  ? c->idle_since + o->idle_timeout
@@ -998,6 +1540,7 @@ static void conn_kill(conn *c, int reason) {
   list_push(&h->dead, c);
   h->nconns--;
   if (c->req) req_detach(c->req, reason);
+  if (c->h2) h2_detach_all(c, reason);
   hbuf_free(&c->in);
   hbuf_free(&c->out);
   kl_loop_defer(h->loop, &c->defer);
@@ -1009,6 +1552,7 @@ static void conn_kill(conn *c, int reason) {
  * response it has not read yet. */
 static void conn_shutdown(conn *c) {
   if (c->req) req_detach(c->req, KL_ESHUTDOWN);
+  if (c->h2) h2_detach_all(c, KL_ESHUTDOWN);
   if (c->ssl && !c->cut) {
     ERR_clear_error();
     SSL_shutdown(c->ssl);
@@ -1024,7 +1568,12 @@ static void conn_shutdown(conn *c) {
 static int conn_flush(conn *c, int callbacks) {
   kl_httpd_t *h = c->h;
   if (c->dead || c->lingering || c->handshake) return -1;
-  while (c->out.len) {
+  for (;;) {
+    if (c->h2 && c->out.len < HTTPD_H2_OUT_HIGH && h2_pump(c) < 0) {
+      conn_kill(c, KL_EIO);
+      return -1;
+    }
+    if (!c->out.len) break;
     ssize_t n;
     if (c->ssl) {
       size_t len = c->out.len > INT_MAX ? INT_MAX : c->out.len;
@@ -1061,7 +1610,7 @@ static int conn_flush(conn *c, int callbacks) {
   if (callbacks &&
       (c->out.cap > HTTPD_KEEP_BUF || (c->req && c->req->phase == RQ_STREAM)))
     hbuf_free(&c->out);
-  if (c->cut || (c->close_after && !c->req)) {
+  if (c->h2 ? h2_finished(c) : c->cut || (c->close_after && !c->req)) {
     conn_shutdown(c);
     return -1;
   }
@@ -1072,6 +1621,7 @@ blocked:
     c->wprogress = now(h);
   }
 drained:
+  if (callbacks && c->h2) h2_drained(c);
   if (callbacks && c->req && c->req->phase == RQ_STREAM && c->req->want_drain &&
       c->out.len <= h->o.stream_low_water) {
     kl_httpd_req_t *r = c->req;
@@ -1082,7 +1632,7 @@ drained:
 }
 
 static void conn_eof(conn *c) {
-  if (c->req && c->req->phase != RQ_BODY) {
+  if (c->h2 || (c->req && c->req->phase != RQ_BODY)) {
     conn_kill(c, KL_EIO); /* the client went away */
     return;
   }
@@ -1163,10 +1713,14 @@ static void conn_read(conn *c) {
         return;
       }
     }
-    if (!c->req && c->started == 0) c->started = now(h);
     c->in.len += (size_t)n;
-    h1_process(c);
-    if (c->close_after && !c->req) hbuf_consume(&c->in, c->in.len);
+    if (c->h2) {
+      h2_recv(c);
+    } else {
+      if (!c->req && c->started == 0) c->started = now(h);
+      h1_process(c);
+      if (c->close_after && !c->req) hbuf_consume(&c->in, c->in.len);
+    }
     if ((size_t)n < want && !(c->ssl && SSL_pending(c->ssl))) return;
   }
 }
@@ -1177,8 +1731,10 @@ static void conn_handshake(conn *c) {
   if (rc == 1) {
     c->handshake = 0;
     c->hs_write = 0;
-    /* ALPN offers only http/1.1 today; an h2 session would be chosen here
-     * from SSL_get0_alpn_selected. */
+    const unsigned char *proto;
+    unsigned int plen;
+    SSL_get0_alpn_selected(c->ssl, &proto, &plen);
+    if (plen == 2 && memcmp(proto, "h2", 2) == 0) h2_start(c);
     conn_read(c);
     return;
   }
@@ -1212,10 +1768,15 @@ static void conn_on_io(struct ev_loop *ev, ev_io *w, int revents) {
       conn_read(c);
     }
   }
-  if (!c->dead && !c->handshake && c->out.len) conn_flush(c, 1);
+  if (!c->dead && !c->handshake && (c->out.len || c->h2)) conn_flush(c, 1);
   c->in_io = 0;
   conn_update(c);
   h_leave(h);
+}
+
+static void conn_free(conn *c) {
+  h2_free(c);
+  free(c);
 }
 
 /* The defer node: frees a dead connection, or serves a live one after an
@@ -1225,14 +1786,17 @@ static void conn_on_defer(kl_defer_t *d) {
   kl_httpd_t *h = c->h;
   if (c->dead) {
     list_unlink(&h->dead, c);
-    free(c);
+    conn_free(c);
     return;
   }
   h_enter(h);
   c->in_io = 1;
   if (!c->handshake) {
     if (c->ssl && !c->lingering && SSL_pending(c->ssl) > 0) conn_read(c);
-    h1_process(c);
+    if (c->h2)
+      h2_dispatch(c);
+    else
+      h1_process(c);
     conn_flush(c, 1);
   }
   c->in_io = 0;
@@ -1257,6 +1821,12 @@ static void conn_on_timer(kl_timer_t *t, void *ud) {
              (!c->req || c->req->phase == RQ_BODY)) {
     c->in_io = 1;
     h1_error(c, 408);
+    conn_flush(c, 0);
+    c->in_io = 0;
+    conn_update(c);
+  } else if (c->h2 && !c->goaway) { /* idle: say so, then close */
+    c->in_io = 1;
+    h2_goaway(c);
     conn_flush(c, 0);
     c->in_io = 0;
     conn_update(c);
@@ -1363,7 +1933,8 @@ static void on_accept(struct ev_loop *ev, ev_io *w, int revents) {
 static int alpn_select(SSL *ssl, const unsigned char **out,
                        unsigned char *outlen, const unsigned char *in,
                        unsigned int inlen, void *arg) {
-  static const unsigned char protos[] = "\x08http/1.1";
+  /* h2 first: the server's preference decides, as kube-apiserver's. */
+  static const unsigned char protos[] = "\x02h2\x08http/1.1";
   (void)ssl;
   (void)arg;
   if (SSL_select_next_proto((unsigned char **)out, outlen, protos,
@@ -1533,6 +2104,7 @@ kl_httpd_t *kl_httpd_new(kl_loop_t *loop, const kl_httpd_opts_t *opts,
   if (opts->tls_cert_file) {
     h->ssl_ctx = tls_ctx_new(opts, err, errlen);
     if (!h->ssl_ctx) goto fail;
+    h->h2cb = h2_callbacks_new();
   }
   h->lfd = listen_on(opts->host, opts->port, err, errlen);
   if (h->lfd < 0) goto fail;
@@ -1548,6 +2120,7 @@ kl_httpd_t *kl_httpd_new(kl_loop_t *loop, const kl_httpd_opts_t *opts,
   return h;
 fail:
   if (h->ssl_ctx) SSL_CTX_free(h->ssl_ctx);
+  nghttp2_session_callbacks_del(h->h2cb);
   error_pages_free(h);
   free(h);
   return NULL;
@@ -1561,6 +2134,16 @@ void kl_httpd_free(kl_httpd_t *h) {
     kl_timers_stop(kl_loop_timers(h->loop), &h->accept_timer);
     close(h->lfd);
     h->lfd = -1;
+  }
+  /* HTTP/2 clients are told with GOAWAY, as far as the socket takes it
+   * now, that the connection ends and no stream of theirs was lost after
+   * the last one the server took. */
+  for (conn *c = h->live, *next; c; c = next) {
+    next = c->next;
+    if (c->h2 && !c->dead && !c->lingering && !c->handshake) {
+      h2_goaway(c);
+      conn_flush(c, 0);
+    }
   }
   while (h->live)
     conn_kill(h->live, KL_ESHUTDOWN);
@@ -1582,9 +2165,10 @@ void kl_httpd_free(kl_httpd_t *h) {
     conn *c = h->dead;
     kl_loop_undefer(h->loop, &c->defer);
     list_unlink(&h->dead, c);
-    free(c);
+    conn_free(c);
   }
   if (h->ssl_ctx) SSL_CTX_free(h->ssl_ctx);
+  nghttp2_session_callbacks_del(h->h2cb);
   error_pages_free(h);
   free(h);
 }
@@ -1599,11 +2183,34 @@ void kl_httpd_get_stats(const kl_httpd_t *h, kl_httpd_stats_t *st) {
   st->responses = h->responses;
 }
 
+/* kl_httpd_close_streams on one HTTP/2 connection: each stream is ended
+ * or reset; the connection and its other requests go on. */
+static size_t h2_close_streams(conn *c, int how) {
+  size_t n = 0;
+  for (h2s *s = c->streams; s; s = s->next) {
+    kl_httpd_req_t *r = s->req;
+    if (!r || r->phase != RQ_STREAM) continue;
+    n++;
+    if (how == KL_HTTPD_DROP) {
+      h2_reset(s, KL_ESHUTDOWN);
+      continue;
+    }
+    s->eof = 1; /* or the reset, if an abort cut it */
+    req_detach(r, KL_ESHUTDOWN);
+    h2_resume(s);
+  }
+  return n;
+}
+
 size_t kl_httpd_close_streams(kl_httpd_t *h, int how) {
   size_t n = 0;
   conn *next;
   for (conn *c = h->live; c; c = next) {
     next = c->next;
+    if (c->h2) {
+      n += h2_close_streams(c, how);
+      continue;
+    }
     kl_httpd_req_t *r = c->req;
     if (!r || r->phase != RQ_STREAM) continue;
     n++;
@@ -1680,7 +2287,9 @@ const char *kl_httpd_req_body(const kl_httpd_req_t *r, size_t *len) {
 }
 
 const char *kl_httpd_req_remote(const kl_httpd_req_t *r) { return r->peer; }
-int kl_httpd_req_version(const kl_httpd_req_t *r) { return 10 + r->minor; }
+int kl_httpd_req_version(const kl_httpd_req_t *r) {
+  return r->h2 ? 20 : 10 + r->minor;
+}
 int kl_httpd_req_is_tls(const kl_httpd_req_t *r) { return r->tls; }
 
 /* ---- responses ---- */
@@ -1720,6 +2329,23 @@ int kl_httpd_set_header(kl_httpd_req_t *r, const char *name,
   return 0;
 }
 
+/* kl_httpd_reply on an HTTP/2 stream. "Connection: close" becomes GOAWAY:
+ * the connection ends once its streams are done. */
+static int h2_reply(kl_httpd_req_t *r, int status, const void *body, size_t len,
+                    int nobody) {
+  h2s *s = r->s;
+  if (r->resp_close) h2_goaway(r->c);
+  if (!s->cut) { /* an abort before the response sent RST_STREAM instead */
+    int payload = !r->head && !nobody;
+    if (payload) hbuf_append(&s->out, body, len);
+    s->eof = 1;
+    h2_submit(s, status, hbuf_data(&r->rh), r->rh.len,
+              nobody ? -1 : (int64_t)len, payload);
+  }
+  req_complete(r->c, r);
+  return 0;
+}
+
 int kl_httpd_reply(kl_httpd_req_t *r, int status, const void *body,
                    size_t len) {
   if (!r || r->phase != RQ_HANDLER || status < 200 || status > 999 ||
@@ -1731,6 +2357,7 @@ int kl_httpd_reply(kl_httpd_req_t *r, int status, const void *body,
   }
   conn *c = r->c;
   int nobody = status == 204 || status == 304;
+  if (r->s) return h2_reply(r, status, body, nobody ? 0 : len, nobody);
   if (r->resp_close) c->close_after = 1;
   if (c->cut) { /* an abort before the response: nothing more is sent */
     req_complete(c, r);
@@ -1770,6 +2397,15 @@ int kl_httpd_stream_begin(kl_httpd_req_t *r, int status) {
     return KL_EINVAL;
   if (r->dead) return KL_ESHUTDOWN;
   conn *c = r->c;
+  if (r->s) {
+    r->phase = RQ_STREAM;
+    c->h->nstreams++;
+    if (r->resp_close) h2_goaway(c);
+    if (!r->s->cut)
+      h2_submit(r->s, status, hbuf_data(&r->rh), r->rh.len, -1, 1);
+    conn_kick(c);
+    return 0;
+  }
   r->chunked = r->minor >= 1;
   if (!r->chunked || r->resp_close) c->close_after = 1;
   r->phase = RQ_STREAM;
@@ -1777,6 +2413,63 @@ int kl_httpd_stream_begin(kl_httpd_req_t *r, int status) {
   if (!c->cut) h1_head(c, r, status, r->chunked ? F_CHUNKED : F_CLOSE, 0);
   if (!c->in.len) hbuf_free(&c->in); /* a long stream reads nothing */
   conn_kick(c);
+  return 0;
+}
+
+/* How much of a write of total bytes an armed abort lets out. */
+static size_t abort_take(const kl_httpd_req_t *r, size_t total) {
+  return r->abort_armed && total > r->abort_left ? r->abort_left : total;
+}
+
+/* Appends the first take bytes of the n pieces. */
+static void hbuf_append_iov(hbuf *b, const struct iovec *iov, int n,
+                            size_t take) {
+  hbuf_reserve(b, take);
+  for (int i = 0; i < n && take; i++) {
+    size_t k = iov[i].iov_len < take ? iov[i].iov_len : take;
+    hbuf_append(b, iov[i].iov_base, k);
+    take -= k;
+  }
+}
+
+static void log_over_cap(const kl_httpd_req_t *r, const char *what,
+                         size_t unsent) {
+  kl_log(KL_LOG_WARN,
+         "httpd: %s: %s stream of %s %s: %zu bytes unsent, over the cap of "
+         "%zu",
+         r->peer, what, r->method, r->path, unsent, r->h->o.max_stream_buffer);
+}
+
+/* kl_httpd_stream_writev on an HTTP/2 stream: the payload waits in the
+ * stream's buffer, which nghttp2 empties as the client's flow-control
+ * window and the socket allow; max_stream_buffer caps it per stream, and
+ * passing it resets only that stream. */
+static int h2_writev(kl_httpd_req_t *r, const struct iovec *iov, int n,
+                     size_t total) {
+  h2s *s = r->s;
+  conn *c = r->c;
+  kl_httpd_t *h = c->h;
+  if (!total || r->head || s->cut) return 0;
+  if (s->out.len + total > h->o.max_stream_buffer) {
+    log_over_cap(r, "resetting an HTTP/2", s->out.len + total);
+    h2_reset(s, KL_ELIMIT);
+    return KL_ELIMIT;
+  }
+  size_t take = abort_take(r, total);
+  hbuf_append_iov(&s->out, iov, n, take);
+  if (r->abort_armed) {
+    r->abort_left -= take;
+    if (!r->abort_left) h2_cut(s);
+  }
+  r->want_drain = 1;
+  h2_resume(s);
+  /* As on HTTP/1: a long burst of writes is sent as it grows. */
+  if (s->out.len >= HTTPD_SYNC_FLUSH && s->out.len >= s->flush_at) {
+    conn_flush(c, 0);
+    if (c->dead) return KL_ESHUTDOWN;
+    if (!r->s) return 0; /* cut, reset and closed by the flush: s is gone */
+    s->flush_at = s->out.len + HTTPD_SYNC_FLUSH;
+  }
   return 0;
 }
 
@@ -1788,18 +2481,14 @@ int kl_httpd_stream_writev(kl_httpd_req_t *r, const struct iovec *iov, int n) {
   size_t total = 0;
   for (int i = 0; i < n; i++)
     total += iov[i].iov_len;
+  if (r->s) return h2_writev(r, iov, n, total);
   if (!total || r->head || c->cut) return 0;
   if (c->out.len + total + 32 > h->o.max_stream_buffer) {
-    kl_log(KL_LOG_WARN,
-           "httpd: %s: closing a stream of %s %s: %zu bytes unsent, over "
-           "the cap of %zu",
-           c->peer, r->method, r->path, c->out.len + total,
-           h->o.max_stream_buffer);
+    log_over_cap(r, "closing a", c->out.len + total);
     conn_kill(c, KL_ELIMIT);
     return KL_ELIMIT;
   }
-  size_t take = total;
-  if (r->abort_armed && take > r->abort_left) take = r->abort_left;
+  size_t take = abort_take(r, total);
   hbuf_reserve(&c->out, take + 24);
   if (r->chunked) {
     char line[24];
@@ -1808,12 +2497,7 @@ int kl_httpd_stream_writev(kl_httpd_req_t *r, const struct iovec *iov, int n) {
     line[ln++] = '\n';
     hbuf_append(&c->out, line, ln);
   }
-  size_t left = take;
-  for (int i = 0; i < n && left; i++) {
-    size_t k = iov[i].iov_len < left ? iov[i].iov_len : left;
-    hbuf_append(&c->out, iov[i].iov_base, k);
-    left -= k;
-  }
+  hbuf_append_iov(&c->out, iov, n, take);
   if (r->chunked && take == total) hbuf_append(&c->out, "\r\n", 2);
   if (r->abort_armed) {
     r->abort_left -= take;
@@ -1839,6 +2523,7 @@ int kl_httpd_stream_write(kl_httpd_req_t *r, const void *data, size_t len) {
 }
 
 size_t kl_httpd_buffered(const kl_httpd_req_t *r) {
+  if (r && r->s) return r->s->out.len;
   return r && r->c ? r->c->out.len : 0;
 }
 
@@ -1849,10 +2534,17 @@ int kl_httpd_stream_end(kl_httpd_req_t *r) {
     return KL_ESHUTDOWN;
   }
   conn *c = r->c;
-  if (r->abort_armed)
-    c->cut = 1; /* an aborted stream never ends cleanly */
-  else if (r->chunked && !r->head)
+  if (r->abort_armed) { /* an aborted stream never ends cleanly */
+    if (r->s)
+      h2_cut(r->s);
+    else
+      c->cut = 1;
+  } else if (r->s) {
+    r->s->eof = 1;
+  } else if (r->chunked && !r->head) {
     hbuf_puts(&c->out, "0\r\n\r\n");
+  }
+  if (r->s) h2_resume(r->s);
   req_complete(c, r);
   return 0;
 }
@@ -1865,7 +2557,14 @@ int kl_httpd_stream_abort(kl_httpd_req_t *r, size_t n) {
   conn *c = r->c;
   r->abort_armed = 1;
   r->abort_left = n;
-  if (!n || r->head) c->cut = 1;
-  conn_kick(c);
+  if (r->s && r->phase == RQ_HANDLER) {
+    h2_reset(r->s, KL_ESHUTDOWN); /* no response: RST_STREAM at once */
+  } else if (r->s) {
+    if (!n || r->head) h2_cut(r->s); /* once what was written is out */
+    h2_resume(r->s);
+  } else {
+    if (!n || r->head) c->cut = 1;
+    conn_kick(c);
+  }
   return 0;
 }

@@ -1,9 +1,11 @@
-/* httpd.h — a small HTTP/1.1 server on the runtime's loop.
+/* httpd.h — a small HTTP/1.1 and HTTP/2 server on the runtime's loop.
  *
  * It serves the API simulator (many long-lived chunked watch streams plus
  * ordinary requests) and the /metrics, /healthz and /readyz endpoints, over
- * plain TCP or TLS (OpenSSL; ALPN "http/1.1"). One thread, the loop's: every
- * callback comes from a loop callback, never from inside a kl_httpd_* call.
+ * plain TCP (HTTP/1.1) or TLS (OpenSSL; ALPN offers "h2" first, then
+ * "http/1.1", as kube-apiserver does; HTTP/2 by nghttp2). One thread, the
+ * loop's: every callback comes from a loop callback, never from inside a
+ * kl_httpd_* call.
  *
  * A request is handed to the handler once it is complete (head and body).
  * The handler answers it at once or later with kl_httpd_reply, or starts a
@@ -17,8 +19,13 @@
  * (kl_httpd_req_set_callbacks) and forgets the pointer there. A request whose
  * owner set no on_close is freed silently when its connection goes.
  *
- * Responses on one connection go out in request order: the next pipelined
- * request is read only once the current response is complete. */
+ * HTTP/1.1: responses on one connection go out in request order: the next
+ * pipelined request is read only once the current response is complete.
+ * HTTP/2: each stream is a request, answered independently of the others
+ * on its connection; the stream is the unit that backpressure, caps,
+ * aborts and closes apply to (a client's RST_STREAM ends its request as a
+ * closed connection does), and "Connection: close" or the server's end
+ * sends GOAWAY. */
 #ifndef KL_HTTPD_H
 #define KL_HTTPD_H
 
@@ -81,7 +88,8 @@ typedef struct kl_httpd_opts {
 /* How kl_httpd_close_streams ends the streams. */
 enum {
   KL_HTTPD_END = 0, /* send the terminating chunk; the connection lives on */
-  KL_HTTPD_DROP = 1 /* close the connection, unsent bytes discarded */
+  KL_HTTPD_DROP = 1 /* close the connection (HTTP/2: reset the stream with
+                       INTERNAL_ERROR), unsent bytes discarded */
 };
 
 typedef struct kl_httpd_stats {
@@ -137,7 +145,7 @@ int kl_httpd_req_header_at(const kl_httpd_req_t *req, size_t i,
 const char *kl_httpd_req_body(const kl_httpd_req_t *req, size_t *len);
 /* The client's address, "127.0.0.1:50000" or "[::1]:50000". */
 const char *kl_httpd_req_remote(const kl_httpd_req_t *req);
-/* 10 for HTTP/1.0, 11 for HTTP/1.1. */
+/* 10 for HTTP/1.0, 11 for HTTP/1.1, 20 for HTTP/2. */
 int kl_httpd_req_version(const kl_httpd_req_t *req);
 int kl_httpd_req_is_tls(const kl_httpd_req_t *req);
 
@@ -170,29 +178,35 @@ int kl_httpd_set_header(kl_httpd_req_t *req, const char *name,
 int kl_httpd_reply(kl_httpd_req_t *req, int status, const void *body,
                    size_t len);
 /* Starts a streaming response: chunked for HTTP/1.1, delimited by closing
- * the connection for HTTP/1.0. Returns 0, KL_EINVAL (started already, or a
- * status that has no body) or KL_ESHUTDOWN (on_close follows or came). */
+ * the connection for HTTP/1.0, DATA frames ended by END_STREAM for HTTP/2.
+ * Returns 0, KL_EINVAL (started already, or a status that has no body) or
+ * KL_ESHUTDOWN (on_close follows or came). */
 int kl_httpd_stream_begin(kl_httpd_req_t *req, int status);
 /* Queues data as one chunk (nothing for len 0) and sends it before the loop
  * next blocks; never blocks, never calls back. Returns 0, KL_ESHUTDOWN (the
  * connection is gone), KL_ELIMIT (unsent bytes would pass
- * max_stream_buffer: the connection is closed with a log line and
- * on_close(KL_ELIMIT) follows) or KL_EINVAL (no stream started). */
+ * max_stream_buffer: the connection is closed — HTTP/2: the stream is
+ * reset — with a log line and on_close(KL_ELIMIT) follows) or KL_EINVAL
+ * (no stream started). */
 int kl_httpd_stream_write(kl_httpd_req_t *req, const void *data, size_t len);
 /* The same for the concatenation of n pieces, sent as one chunk. */
 int kl_httpd_stream_writev(kl_httpd_req_t *req, const struct iovec *iov, int n);
 /* Bytes queued on the request's connection and not yet taken by the socket
- * (or TLS): the producer's measure of backpressure. */
+ * (or TLS); HTTP/2: on the request's stream and not yet taken by its
+ * flow-control window: the producer's measure of backpressure. */
 size_t kl_httpd_buffered(const kl_httpd_req_t *req);
-/* Ends the stream with the terminating chunk (HTTP/1.1) or by closing the
- * connection (HTTP/1.0) and ends the request, as kl_httpd_reply does. */
+/* Ends the stream with the terminating chunk (HTTP/1.1), by closing the
+ * connection (HTTP/1.0) or with END_STREAM (HTTP/2) and ends the request,
+ * as kl_httpd_reply does. */
 int kl_httpd_stream_end(kl_httpd_req_t *req);
 /* Fault injection: closes the connection without ending the response. What
  * was written before is sent; then exactly n more bytes of payload written
  * after this call (chunk-size lines are sent whole, so a chunk is cut
  * mid-data), then the connection closes and on_close(KL_ESHUTDOWN) follows.
  * Bytes past the n-th are dropped. Before a stream is started only n = 0 is
- * accepted (close without a response). Returns 0, KL_EINVAL or
+ * accepted (close without a response). HTTP/2 resets the stream instead
+ * (RST_STREAM INTERNAL_ERROR, as a Go client sees a cut watch); the
+ * connection and its other streams go on. Returns 0, KL_EINVAL or
  * KL_ESHUTDOWN. */
 int kl_httpd_stream_abort(kl_httpd_req_t *req, size_t n);
 

@@ -1378,7 +1378,7 @@ static void test_tls_verification(void) {
   KT_EQ_INT(tls_get(&c, &t), 0);
   KT_EQ_INT(c.status, 200);
   KT_EQ_MEM(c.data, c.len, "hello");
-  KT_EQ_STR(c.version, "HTTP/1.1"); /* httpd offers http/1.1 only */
+  KT_EQ_STR(c.version, "HTTP/2"); /* ALPN: httpd prefers h2, as curl does */
 
   /* No CA: the system's bundle does not know this certificate, and the
    * verified connection above is not reused for it. */
@@ -1498,8 +1498,13 @@ static void test_tls_verification(void) {
   c.cancel_in_data = 1;
   kl_httpd_stream_write(r, "e2\n", 3);
   UNTIL(c.cancelled);
-  UNTIL(held_count() == 0);
   KT_EQ_INT(c.dones + c.late, 0);
+  /* Over HTTP/2 curl (7.88) sends the cancelled stream's RST_STREAM when it
+   * next uses the connection; the server's request ends then. */
+  call_t next = {0};
+  KT_EQ_INT(tls_get(&next, &t), 0);
+  UNTIL(held_count() == 0);
+  call_reset(&next);
 
   call_reset(&c);
   free(pem);

@@ -48,6 +48,8 @@ typedef struct tc {
 } tc;
 
 static SSL_CTX *cli_ctx;
+/* What TLS clients offer by ALPN: they speak HTTP/1.1. */
+static const char *cli_alpn = "\x08http/1.1";
 
 static void tc_update(tc *t);
 
@@ -143,8 +145,8 @@ static tc *tc_open_at(const char *ip, int port, int tls, int rcvbuf) {
     SSL_set_fd(t->ssl, t->fd);
     SSL_set_connect_state(t->ssl);
     SSL_set_tlsext_host_name(t->ssl, "localhost");
-    static const unsigned char alpn[] = "\x02h2\x08http/1.1";
-    SSL_set_alpn_protos(t->ssl, alpn, sizeof alpn - 1);
+    SSL_set_alpn_protos(t->ssl, (const unsigned char *)cli_alpn,
+                        (unsigned)strlen(cli_alpn));
   }
   ev_io_init(&t->io, tc_io, t->fd, EV_READ);
   t->io.data = t;
@@ -1292,12 +1294,39 @@ static void test_tls_round_trip(void) {
   tc_clear(t);
   pipeline_exact(t, 6 * 16384, nhandled);
 
+  /* A client that offers h2 as well gets it, as from kube-apiserver. */
+  cli_alpn = "\x02h2\x08http/1.1";
+  tc *h2 = tc_open_at("127.0.0.1", kl_httpd_port(srv), 1, 0);
+  /* the preface and an empty SETTINGS frame */
+  tc_sendn(h2, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\4\0\0\0\0\0", 33);
+  UNTIL(h2->len >= 9 || h2->err || h2->eof);
+  SSL_get0_alpn_selected(h2->ssl, &proto, &plen);
+  KT_EQ_MEM(proto, plen, "h2");
+  KT_EQ_INT(h2->buf[3], 4); /* the server's SETTINGS frame comes first */
+  cli_alpn = "\x08http/1.1";
+
   /* A client that is not speaking TLS is dropped. */
   tc *plain = tc_open();
   tc_send(plain, "GET /hello HTTP/1.1\r\nHost: x\r\n\r\n");
   UNTIL(plain->eof);
   tc_close(plain);
   tc_close(t);
+
+  /* Freeing the server tells the h2 client with GOAWAY (NO_ERROR). */
+  UNTIL(stats().connections == 1);
+  kl_httpd_free(srv);
+  srv = NULL;
+  UNTIL(h2->eof || h2->err);
+  int goaway = 0;
+  for (size_t off = 0; off + 9 <= h2->len;) {
+    const unsigned char *f = (const unsigned char *)h2->buf + off;
+    size_t flen = (size_t)f[0] << 16 | (size_t)f[1] << 8 | f[2];
+    if (f[3] == 7 && flen >= 8 && off + 9 + flen <= h2->len)
+      goaway = 1 + (f[13] | f[14] | f[15] | f[16]); /* 1: NO_ERROR */
+    off += 9 + flen;
+  }
+  KT_EQ_INT(goaway, 1);
+  tc_close(h2);
   stop();
   SSL_CTX_free(cli_ctx);
   cli_ctx = NULL;
