@@ -34,6 +34,28 @@ describe("kubelua sim reads and bodies", function()
     assert.equal(200, (api(sim, "GET", CMS)))
   end)
 
+  it("sends curl a pretty-printed list larger than a stream's buffer cap", function()
+    local big = ("x"):rep(1024 * 1024)
+    for i = 1, 10 do
+      assert.equal(201, (api(sim, "POST", "/api/v1/namespaces", { apiVersion = "v1",
+        kind = "Namespace", metadata = { name = "big-" .. i } })))
+      assert.equal(201, (api(sim, "POST", "/api/v1/namespaces/big-" .. i .. "/configmaps",
+        { apiVersion = "v1", kind = "ConfigMap", metadata = { name = "big" }, data = { x = big } })))
+    end
+    -- curl's User-Agent asks for indented JSON: about 10.5 MiB, over the 8 MiB cap
+    local code, h, raw, list = H.request(sim, "GET", "/api/v1/configmaps?fieldSelector="
+      .. "metadata.name%3Dbig", { curl = true })
+    assert.equal(200, code)
+    assert.equal("application/json", h["content-type"])
+    assert.is_true(#raw > 10 * 1024 * 1024)
+    assert.equal("\n", raw:sub(-1))
+    assert.equal(10, #list.items)
+    for _, cm in ipairs(list.items) do assert.equal(big, cm.data.x) end
+    for i = 1, 10 do
+      assert.equal(200, (api(sim, "DELETE", "/api/v1/namespaces/big-" .. i)))
+    end
+  end)
+
   it("creates and updates from YAML bodies", function()
     local yaml_ct = { ["Content-Type"] = "application/yaml" }
     local code, cm, raw = api(sim, "POST", CMS, table.concat({

@@ -75,6 +75,8 @@ local function wants_pretty(req)
   return find(ua, "^curl") or find(ua, "^Wget") or find(ua, "^Mozilla/5%.0") or false
 end
 
+local BODY_SLICE = 1024 * 1024
+
 -- Sends a JSON body (a table, JSON text or bytes). As Go's net/http does for the
 -- apiserver, a body over 2048 bytes goes out chunked, one without
 -- Content-Length.
@@ -99,7 +101,14 @@ local function reply_json(req, code, body, extra, no_apf, warnings)
     return req:reply(code, h, body)
   end
   if not req:stream_begin(code, h) then return end
-  req:write(body, sub(body, -1) ~= "\n" and "\n" or "")
+  -- in slices, pausing while the client is behind: a body over the stream
+  -- buffer's cap (a pretty-printed list of thousands) cannot go in one write
+  local n = #body
+  for i = 1, n, BODY_SLICE do
+    if not req:write(sub(body, i, i + BODY_SLICE - 1)) then return end
+    if req:buffered() > 4 * 1024 * 1024 and not req:wait_drain() then return end
+  end
+  if sub(body, -1) ~= "\n" then req:write("\n") end
   return req:finish()
 end
 
