@@ -509,7 +509,9 @@ static int req_finish(lua_State *L) {
 }
 
 /* req:abort([n]) -> true | nil, "closed": closes the connection after n more
- * payload bytes (default 0); on_close("shutdown") follows. */
+ * payload bytes (default 0), or on HTTP/2 resets the request's stream
+ * (INTERNAL_ERROR) and leaves the connection's other streams alone;
+ * on_close("shutdown") follows. */
 static int req_abort(lua_State *L) {
   lreq_t *lr = check_req(L, "req:abort");
   lua_Integer n = luaL_optinteger(L, 2, 0);
