@@ -14,8 +14,8 @@
  * decode(s) builds the value in one checking pass: the grammar, escapes,
  * UTF-8, numbers and the nesting limit (128) are checked as it goes. A
  * container holds its members on the Lua stack until it closes, and its
- * table is then created at its exact size and filled in document order (so
- * a later duplicate key wins), so tables never rehash while filling. Only
+ * table is then created at its exact size, so tables never rehash while
+ * filling; a later duplicate key wins (see dec_pairs_to_table). Only
  * when the members held by all open containers would pass HOLD_MAX stack
  * slots (LuaJIT allows a C function 8000) does the container being read
  * become a table at once, which then grows as it fills. Strings without
@@ -154,6 +154,7 @@ typedef struct dec {
   int mt;    /* stack index of the array metatable */
   int room;  /* containers may hold members up to this stack index */
   int limit; /* and grow room up to this one */
+  bool esc;  /* the last string read had escapes */
   char *err;
   size_t errlen;
   bool own; /* err holds the builder's own message */
@@ -229,6 +230,7 @@ static int dec_string(dec_t *d) {
   }
   size_t n = (size_t)(q - s);
   d->p = q + 1;
+  d->esc = esc;
   if (!esc) {
     lua_pushlstring(d->L, s, n);
     return 0;
@@ -324,19 +326,34 @@ static inline bool dec_hold(dec_t *d, int top, int n) {
   return top + n <= d->room || dec_grow(d, top + n);
 }
 
+/* A bit for the key whose raw bytes are [k, k + n), from its length and its
+ * first and last bytes (quotes are around it, so n may be 0): keys that are
+ * the same bytes get the same bit. */
+static inline uint64_t key_bit(const char *k, size_t n) {
+  uint32_t h = (uint32_t)(uint8_t)k[0] |
+               (uint32_t)(uint8_t)k[(ptrdiff_t)n - 1] << 8 | (uint32_t)n << 16;
+  return 1ull << (h * 0x9e3779b1u >> 26);
+}
+
 /* Replaces the n key-value pairs from stack index first with a table of
- * them, set in order so that a later duplicate key wins. */
-static void dec_pairs_to_table(lua_State *L, int first, int n) {
+ * them. When no two keys can be equal (!dup) they are set from the last,
+ * one lua_rawset each; else in document order, so that a later duplicate
+ * key wins. */
+static void dec_pairs_to_table(lua_State *L, int first, int n, bool dup) {
   lua_createtable(L, 0, n);
+  if (!dup) {
+    lua_insert(L, first);
+    while (n-- > 0)
+      lua_rawset(L, first);
+    return;
+  }
   for (int i = 0; i < n; i++) {
     lua_pushvalue(L, first + 2 * i);
     lua_pushvalue(L, first + 2 * i + 1);
     lua_rawset(L, -3);
   }
-  if (n) { /* else the table is at first already */
-    lua_replace(L, first);
-    lua_settop(L, first);
-  }
+  lua_replace(L, first); /* dup comes from a key read: n > 0 */
+  lua_settop(L, first);
 }
 
 /* Replaces the n values from stack index first with an array of them. */
@@ -350,7 +367,8 @@ static void dec_items_to_table(lua_State *L, int first, int n) {
 static int dec_object(dec_t *d, unsigned depth) {
   lua_State *L = d->L;
   int first = lua_gettop(L) + 1, n = 0; /* pairs held from first */
-  bool held = true;
+  uint64_t keys = 0;                    /* the key_bit of each key held */
+  bool held = true, dup = false;        /* dup: two keys held may be equal */
   d->p++;
   dec_ws(d);
   if (d->p < d->end && *d->p == '}') {
@@ -360,10 +378,18 @@ static int dec_object(dec_t *d, unsigned depth) {
   }
   for (;;) {
     if (held && !dec_hold(d, first + 2 * n - 1, 2)) {
-      dec_pairs_to_table(L, first, n);
+      dec_pairs_to_table(L, first, n, dup);
       held = false;
     }
-    if (d->p >= d->end || *d->p != '"' || dec_string(d) != 0) return -1;
+    if (d->p >= d->end || *d->p != '"') return -1;
+    const char *k = d->p + 1;
+    if (dec_string(d) != 0) return -1;
+    if (held) {
+      /* An escape can spell a key differently: it may equal any other. */
+      uint64_t bit = key_bit(k, (size_t)(d->p - 1 - k));
+      dup |= d->esc || (keys & bit);
+      keys |= bit;
+    }
     dec_ws(d);
     if (d->p >= d->end || *d->p != ':') return -1;
     d->p++;
@@ -377,7 +403,7 @@ static int dec_object(dec_t *d, unsigned depth) {
     if (d->p >= d->end) return -1;
     if (*d->p == '}') {
       d->p++;
-      if (held) dec_pairs_to_table(L, first, n);
+      if (held) dec_pairs_to_table(L, first, n, dup);
       return 0;
     }
     if (*d->p != ',') return -1;
@@ -462,7 +488,15 @@ int kl_lua_json_decode(lua_State *L, const char *s, size_t n, char *err,
   luaL_checkstack(L, RESERVE, "json: stack overflow");
   push_array_mt(L);
   int base = lua_gettop(L), rc;
-  dec_t d = {L, s, s, s + n, base, base, base + HOLD_MAX, err, errlen, false};
+  dec_t d = {.L = L,
+             .p = s,
+             .start = s,
+             .end = s + n,
+             .mt = base,
+             .room = base,
+             .limit = base + HOLD_MAX,
+             .err = err,
+             .errlen = errlen};
   dec_ws(&d);
   rc = dec_value(&d, 0);
   if (rc == 0) {
@@ -927,8 +961,8 @@ static int l_is_array(lua_State *L) {
 }
 
 static const luaL_Reg json_funcs[] = {
-    {"decode", l_decode}, {"check", l_check},       {"meta", l_meta},
-    {"encode", l_encode}, {"array", l_array},       {"is_array", l_is_array},
+    {"decode", l_decode}, {"check", l_check}, {"meta", l_meta},
+    {"encode", l_encode}, {"array", l_array}, {"is_array", l_is_array},
     {NULL, NULL},
 };
 
