@@ -202,9 +202,10 @@ static size_t escape_len(const char *q, const char *end) {
   }
 }
 
-/* Pushes the string whose opening quote is at d->p, checking it. */
-static int dec_string(dec_t *d) {
-  const char *s = d->p + 1, *q = s, *end = d->end;
+/* Pushes the string that starts at s (after its opening quote, at d->p),
+ * checking it from q on: the bytes before q are plain. */
+static int dec_string_rest(dec_t *d, const char *s, const char *q) {
+  const char *end = d->end;
   bool esc = false;
   for (;;) {
     while (end - q >= 8) {
@@ -244,6 +245,25 @@ static int dec_string(dec_t *d) {
     lua_remove(d->L, -2);
   }
   return 0;
+}
+
+/* Pushes the string whose opening quote is at d->p, checking it. Inline
+ * for the common case: nothing but plain bytes up to the closing quote. */
+static inline int dec_string(dec_t *d) {
+  const char *s = d->p + 1, *q = s;
+  while (d->end - q >= 8) {
+    uint64_t m = kl_swar_special(kl_swar_load(q));
+    if (m) {
+      q += kl_swar_first(m);
+      if (*q != '"') break;
+      d->p = q + 1;
+      d->esc = false;
+      lua_pushlstring(d->L, s, (size_t)(q - s));
+      return 0;
+    }
+    q += 8;
+  }
+  return dec_string_rest(d, s, q);
 }
 
 static int dec_number(dec_t *d) {
