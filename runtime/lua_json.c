@@ -414,7 +414,10 @@ static int dec_object(dec_t *d, unsigned depth) {
     if (d->p >= d->end || *d->p != ':') return -1;
     d->p++;
     dec_ws(d);
-    if (dec_value(d, depth) != 0) return -1;
+    /* String values, the most common, skip dec_value's dispatch. */
+    if (d->p < d->end && *d->p == '"' ? dec_string(d) != 0
+                                      : dec_value(d, depth) != 0)
+      return -1;
     if (held)
       n++;
     else
