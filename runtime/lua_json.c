@@ -12,11 +12,14 @@
  * C code decodes and encodes with kl_lua_json_decode/_encode (lua_json.h).
  *
  * decode(s) builds the value in one checking pass: the grammar, escapes,
- * UTF-8, numbers and the nesting limit (128) are checked as it goes. Tables
- * are created at their final size from hints that a quick first pass counts
- * (commas per container, in the order they open; kept in a registry
- * userdata between decodes, freed by its __gc), so they never rehash while
- * filling. Strings without escapes are pushed straight from the input. When
+ * UTF-8, numbers and the nesting limit (128) are checked as it goes. A
+ * container holds its members on the Lua stack until it closes, and its
+ * table is then created at its exact size, so tables never rehash while
+ * filling; a later duplicate key wins (see dec_pairs_to_table). Only
+ * when the members held by all open containers would pass HOLD_MAX stack
+ * slots (LuaJIT allows a C function 8000) does the container being read
+ * become a table at once, which then grows as it fills. Strings without
+ * escapes are pushed straight from the input. When
  * the input is malformed the builder stops and the stream decoder's scanner
  * (kl_json_validate) words the error, so messages and byte offsets are the
  * same everywhere (a spec checks that both accept exactly the same inputs).
@@ -53,14 +56,17 @@
 #include "json_swar.h"
 #include "lua_json.h"
 #include "lua_kube.h"
-#include "mem.h"
 
 #define ARRAY_MT "kubelua.array"
 #define NULL_KEY "kubelua.null"
 #define BUF_MT "kubelua.json.buffer"
-#define SCRATCH_MT "kubelua.json.scratch"
-#define SCRATCH_KEY "kubelua.json.scratch"
 #define MAX_DEPTH 128
+/* Stack slots for members held by open containers, and the slots kept
+ * free above them: each level that is not holding needs at most a table
+ * and a key, and closing a container a few more. */
+#define HOLD_MAX 4096
+#define HOLD_STEP 256
+#define RESERVE (2 * MAX_DEPTH + 16)
 #define EXACT 9007199254740992.0 /* 2^53 */
 
 static inline bool is_digit(char c) { return (unsigned char)(c - '0') < 10; }
@@ -142,81 +148,17 @@ static bool parse_double(const char *s, size_t n, double *out) {
 
 /* --- decode ------------------------------------------------------------- */
 
-/* The size hints' memory, kept in the registry between decodes. */
-typedef struct scratch {
-  uint32_t *tape;
-  size_t cap;
-  bool busy; /* a decode is building from it (a __gc may decode too) */
-} scratch_t;
-
 typedef struct dec {
   lua_State *L;
   const char *p, *start, *end;
-  int mt;               /* stack index of the array metatable */
-  const uint32_t *tape; /* size hints, in the order containers open */
-  size_t ti, tn;
+  int mt;    /* stack index of the array metatable */
+  int room;  /* containers may hold members up to this stack index */
+  int limit; /* and grow room up to this one */
+  bool esc;  /* the last string read had escapes */
   char *err;
   size_t errlen;
   bool own; /* err holds the builder's own message */
 } dec_t;
-
-/* Byte classes for counting: 1 '"', 2 '{' '[', 3 '}' ']', 4 ','. */
-static const uint8_t count_tab[256] = {
-    ['"'] = 1, ['{'] = 2, ['['] = 2, ['}'] = 3, [']'] = 3, [','] = 4};
-
-/* Writes a size hint per container (its commas + 1), in the order they
- * open, into sc->tape; returns how many. Any input is safe: on invalid
- * JSON the hints are wrong but only ever used as hints. */
-static size_t count_sizes(scratch_t *sc, const char *p, const char *end) {
-  uint32_t tix[MAX_DEPTH];
-  unsigned depth = 0;
-  size_t n = 0;
-  while (p < end) {
-    switch (count_tab[(uint8_t)*p]) {
-    case 0:
-      p++;
-      while (p < end && !count_tab[(uint8_t)*p])
-        p++;
-      break;
-    case 1:
-      p++;
-      for (;;) {
-        while (end - p >= 8) {
-          uint64_t m = kl_swar_quote_bs(kl_swar_load(p));
-          if (m) {
-            p += kl_swar_first(m);
-            break;
-          }
-          p += 8;
-        }
-        while (p < end && *p != '"' && *p != '\\')
-          p++;
-        if (p >= end || *p == '"') break;
-        p += 2;
-      }
-      p++;
-      break;
-    case 2:
-      if (depth == MAX_DEPTH) return n;
-      if (n == sc->cap) {
-        sc->cap = sc->cap ? 2 * sc->cap : 256;
-        sc->tape = kl_xrealloc(sc->tape, sc->cap * sizeof *sc->tape);
-      }
-      tix[depth++] = (uint32_t)n;
-      sc->tape[n++] = 1;
-      p++;
-      break;
-    case 3:
-      if (depth) depth--;
-      p++;
-      break;
-    default:
-      if (depth) sc->tape[tix[depth - 1]]++;
-      p++;
-    }
-  }
-  return n;
-}
 
 static int dec_value(dec_t *d, unsigned depth);
 
@@ -260,9 +202,10 @@ static size_t escape_len(const char *q, const char *end) {
   }
 }
 
-/* Pushes the string whose opening quote is at d->p, checking it. */
-static int dec_string(dec_t *d) {
-  const char *s = d->p + 1, *q = s, *end = d->end;
+/* Pushes the string that starts at s (after its opening quote, at d->p),
+ * checking it from q on: the bytes before q are plain. */
+static int dec_string_rest(dec_t *d, const char *s, const char *q) {
+  const char *end = d->end;
   bool esc = false;
   for (;;) {
     while (end - q >= 8) {
@@ -288,6 +231,7 @@ static int dec_string(dec_t *d) {
   }
   size_t n = (size_t)(q - s);
   d->p = q + 1;
+  d->esc = esc;
   if (!esc) {
     lua_pushlstring(d->L, s, n);
     return 0;
@@ -301,6 +245,25 @@ static int dec_string(dec_t *d) {
     lua_remove(d->L, -2);
   }
   return 0;
+}
+
+/* Pushes the string whose opening quote is at d->p, checking it. Inline
+ * for the common case: nothing but plain bytes up to the closing quote. */
+static inline int dec_string(dec_t *d) {
+  const char *s = d->p + 1, *q = s;
+  while (d->end - q >= 8) {
+    uint64_t m = kl_swar_special(kl_swar_load(q));
+    if (m) {
+      q += kl_swar_first(m);
+      if (*q != '"') break;
+      d->p = q + 1;
+      d->esc = false;
+      lua_pushlstring(d->L, s, (size_t)(q - s));
+      return 0;
+    }
+    q += 8;
+  }
+  return dec_string_rest(d, s, q);
 }
 
 static int dec_number(dec_t *d) {
@@ -363,15 +326,69 @@ static int dec_number(dec_t *d) {
   return 0;
 }
 
-static inline uint32_t size_hint(dec_t *d) {
-  uint32_t h = d->ti < d->tn ? d->tape[d->ti] : 0;
-  d->ti++;
-  return h;
+/* Grows room so that it reaches want; false when that would pass the
+ * limit or the stack cannot grow (the container then becomes a table). */
+static bool dec_grow(dec_t *d, int want) {
+  int room = d->room + HOLD_STEP;
+  if (room < want) room = want;
+  if (room > d->limit) room = d->limit;
+  if (room < want) return false;
+  if (!lua_checkstack(d->L, room + RESERVE - lua_gettop(d->L))) {
+    d->limit = d->room; /* do not ask again */
+    return false;
+  }
+  d->room = room;
+  return true;
+}
+
+/* Whether a container may hold n more slots above top. */
+static inline bool dec_hold(dec_t *d, int top, int n) {
+  return top + n <= d->room || dec_grow(d, top + n);
+}
+
+/* A bit for the key whose raw bytes are [k, k + n), from its length and its
+ * first and last bytes (quotes are around it, so n may be 0): keys that are
+ * the same bytes get the same bit. */
+static inline uint64_t key_bit(const char *k, size_t n) {
+  uint32_t h = (uint32_t)(uint8_t)k[0] |
+               (uint32_t)(uint8_t)k[(ptrdiff_t)n - 1] << 8 | (uint32_t)n << 16;
+  return 1ull << (h * 0x9e3779b1u >> 26);
+}
+
+/* Replaces the n key-value pairs from stack index first with a table of
+ * them. When no two keys can be equal (!dup) they are set from the last,
+ * one lua_rawset each; else in document order, so that a later duplicate
+ * key wins. */
+static void dec_pairs_to_table(lua_State *L, int first, int n, bool dup) {
+  lua_createtable(L, 0, n);
+  if (!dup) {
+    lua_insert(L, first);
+    while (n-- > 0)
+      lua_rawset(L, first);
+    return;
+  }
+  for (int i = 0; i < n; i++) {
+    lua_pushvalue(L, first + 2 * i);
+    lua_pushvalue(L, first + 2 * i + 1);
+    lua_rawset(L, -3);
+  }
+  lua_replace(L, first); /* dup comes from a key read: n > 0 */
+  lua_settop(L, first);
+}
+
+/* Replaces the n values from stack index first with an array of them. */
+static void dec_items_to_table(lua_State *L, int first, int n) {
+  lua_createtable(L, n, 0);
+  lua_insert(L, first);
+  for (int i = n; i > 0; i--)
+    lua_rawseti(L, first, i);
 }
 
 static int dec_object(dec_t *d, unsigned depth) {
   lua_State *L = d->L;
-  uint32_t hint = size_hint(d);
+  int first = lua_gettop(L) + 1, n = 0; /* pairs held from first */
+  uint64_t keys = 0;                    /* the key_bit of each key held */
+  bool held = true, dup = false;        /* dup: two keys held may be equal */
   d->p++;
   dec_ws(d);
   if (d->p < d->end && *d->p == '}') {
@@ -379,19 +396,37 @@ static int dec_object(dec_t *d, unsigned depth) {
     lua_createtable(L, 0, 0);
     return 0;
   }
-  lua_createtable(L, 0, (int)hint);
   for (;;) {
-    if (d->p >= d->end || *d->p != '"' || dec_string(d) != 0) return -1;
+    if (held && !dec_hold(d, first + 2 * n - 1, 2)) {
+      dec_pairs_to_table(L, first, n, dup);
+      held = false;
+    }
+    if (d->p >= d->end || *d->p != '"') return -1;
+    const char *k = d->p + 1;
+    if (dec_string(d) != 0) return -1;
+    if (held) {
+      /* An escape can spell a key differently: it may equal any other. */
+      uint64_t bit = key_bit(k, (size_t)(d->p - 1 - k));
+      dup |= d->esc || (keys & bit);
+      keys |= bit;
+    }
     dec_ws(d);
     if (d->p >= d->end || *d->p != ':') return -1;
     d->p++;
     dec_ws(d);
-    if (dec_value(d, depth) != 0) return -1;
-    lua_rawset(L, -3);
+    /* String values, the most common, skip dec_value's dispatch. */
+    if (d->p < d->end && *d->p == '"' ? dec_string(d) != 0
+                                      : dec_value(d, depth) != 0)
+      return -1;
+    if (held)
+      n++;
+    else
+      lua_rawset(L, first);
     dec_ws(d);
     if (d->p >= d->end) return -1;
     if (*d->p == '}') {
       d->p++;
+      if (held) dec_pairs_to_table(L, first, n, dup);
       return 0;
     }
     if (*d->p != ',') return -1;
@@ -402,18 +437,24 @@ static int dec_object(dec_t *d, unsigned depth) {
 
 static int dec_array(dec_t *d, unsigned depth) {
   lua_State *L = d->L;
-  uint32_t hint = size_hint(d);
-  int i = 0;
+  int first = lua_gettop(L) + 1, n = 0; /* items held from first */
+  bool held = true;
   d->p++;
   dec_ws(d);
   if (d->p < d->end && *d->p == ']') {
     d->p++;
     lua_createtable(L, 0, 0);
   } else {
-    lua_createtable(L, (int)hint, 0);
     for (;;) {
+      if (held && !dec_hold(d, first + n - 1, 1)) {
+        dec_items_to_table(L, first, n);
+        held = false;
+      }
       if (dec_value(d, depth) != 0) return -1;
-      lua_rawseti(L, -2, ++i);
+      if (held)
+        n++;
+      else
+        lua_rawseti(L, first, ++n);
       dec_ws(d);
       if (d->p >= d->end) return -1;
       if (*d->p == ']') {
@@ -424,6 +465,7 @@ static int dec_array(dec_t *d, unsigned depth) {
       d->p++;
       dec_ws(d);
     }
+    if (held) dec_items_to_table(L, first, n);
   }
   lua_pushvalue(L, d->mt);
   lua_setmetatable(L, -2);
@@ -463,66 +505,30 @@ static void push_array_mt(lua_State *L) {
   }
 }
 
-static int scratch_gc(lua_State *L) {
-  /* Not luaL_checkudata: at lua_close the registry may be gone already. */
-  scratch_t *sc = lua_touserdata(L, 1);
-  free(sc->tape);
-  sc->tape = NULL;
-  sc->cap = 0;
-  return 0;
-}
-
-static scratch_t *new_scratch(lua_State *L) {
-  scratch_t *sc = lua_newuserdata(L, sizeof *sc);
-  memset(sc, 0, sizeof *sc);
-  if (luaL_newmetatable(L, SCRATCH_MT)) {
-    lua_pushcfunction(L, scratch_gc);
-    lua_setfield(L, -2, "__gc");
-  }
-  lua_setmetatable(L, -2);
-  return sc;
-}
-
-/* Pushes the scratch to use: the state's, or a fresh one when the state's
- * is busy (a decode from a finalizer run by the allocations of another). */
-static scratch_t *push_scratch(lua_State *L) {
-  lua_getfield(L, LUA_REGISTRYINDEX, SCRATCH_KEY);
-  scratch_t *sc = lua_touserdata(L, -1);
-  if (sc && !sc->busy) return sc;
-  lua_pop(L, 1);
-  if (sc) return new_scratch(L);
-  sc = new_scratch(L);
-  lua_pushvalue(L, -1);
-  lua_setfield(L, LUA_REGISTRYINDEX, SCRATCH_KEY);
-  return sc;
-}
-
 int kl_lua_json_decode(lua_State *L, const char *s, size_t n, char *err,
                        size_t errlen) {
-  /* Each level holds a table and a key: room for the deepest value. */
-  luaL_checkstack(L, 2 * MAX_DEPTH + 16, "json: stack overflow");
-  scratch_t *sc = push_scratch(L);
-  int base = lua_gettop(L), rc;
-  sc->busy = true;
-  size_t tn = count_sizes(sc, s, s + n);
+  /* Room for the deepest value; members held by containers get more. */
+  luaL_checkstack(L, RESERVE, "json: stack overflow");
   push_array_mt(L);
-  dec_t d = {L, s, s, s + n, base + 1, sc->tape, 0, tn, err, errlen, false};
+  int base = lua_gettop(L), rc;
+  dec_t d = {.L = L,
+             .p = s,
+             .start = s,
+             .end = s + n,
+             .mt = base,
+             .room = base,
+             .limit = base + HOLD_MAX,
+             .err = err,
+             .errlen = errlen};
   dec_ws(&d);
   rc = dec_value(&d, 0);
   if (rc == 0) {
     dec_ws(&d);
     if (d.p != d.end) rc = -1;
   }
-  sc->busy = false;
-  if (sc->cap > 65536) { /* do not keep the hints of a huge document */
-    free(sc->tape);
-    sc->tape = NULL;
-    sc->cap = 0;
-  }
-  /* Stack: scratch (base), metatable, value: keep only the value. */
+  /* Stack: metatable (base), value: keep only the value. */
   if (rc == 0) {
     lua_replace(L, base);
-    lua_settop(L, base);
     return KL_OK;
   }
   lua_settop(L, base - 1);
@@ -978,8 +984,8 @@ static int l_is_array(lua_State *L) {
 }
 
 static const luaL_Reg json_funcs[] = {
-    {"decode", l_decode}, {"check", l_check},       {"meta", l_meta},
-    {"encode", l_encode}, {"array", l_array},       {"is_array", l_is_array},
+    {"decode", l_decode}, {"check", l_check}, {"meta", l_meta},
+    {"encode", l_encode}, {"array", l_array}, {"is_array", l_is_array},
     {NULL, NULL},
 };
 

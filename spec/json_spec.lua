@@ -156,6 +156,46 @@ describe("kubelua.json", function()
 
     it("lets a later duplicate key win", function()
       assert.same({ a = 2 }, json.decode('{"a":1,"a":2}'))
+      assert.same({ a = 3, b = 2 }, json.decode('{"a":1,"b":2,"a":3}'))
+      assert.same({ a = 2 }, json.decode('{"a":1,"\\u0061":2}'))
+      assert.same({ a = 2 }, json.decode('{"\\u0061":1,"a":2}'))
+      assert.same({ [""] = 2 }, json.decode('{"":1,"":2}'))
+    end)
+
+    it("builds containers too big to hold on the stack exactly", function()
+      -- Members wait on the Lua stack until their container closes; past
+      -- a few thousand slots the container becomes a table at once.
+      for _, n in ipairs({ 100, 3000, 10000 }) do
+        local parts, items = {}, {}
+        for i = 1, n do parts[i] = string.format('"k%d":%d', i, i) end
+        for i = 1, n, 7 do
+          parts[#parts + 1] = string.format('"k%d":%d', i, -i)
+        end
+        for i = 1, n do
+          items[i] = string.format('{"i":%d,"a":[%d,[%d]],"i":%d}', -i, i, i, i)
+        end
+        local object = "{" .. table.concat(parts, ",") .. "}"
+        local array = "[" .. table.concat(items, ",") .. "]"
+        local doc = string.rep("[", 100) .. array .. "," .. object
+          .. string.rep("]", 100)
+        local v = assert(json.decode(doc))
+        for _ = 1, 99 do
+          assert.equal(1, #v)
+          v = v[1]
+        end
+        assert.equal(2, #v)
+        local a, o = v[1], v[2]
+        assert.is_true(json.is_array(a))
+        assert.equal(n, #a)
+        for i = 1, n do
+          assert.equal(i, a[i].i)
+          assert.equal(i, a[i].a[2][1])
+        end
+        local count = 0
+        for _ in pairs(o) do count = count + 1 end
+        assert.equal(n, count)
+        for i = 1, n do assert.equal(i % 7 == 1 and -i or i, o["k" .. i]) end
+      end
     end)
 
     it("reports malformed input with the byte offset and the reason", function()
