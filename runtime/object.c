@@ -79,9 +79,9 @@ typedef struct walk {
                             to stream offsets (else src is a compacted copy) */
   uint64_t base;         /* stream offset of src[0] (exact) or of the value */
   bool keep_mf;
-  const char *ct_base;   /* the indexed value (exact only), else NULL */
+  const char *ct_base; /* the indexed value (exact only), else NULL */
   const kl_json_container_t *ct;
-  size_t nct, ci;        /* its containers; ci: the next one to look at */
+  size_t nct, ci; /* its containers; ci: the next one to look at */
   sref_t f[NF];
   bool has_api, has_kind, has_del;
   int64_t generation;

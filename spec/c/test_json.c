@@ -843,12 +843,14 @@ static void test_list_mode(void) {
  * entries); a value yielded later starts its own. */
 static void test_container_index(void) {
   run_t r;
-  const char *deep = "{\"a\":[[[[[[[[[[{}]]]]]]]]]],\"b\":{\"c\":[1]}}{\"d\":[]}";
+  const char *deep =
+      "{\"a\":[[[[[[[[[[{}]]]]]]]]]],\"b\":{\"c\":[1]}}{\"d\":[]}";
   run_whole(KL_JSON_VALUES, 0, deep, strlen(deep), &r);
   KT_EQ_INT(r.values, 2);
   check_all_cuts("deep", KL_JSON_VALUES, 0, deep, strlen(deep), &r);
   run_free(&r);
-  const char *list = "{\"items\":[{\"a\":[[[[[[[1]]]]]]]},{\"b\":{}}],\"x\":[]}";
+  const char *list =
+      "{\"items\":[{\"a\":[[[[[[[1]]]]]]]},{\"b\":{}}],\"x\":[]}";
   run_whole(KL_JSON_LIST, 0, list, strlen(list), &r);
   KT_EQ_INT(r.values, 2);
   check_all_cuts("deep list", KL_JSON_LIST, 0, list, strlen(list), &r);

@@ -674,8 +674,11 @@ static void test_unvalidated_input_is_safe(void) {
     } else {
       failed++;
     }
-    kl_json_value_t ov = {{exact + 28, mn > 29 ? mn - 29 : 0}, 0, i % 2 == 1,
-                          v.containers, v.ncontainers};
+    kl_json_value_t ov = {{exact + 28, mn > 29 ? mn - 29 : 0},
+                          0,
+                          i % 2 == 1,
+                          v.containers,
+                          v.ncontainers};
     kl_obj_t *o = NULL;
     if (kl_obj_parse(&ov, NULL, &o, err, sizeof err) == KL_OK) kl_obj_unref(o);
     free(exact);
