@@ -836,6 +836,24 @@ static const luaL_Reg bytes_meta[] = {
     {NULL, NULL},
 };
 
+/* Pushes the bytes metatable, made on first use (kubelua.json makes bytes
+ * too, maybe before kubelua.httpd is loaded). */
+static void push_bytes_mt(lua_State *L) {
+  if (luaL_newmetatable(L, BYTES_MT)) {
+    luaL_setfuncs(L, bytes_meta, 0);
+    lua_pushstring(L, BYTES_MT);
+    lua_setfield(L, -2, "__metatable");
+  }
+}
+
+char *kl_lua_newbytes(lua_State *L, size_t len) {
+  lbytes_t *b = lua_newuserdata(L, sizeof *b + len);
+  b->len = len;
+  push_bytes_mt(L);
+  lua_setmetatable(L, -2);
+  return b->data;
+}
+
 static const luaL_Reg httpd_funcs[] = {
     {"listen", l_listen},
     {"join", l_join},
@@ -876,11 +894,7 @@ int kl_luaopen_httpd(lua_State *L) {
     lua_setfield(L, -2, "run");
     lua_setfield(L, LUA_REGISTRYINDEX, RUNNER_KEY);
   }
-  if (luaL_newmetatable(L, BYTES_MT)) {
-    luaL_setfuncs(L, bytes_meta, 0);
-    lua_pushstring(L, BYTES_MT);
-    lua_setfield(L, -2, "__metatable");
-  }
+  push_bytes_mt(L);
   lua_pop(L, 1);
   lua_newtable(L);
   luaL_setfuncs(L, httpd_funcs, 0);

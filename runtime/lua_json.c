@@ -5,6 +5,8 @@
  *   json.check(s)     -> true  | nil, "json: byte N: reason" (no building)
  *   json.meta(s)      -> namespace, name, resourceVersion ("" when absent)
  *                        | nil, "json: …" (checks s, builds nothing)
+ *   json.omit(s, k…)  -> bytes: the object s without its top-level members
+ *                        k…, the rest byte for byte | nil, "json: …"
  *   json.encode(v)    -> compact JSON; raises "json: <reason> at <path>"
  *   json.array([t])   -> t (default {}) marked as an array
  *   json.is_array(v)  -> boolean
@@ -56,6 +58,7 @@
 #include "json_swar.h"
 #include "lua_json.h"
 #include "lua_kube.h"
+#include "mem.h"
 
 #define ARRAY_MT "kubelua.array"
 #define NULL_KEY "kubelua.null"
@@ -950,6 +953,79 @@ static int l_meta(lua_State *L) {
   return 3;
 }
 
+/* Whether the member name [p, p+n) (raw, between its quotes) is one of
+ * the strings at stack slots first..last. */
+static bool key_in(const char *p, size_t n, lua_State *L, int first, int last) {
+  char tmp[256], *heap = NULL;
+  if (memchr(p, '\\', n)) { /* compared decoded, as decode reads it */
+    char *d = n <= sizeof tmp ? tmp : (heap = kl_xmalloc(n));
+    n = kl_json_unescape(p, n, d);
+    p = d;
+  }
+  bool found = false;
+  for (int i = first; i <= last && !found; i++) {
+    size_t kn;
+    const char *k = lua_tolstring(L, i, &kn);
+    found = kn == n && !memcmp(k, p, n);
+  }
+  free(heap);
+  return found;
+}
+
+/* The members of the checked object [p, end) whose names are not among
+ * the strings at stack slots first..last, comma-separated, copied to out
+ * when it is not NULL; returns their length. */
+static size_t kept_members(const char *p, const char *end, char *out,
+                           lua_State *L, int first, int last) {
+  size_t len = 0;
+  p = kl_json_ws(p + 1, end);
+  while (*p == '"') { /* checked: a member, then ',' or '}' */
+    const char *ks = p, *ke = kl_json_skip(p, end);
+    const char *val = kl_json_ws(kl_json_ws(ke, end) + 1, end);
+    const char *ve = kl_json_skip(val, end);
+    if (!key_in(ks + 1, (size_t)(ke - 1 - (ks + 1)), L, first, last)) {
+      size_t m = (size_t)(ve - ks);
+      if (len) {
+        if (out) out[len] = ',';
+        len++;
+      }
+      if (out) memcpy(out + len, ks, m);
+      len += m;
+    }
+    p = kl_json_ws(ve, end);
+    if (*p == ',') p = kl_json_ws(p + 1, end);
+  }
+  return len;
+}
+
+/* json.omit(s, key...) -> bytes: object s without its top-level members
+ * named key (every one, when a name repeats), the others as they were:
+ * a stored object's text as a list item, which carries no kind or
+ * apiVersion, without decoding it. s is checked whole first. */
+static int l_omit(lua_State *L) {
+  size_t n;
+  char err[256];
+  const char *s = check_text(L, 1, "json.omit", &n);
+  int last = lua_gettop(L);
+  for (int i = 2; i <= last; i++)
+    if (lua_type(L, i) != LUA_TSTRING)
+      kl_lua_error(L, "json.omit", "expected member names, got %s",
+                   luaL_typename(L, i));
+  kl_json_value_t v;
+  if (kl_json_check(s, n, &v, err, sizeof err) != KL_OK) {
+    lua_pushnil(L);
+    lua_pushfstring(L, "json: %s", err);
+    return 2;
+  }
+  const char *p = v.json.p, *end = v.json.p + v.json.n;
+  size_t len = kept_members(p, end, NULL, L, 2, last);
+  char *out = kl_lua_newbytes(L, len + 2);
+  out[0] = '{';
+  kept_members(p, end, out + 1, L, 2, last);
+  out[len + 1] = '}';
+  return 1;
+}
+
 /* json.encode(v) -> string; raises on values without an exact JSON form. */
 static int l_encode(lua_State *L) {
   luaL_checkany(L, 1);
@@ -984,9 +1060,9 @@ static int l_is_array(lua_State *L) {
 }
 
 static const luaL_Reg json_funcs[] = {
-    {"decode", l_decode}, {"check", l_check}, {"meta", l_meta},
-    {"encode", l_encode}, {"array", l_array}, {"is_array", l_is_array},
-    {NULL, NULL},
+    {"decode", l_decode},     {"check", l_check},   {"meta", l_meta},
+    {"omit", l_omit},         {"encode", l_encode}, {"array", l_array},
+    {"is_array", l_is_array}, {NULL, NULL},
 };
 
 int kl_luaopen_json(lua_State *L) {

@@ -129,6 +129,8 @@ int kl_lua_error(lua_State *L, const char *name, const char *fmt, ...)
  * userdata, kept out of LuaJIT's string table) at idx; NULL for any other
  * value. */
 const char *kl_lua_bytes(lua_State *L, int idx, size_t *len);
+/* Pushes a new bytes value of len bytes; returns its buffer to fill. */
+char *kl_lua_newbytes(lua_State *L, size_t len);
 
 /* Bindings, each opening one module table on the stack. */
 int kl_luaopen_workqueue(lua_State *L);

@@ -312,6 +312,39 @@ describe("kubelua.json", function()
     end)
   end)
 
+  describe("omit", function()
+    it("drops top-level members by name, keeping the others byte for byte", function()
+      assert.equal('{"metadata":{"kind":"x","apiVersion":"y"},"spec":{}}', tostring(json.omit(
+        '{"apiVersion":"v1","kind":"Pod","metadata":{"kind":"x","apiVersion":"y"},"spec":{}}',
+        "apiVersion", "kind")))
+      -- every member of that name, escaped names too; whitespace inside a member stays
+      assert.equal('{"a" : 1,"b":[ ]}', tostring(json.omit(
+        ' { "a" : 1 , "kind":2, "b":[ ], "k\\u0069nd":3 } ', "kind")))
+      assert.equal("{}", tostring(json.omit('{"kind":1}', "kind")))
+      assert.equal('{"a":1}', tostring(json.omit('{"a":1}')))
+      assert.equal("{}", tostring(json.omit("{}", "a")))
+      local long = ("a"):rep(300)
+      assert.equal('{"b":2}', tostring(json.omit('{"' .. long .. '\\u0062":1,"b":2}', long .. "b")))
+    end)
+
+    it("gives bytes, and takes them", function()
+      local b = json.omit(httpd.join { '{"kind":"Pod",', '"n":12345678901234}' }, "kind")
+      assert.equal("userdata", type(b))
+      assert.equal(20, #b)
+      assert.same({ n = 12345678901234 }, json.decode(b))
+    end)
+
+    it("refuses what is not one object", function()
+      assert.same({ nil, "json: byte 5: unexpected end of stream inside the value that starts "
+        .. "at byte 0" }, { json.omit('{"a":', "kind") })
+      assert.same({ nil, "json: byte 0: top-level value is not an object" },
+        { json.omit("[1]", "kind") })
+      local ok, err = pcall(json.omit, "{}", "kind", 1)
+      assert.is_false(ok)
+      assert.matches("json.omit: expected member names, got number$", err)
+    end)
+  end)
+
   describe("encode", function()
     it("writes scalars", function()
       assert.equal("null", json.encode(json.null))

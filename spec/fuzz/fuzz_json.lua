@@ -7,7 +7,8 @@
 local json = require "kubelua.json"
 local has_cjson, cjson = pcall(require, "cjson")
 
-local type, pairs, tostring, error, format = type, pairs, tostring, error, string.format
+local type, pairs, ipairs, tostring, error, format, assert =
+  type, pairs, ipairs, tostring, error, string.format, assert
 
 if has_cjson then cjson.decode_max_depth(1000) end
 
@@ -90,6 +91,30 @@ local function fields_agree(v, c)
   end
 end
 
+-- json.meta reads what decode reads; json.omit drops exactly the named
+-- top-level members (v: the decoded object).
+local function meta_and_omit(v, input)
+  local md = type(v.metadata) == "table" and not json.is_array(v.metadata) and v.metadata or {}
+  local got, err = { json.meta(input) }, nil
+  if got[1] == nil then err = got[2] end
+  for i, k in ipairs({ "namespace", "name", "resourceVersion" }) do
+    local x = md[k]
+    if type(x) == "string" then
+      if got[i] ~= x then error(format("json.meta %s: %q, decode %q", k, tostring(got[i]), x), 0) end
+    elseif x == nil or x == json.null then
+      if not err and got[i] ~= "" then error(format("json.meta %s: %q, absent", k, got[i]), 0) end
+    elseif not err then
+      error(format("json.meta %s: %q for a %s", k, tostring(got[i]), type(x)), 0)
+    end
+  end
+  local rest = decode(assert(json.omit(input, "kind", "metadata")))
+  local want = {}
+  for k, x in pairs(v) do
+    if k ~= "kind" and k ~= "metadata" then want[k] = x end
+  end
+  identical(want, rest, "omit")
+end
+
 return function(v, input, obj_json, c_fields, colons)
   local e1 = json.encode(v)
   local v2 = decode(e1)
@@ -109,6 +134,7 @@ return function(v, input, obj_json, c_fields, colons)
     -- replaces it in Lua. Compare only objects without them.
     nmembers = members(v)
     if nmembers == colons then fields_agree(v, c_fields) end
+    meta_and_omit(v, input)
   end
   return e1, nmembers or members(v)
 end

@@ -305,14 +305,12 @@ end
 -- apiVersion there; custom resources do.
 local function item_json(e)
   if not e.res.builtin then return e.json end
-  if not e.ljson then
-    local t = {}
-    for k, v in pairs(e.obj) do
-      if k ~= "kind" and k ~= "apiVersion" then t[k] = v end
-    end
-    e.ljson = join_bytes(lay_out(t, 0, e.lay))
+  local lj = e.ljson
+  if not lj then
+    lj = assert(json.omit(e.json, "apiVersion", "kind"))
+    e.ljson = lj
   end
-  return e.ljson
+  return lj
 end
 
 function Store:next_rv()
