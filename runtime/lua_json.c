@@ -972,31 +972,33 @@ static bool key_in(const char *p, size_t n, lua_State *L, int first, int last) {
   return found;
 }
 
-/* The members of the checked object [p, end) whose names are not among
- * the strings at stack slots first..last, comma-separated, copied to out
- * when it is not NULL; returns their length. */
-static size_t kept_members(const char *p, const char *end, char *out,
-                           lua_State *L, int first, int last) {
-  size_t len = 0;
+/* Walks the members of the checked object [p, end) and keeps those whose
+ * names are not among the strings at stack slots first..last: records the
+ * first cap of them in spans, adds their bytes and the commas between them
+ * to *len, and returns how many there are. */
+static size_t kept_members(const char *p, const char *end, lua_State *L,
+                           int first, int last, kl_json_span_t *spans,
+                           size_t cap, size_t *len) {
+  size_t kept = 0;
   p = kl_json_ws(p + 1, end);
   while (*p == '"') { /* checked: a member, then ',' or '}' */
     const char *ks = p, *ke = kl_json_skip(p, end);
     const char *val = kl_json_ws(kl_json_ws(ke, end) + 1, end);
     const char *ve = kl_json_skip(val, end);
     if (!key_in(ks + 1, (size_t)(ke - 1 - (ks + 1)), L, first, last)) {
-      size_t m = (size_t)(ve - ks);
-      if (len) {
-        if (out) out[len] = ',';
-        len++;
-      }
-      if (out) memcpy(out + len, ks, m);
-      len += m;
+      if (kept < cap) spans[kept] = (kl_json_span_t){ks, (size_t)(ve - ks)};
+      *len += (size_t)(ve - ks) + (kept > 0);
+      kept++;
     }
     p = kl_json_ws(ve, end);
     if (*p == ',') p = kl_json_ws(p + 1, end);
   }
-  return len;
+  return kept;
 }
+
+/* Top-level members recorded in one walk; an object with more kept ones
+ * (rare: Kubernetes objects have a handful) is walked again. */
+#define OMIT_SPANS 32
 
 /* json.omit(s, key...) -> bytes: object s without its top-level members
  * named key (every one, when a name repeats), the others as they were:
@@ -1018,11 +1020,23 @@ static int l_omit(lua_State *L) {
     return 2;
   }
   const char *p = v.json.p, *end = v.json.p + v.json.n;
-  size_t len = kept_members(p, end, NULL, L, 2, last);
-  char *out = kl_lua_newbytes(L, len + 2);
-  out[0] = '{';
-  kept_members(p, end, out + 1, L, 2, last);
-  out[len + 1] = '}';
+  kl_json_span_t few[OMIT_SPANS], *spans = few;
+  size_t len = 2; /* the braces */
+  size_t kept = kept_members(p, end, L, 2, last, few, OMIT_SPANS, &len);
+  char *o = kl_lua_newbytes(L, len);
+  if (kept > OMIT_SPANS) {
+    size_t again = 0;
+    spans = kl_xmalloc(kept * sizeof *spans);
+    kept_members(p, end, L, 2, last, spans, kept, &again);
+  }
+  *o++ = '{';
+  for (size_t i = 0; i < kept; i++) {
+    if (i) *o++ = ',';
+    memcpy(o, spans[i].p, spans[i].n);
+    o += spans[i].n;
+  }
+  *o = '}';
+  if (spans != few) free(spans);
   return 1;
 }
 

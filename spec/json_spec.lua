@@ -323,6 +323,12 @@ describe("kubelua.json", function()
       assert.equal("{}", tostring(json.omit('{"kind":1}', "kind")))
       assert.equal('{"a":1}', tostring(json.omit('{"a":1}')))
       assert.equal("{}", tostring(json.omit("{}", "a")))
+      -- more members than one walk records (32): walked again
+      local parts = {}
+      for i = 1, 40 do parts[i] = ('"k%d":%d'):format(i, i) end
+      local want = "{" .. table.concat(parts, ",", 1, 6) .. "," .. table.concat(parts, ",", 8) .. "}"
+      assert.equal(want, tostring(json.omit("{" .. table.concat(parts, ",") .. ',"kind":"X"}',
+        "kind", "k7")))
       local long = ("a"):rep(300)
       assert.equal('{"b":2}', tostring(json.omit('{"' .. long .. '\\u0062":1,"b":2}', long .. "b")))
     end)
