@@ -1060,6 +1060,7 @@ static ssize_t h2_read(nghttp2_session *ss, int32_t id, uint8_t *buf,
     h2_stream_link(&c->pulled, s, 1);
   }
   if (s->out.len) return (ssize_t)n;
+  s->flush_at = 0; /* drained: the next burst flushes every 64 KiB again */
   if (s->cut) return n ? (ssize_t)n : NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
   if (s->eof) {
     *flags |= NGHTTP2_DATA_FLAG_EOF;
@@ -1126,11 +1127,17 @@ static void h2_submit(h2s *s, int status, const char *fields, size_t flen,
   prd.source.ptr = s;
   prd.read_callback = h2_read;
   int rv = nghttp2_submit_response(c->h2, s->id, nv, n, body ? &prd : NULL);
-  if (rv != 0)
-    kl_log(KL_LOG_DEBUG, "httpd: %s: HTTP/2 response: %s", c->peer,
-           nghttp2_strerror(rv));
   free(nv);
   free(lower_fields);
+  if (rv != 0) {
+    /* no response can go out: reset the stream rather than leave the
+     * client waiting on it */
+    kl_log(KL_LOG_DEBUG, "httpd: %s: HTTP/2 response: %s", c->peer,
+           nghttp2_strerror(rv));
+    nghttp2_submit_rst_stream(c->h2, NGHTTP2_FLAG_NONE, s->id,
+                              NGHTTP2_INTERNAL_ERROR);
+    return;
+  }
   h->responses++;
 }
 
@@ -1412,6 +1419,7 @@ static int h2_finished(conn *c) {
  * hear about it; drained buffers of idle streams are given back. */
 static void h2_drained(conn *c) {
   size_t low = c->h->o.stream_low_water;
+  int called = 0;
   while (c->pulled && !c->dead) {
     h2s *s = c->pulled;
     h2_stream_unlink(&c->pulled, s, 1);
@@ -1420,9 +1428,17 @@ static void h2_drained(conn *c) {
     kl_httpd_req_t *r = s->req;
     if (r && r->phase == RQ_STREAM && r->want_drain && s->out.len <= low) {
       r->want_drain = 0;
-      if (r->on_drain) r->on_drain(r, r->cb_ud);
+      if (r->on_drain) {
+        r->on_drain(r, r->cb_ud);
+        called = 1;
+      }
     }
   }
+  /* This runs in the connection's last flush, where conn_kick does
+   * nothing (in_io): what an on_drain wrote would wait for the client's
+   * next frame. */
+  if (called && !c->dead && nghttp2_session_want_write(c->h2))
+    kl_loop_defer(c->h->loop, &c->defer);
 }
 
 /* Every stream's request is detached (the connection is gone); the
