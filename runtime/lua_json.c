@@ -906,6 +906,17 @@ static int l_check(lua_State *L) {
   return 2;
 }
 
+/* Checks that [s, s+n) is one JSON object and fills *v; otherwise pushes
+ * nil and "json: byte N: reason" and returns false. */
+static bool check_object(lua_State *L, const char *s, size_t n,
+                         kl_json_value_t *v) {
+  char err[256];
+  if (kl_json_check(s, n, v, err, sizeof err) == KL_OK) return true;
+  lua_pushnil(L);
+  lua_pushfstring(L, "json: %s", err);
+  return false;
+}
+
 /* Pushes the string value v ("" when absent or null); returns false when v
  * is some other type. */
 static bool push_meta_string(lua_State *L, kl_json_span_t v) {
@@ -932,14 +943,9 @@ static bool push_meta_string(lua_State *L, kl_json_span_t v) {
 static int l_meta(lua_State *L) {
   static const char *const keys[] = {"namespace", "name", "resourceVersion"};
   size_t n;
-  char err[256];
   const char *s = check_text(L, 1, "json.meta", &n);
   kl_json_value_t v;
-  if (kl_json_check(s, n, &v, err, sizeof err) != KL_OK) {
-    lua_pushnil(L);
-    lua_pushfstring(L, "json: %s", err);
-    return 2;
-  }
+  if (!check_object(L, s, n, &v)) return 2;
   kl_json_span_t md, vals[3];
   if (!kl_json_member(v.json, "metadata", &md)) md = (kl_json_span_t){"{}", 2};
   kl_json_members(md, keys, 3, vals);
@@ -1006,7 +1012,6 @@ static size_t kept_members(const char *p, const char *end, lua_State *L,
  * apiVersion, without decoding it. s is checked whole first. */
 static int l_omit(lua_State *L) {
   size_t n;
-  char err[256];
   const char *s = check_text(L, 1, "json.omit", &n);
   int last = lua_gettop(L);
   for (int i = 2; i <= last; i++)
@@ -1014,11 +1019,7 @@ static int l_omit(lua_State *L) {
       kl_lua_error(L, "json.omit", "expected member names, got %s",
                    luaL_typename(L, i));
   kl_json_value_t v;
-  if (kl_json_check(s, n, &v, err, sizeof err) != KL_OK) {
-    lua_pushnil(L);
-    lua_pushfstring(L, "json: %s", err);
-    return 2;
-  }
+  if (!check_object(L, s, n, &v)) return 2;
   const char *p = v.json.p, *end = v.json.p + v.json.n;
   kl_json_span_t few[OMIT_SPANS], *spans = few;
   size_t len = 2; /* the braces */

@@ -6,12 +6,7 @@
 local yaml = require "kubelua.sim.yaml"
 local support = require "spec.support"
 
-local function read(path)
-  local f = assert(io.open(path, "rb"))
-  local s = f:read("*a")
-  f:close()
-  return s
-end
+local read = support.read
 
 local function docs_by_kind(text)
   local docs = assert(yaml.decode_all(text))

@@ -86,12 +86,7 @@ local function tagged(v)
   return out
 end
 
-local function read(path)
-  local f = assert(io.open(path, "rb"))
-  local s = f:read("*a")
-  f:close()
-  return s
-end
+local read = support.read
 
 -- Runs `source` with `kubelua run` inside a task; returns its output.
 local function run_logged(source)

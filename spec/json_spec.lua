@@ -7,12 +7,7 @@ local raises = support.raises
 
 local FIXTURES = "spec/fixtures/json/"
 
-local function read(path)
-  local f = assert(io.open(path, "rb"))
-  local s = f:read("*a")
-  f:close()
-  return s
-end
+local read = support.read
 
 -- Deep comparison that also checks which tables are arrays.
 local function same_json(a, b, path)

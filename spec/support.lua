@@ -26,6 +26,14 @@ function _M.eventually(fn, secs)
   return fn() and true or false
 end
 
+-- The whole of file path (raises when it cannot be read).
+function _M.read(path)
+  local f = assert(io.open(path, "rb"))
+  local s = f:read("*a")
+  f:close()
+  return s
+end
+
 -- The kubelua binary under test.
 _M.kubelua = os.getenv("KUBELUA") or "build/kubelua"
 

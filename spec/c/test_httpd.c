@@ -242,10 +242,9 @@ static void handler(kl_httpd_req_t *r, void *ud) {
   const char *path = kl_httpd_req_path(r, NULL);
   nhandled++;
   if (strcmp(path, "/drip") == 0) {
-    ndrips = 0;
     kl_httpd_req_set_callbacks(r, NULL, drip_drain, NULL);
     kl_httpd_stream_begin(r, 200);
-    drip_drain(r, NULL);
+    drip_drain(r, NULL); /* the first chunk: the drains count from here */
     ndrips = 0;
   } else if (strncmp(path, "/hold", 5) == 0 ||
              strncmp(path, "/stream", 7) == 0) {

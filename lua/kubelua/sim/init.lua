@@ -77,6 +77,12 @@ end
 
 local BODY_SLICE = 1024 * 1024
 
+-- Waits while the client is more than 4 MiB behind a long response; false
+-- when it went away.
+local function keep_up(req)
+  return req:buffered() <= 4 * 1024 * 1024 or req:wait_drain()
+end
+
 -- Sends a JSON body (a table, JSON text or bytes). As Go's net/http does for the
 -- apiserver, a body over 2048 bytes goes out chunked, one without
 -- Content-Length.
@@ -106,7 +112,7 @@ local function reply_json(req, code, body, extra, no_apf, warnings)
   local n = #body
   for i = 1, n, BODY_SLICE do
     if not req:write(sub(body, i, i + BODY_SLICE - 1)) then return end
-    if req:buffered() > 4 * 1024 * 1024 and not req:wait_drain() then return end
+    if not keep_up(req) then return end
   end
   if sub(body, -1) ~= "\n" then req:write("\n") end
   return req:finish()
@@ -124,7 +130,7 @@ local function reply_list(req, lb)
     local j = math.min(i + step - 1, n)
     local ok = req:write(i == 1 and lb.head or ",", httpd.join(items, i, j, ","))
     if not ok then return end
-    if req:buffered() > 4 * 1024 * 1024 and not req:wait_drain() then return end
+    if not keep_up(req) then return end
   end
   if n == 0 then req:write(lb.head) end
   req:write(lb.tail, "\n")
@@ -449,7 +455,7 @@ function Sim:watch(req, res, ns, params, r)
     for _, e in ipairs(snap) do
       if w.simple or store.matches(w, e) then
         if not req:write(store.heads.ADDED, e.json, store.TAIL) then return end
-        if req:buffered() > 4 * 1024 * 1024 and not req:wait_drain() then return end
+        if not keep_up(req) then return end
       end
     end
     if res.last_rv ~= rv0 then

@@ -437,6 +437,10 @@ local function file_entry(self, res, e, etype, prev)
   return e
 end
 
+local function is_crd_resource(res)
+  return res.name == "customresourcedefinitions" and res.group == "apiextensions.k8s.io"
+end
+
 local function store_one(self, res, obj, etype, prev)
   return file_entry(self, res, make_entry(obj, res, prev), etype, prev)
 end
@@ -451,7 +455,7 @@ function Store:put(res, obj, etype, prev)
   if m then
     store_one(self, m, res.to_mirror(obj), etype, m.objects[e.key])
   end
-  if res.name == "customresourcedefinitions" and res.group == "apiextensions.k8s.io" then
+  if is_crd_resource(res) then
     self:crd_changed(obj, etype)
   end
   return e
@@ -472,8 +476,7 @@ end }
 -- when something asks for it (a selector, a patch, a list). Resources that
 -- keep a second form (Events) or define others (CRDs) need put's tables.
 function Store:put_json(res, body, etype, prev)
-  if res.canon or res.mirror
-    or (res.name == "customresourcedefinitions" and res.group == "apiextensions.k8s.io") then
+  if res.canon or res.mirror or is_crd_resource(res) then
     error("put_json: " .. res.name .. " must be stored from tables (put)", 2)
   end
   local ns, name, rv = json.meta(body)
