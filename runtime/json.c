@@ -879,16 +879,16 @@ int kl_json_stream_end(kl_json_stream_t *s) {
   return KL_OK;
 }
 
-int kl_json_check(const void *buf, size_t len, kl_json_value_t *v, char *err,
-                  size_t errlen) {
+int kl_json_check_indexed(const void *buf, size_t len, kl_json_value_t *v,
+                          kl_json_ctbuf_t *ix, char *err, size_t errlen) {
   kl_json_stream_t s;
   int rc;
   init(&s, NULL);
+  s.ct = ix->ct;
+  s.ct_cap = ix->cap;
   kl_json_stream_feed(&s, buf, len);
   rc = kl_json_stream_next(&s, v);
   if (rc == KL_OK) {
-    v->containers = NULL; /* they live in s */
-    v->ncontainers = 0;
     const char *p = kl_json_ws(v->json.p + v->json.n, (const char *)buf + len);
     if (p != (const char *)buf + len)
       rc = fail(&s, KL_EPARSE, (uint64_t)(p - (const char *)buf),
@@ -899,7 +899,20 @@ int kl_json_check(const void *buf, size_t len, kl_json_value_t *v, char *err,
       rc = fail(&s, KL_EPARSE, len, "unexpected end of stream: no object");
   }
   if (rc != KL_OK && errlen) snprintf(err, errlen, "%s", s.err);
+  ix->ct = s.ct; /* the index stays in ix, where v->containers points */
+  ix->cap = s.ct_cap;
+  s.ct = NULL;
   clear(&s);
+  return rc;
+}
+
+int kl_json_check(const void *buf, size_t len, kl_json_value_t *v, char *err,
+                  size_t errlen) {
+  kl_json_ctbuf_t ix = {NULL, 0};
+  int rc = kl_json_check_indexed(buf, len, v, &ix, err, errlen);
+  free(ix.ct);
+  v->containers = NULL;
+  v->ncontainers = 0;
   return rc;
 }
 
@@ -1061,8 +1074,29 @@ static bool key_equals(const char *p, size_t n, const char *key, size_t klen) {
   return m == klen && memcmp(tmp, key, m) == 0;
 }
 
-bool kl_json_members(kl_json_span_t obj, const char *const *keys, size_t n,
-                     kl_json_span_t *vals) {
+const char *kl_json_skip_in(const kl_json_value_t *v, const char *p,
+                            const char *end) {
+  if (v && v->ncontainers && p < end && (*p == '{' || *p == '[') &&
+      p >= v->json.p) {
+    size_t off = (size_t)(p - v->json.p), lo = 0, hi = v->ncontainers;
+    while (lo < hi) { /* the index is ordered by open */
+      size_t mid = lo + (hi - lo) / 2;
+      if (v->containers[mid].open < off)
+        lo = mid + 1;
+      else
+        hi = mid;
+    }
+    if (lo < v->ncontainers && v->containers[lo].open == off) {
+      const char *e = v->json.p + v->containers[lo].close;
+      if (e > p && e <= end) return e;
+    }
+  }
+  return kl_json_skip(p, end);
+}
+
+bool kl_json_members_in(const kl_json_value_t *v, kl_json_span_t obj,
+                        const char *const *keys, size_t n,
+                        kl_json_span_t *vals) {
   const char *p = obj.p, *end = obj.p + obj.n;
   for (size_t i = 0; i < n; i++)
     vals[i] = (kl_json_span_t){NULL, 0};
@@ -1076,7 +1110,7 @@ bool kl_json_members(kl_json_span_t obj, const char *const *keys, size_t n,
     p = kl_json_ws(ke, end);
     if (p == end || *p != ':') return false;
     p = kl_json_ws(p + 1, end);
-    const char *ve = kl_json_skip(p, end);
+    const char *ve = kl_json_skip_in(v, p, end);
     if (!ve) return false;
     /* A repeated key: the last one wins, as in kl_obj_parse, kubelua.json
      * and Go's encoding/json, so every reader sees the same value. */
@@ -1092,6 +1126,11 @@ bool kl_json_members(kl_json_span_t obj, const char *const *keys, size_t n,
     p = kl_json_ws(p + 1, end);
   }
   return false;
+}
+
+bool kl_json_members(kl_json_span_t obj, const char *const *keys, size_t n,
+                     kl_json_span_t *vals) {
+  return kl_json_members_in(NULL, obj, keys, n, vals);
 }
 
 bool kl_json_member(kl_json_span_t obj, const char *key, kl_json_span_t *val) {

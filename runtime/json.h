@@ -125,6 +125,18 @@ const kl_json_list_t *kl_json_stream_list(const kl_json_stream_t *s);
 int kl_json_check(const void *buf, size_t len, kl_json_value_t *v, char *err,
                   size_t errlen);
 
+/* Room for a container index, reused from one kl_json_check_indexed to
+ * the next: {NULL, 0} before the first, free(ct) after the last. */
+typedef struct kl_json_ctbuf {
+  kl_json_container_t *ct;
+  size_t cap;
+} kl_json_ctbuf_t;
+
+/* kl_json_check that also indexes the object's containers as the stream
+ * does (v->containers), in ix: valid until ix is used again. */
+int kl_json_check_indexed(const void *buf, size_t len, kl_json_value_t *v,
+                          kl_json_ctbuf_t *ix, char *err, size_t errlen);
+
 /* Checks that buf holds exactly one JSON value of any type (whitespace
  * around it allowed), nested at most max_depth deep (0: the default).
  * Returns KL_OK or KL_EPARSE with "byte N: reason" in err. */
@@ -143,6 +155,11 @@ const char *kl_json_ws(const char *p, const char *end);
  * or NULL if it is malformed. */
 const char *kl_json_skip(const char *p, const char *end);
 
+/* kl_json_skip inside the value v (validated, v->json holds p), jumping
+ * over a container v's index holds instead of scanning it. */
+const char *kl_json_skip_in(const kl_json_value_t *v, const char *p,
+                            const char *end);
+
 /* Decodes the contents of a string (the bytes between its quotes, escapes
  * included) into out, which has room for n bytes (decoding never grows a
  * string). Returns the decoded length. Does not NUL-terminate. */
@@ -159,6 +176,12 @@ bool kl_json_member(kl_json_span_t obj, const char *key, kl_json_span_t *val);
  * object. */
 bool kl_json_members(kl_json_span_t obj, const char *const *keys, size_t n,
                      kl_json_span_t *vals);
+
+/* kl_json_members for obj inside the validated value v (NULL: none),
+ * skipping the containers v's index holds. */
+bool kl_json_members_in(const kl_json_value_t *v, kl_json_span_t obj,
+                        const char *const *keys, size_t n,
+                        kl_json_span_t *vals);
 
 /* Parses an integer value (no fraction or exponent) in the int64 range.
  * Returns false otherwise. */

@@ -910,8 +910,12 @@ static int l_check(lua_State *L) {
  * nil and "json: byte N: reason" and returns false. */
 static bool check_object(lua_State *L, const char *s, size_t n,
                          kl_json_value_t *v) {
+  /* One index for every check here (the runtime is one thread): readers
+   * after the check jump over what it indexed. */
+  static kl_json_ctbuf_t ix;
   char err[256];
-  if (kl_json_check(s, n, v, err, sizeof err) == KL_OK) return true;
+  if (kl_json_check_indexed(s, n, v, &ix, err, sizeof err) == KL_OK)
+    return true;
   lua_pushnil(L);
   lua_pushfstring(L, "json: %s", err);
   return false;
@@ -947,8 +951,10 @@ static int l_meta(lua_State *L) {
   kl_json_value_t v;
   if (!check_object(L, s, n, &v)) return 2;
   kl_json_span_t md, vals[3];
-  if (!kl_json_member(v.json, "metadata", &md)) md = (kl_json_span_t){"{}", 2};
-  kl_json_members(md, keys, 3, vals);
+  static const char *const top[] = {"metadata"};
+  kl_json_members_in(&v, v.json, top, 1, &md);
+  if (!md.p) md = (kl_json_span_t){"{}", 2};
+  kl_json_members_in(&v, md, keys, 3, vals);
   for (int i = 0; i < 3; i++) {
     if (!push_meta_string(L, vals[i])) {
       lua_pushnil(L);
@@ -982,15 +988,15 @@ static bool key_in(const char *p, size_t n, lua_State *L, int first, int last) {
  * names are not among the strings at stack slots first..last: records the
  * first cap of them in spans, adds their bytes and the commas between them
  * to *len, and returns how many there are. */
-static size_t kept_members(const char *p, const char *end, lua_State *L,
-                           int first, int last, kl_json_span_t *spans,
-                           size_t cap, size_t *len) {
+static size_t kept_members(const kl_json_value_t *v, const char *p,
+                           const char *end, lua_State *L, int first, int last,
+                           kl_json_span_t *spans, size_t cap, size_t *len) {
   size_t kept = 0;
   p = kl_json_ws(p + 1, end);
   while (*p == '"') { /* checked: a member, then ',' or '}' */
     const char *ks = p, *ke = kl_json_skip(p, end);
     const char *val = kl_json_ws(kl_json_ws(ke, end) + 1, end);
-    const char *ve = kl_json_skip(val, end);
+    const char *ve = kl_json_skip_in(v, val, end);
     if (!key_in(ks + 1, (size_t)(ke - 1 - (ks + 1)), L, first, last)) {
       if (kept < cap) spans[kept] = (kl_json_span_t){ks, (size_t)(ve - ks)};
       *len += (size_t)(ve - ks) + (kept > 0);
@@ -1023,12 +1029,13 @@ static int l_omit(lua_State *L) {
   const char *p = v.json.p, *end = v.json.p + v.json.n;
   kl_json_span_t few[OMIT_SPANS], *spans = few;
   size_t len = 2; /* the braces */
-  size_t kept = kept_members(p, end, L, 2, last, few, OMIT_SPANS, &len);
+  size_t kept = kept_members(&v, p, end, L, 2, last, few, OMIT_SPANS, &len);
   char *o = kl_lua_newbytes(L, len);
-  if (kept > OMIT_SPANS) {
+  if (kept > OMIT_SPANS) { /* without the index: the allocation may have
+                              run code that checked other JSON */
     size_t again = 0;
     spans = kl_xmalloc(kept * sizeof *spans);
-    kept_members(p, end, L, 2, last, spans, kept, &again);
+    kept_members(NULL, p, end, L, 2, last, spans, kept, &again);
   }
   *o++ = '{';
   for (size_t i = 0; i < kept; i++) {

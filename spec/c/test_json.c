@@ -981,6 +981,57 @@ static void test_check(void) {
   KT_EQ_INT(kl_json_check("[]", 2, &v, NULL, 0), KL_EPARSE);
 }
 
+/* kl_json_check_indexed leaves the index in the caller's buffer, reused
+ * from check to check; the indexed readers give what the scanning ones
+ * give, for every container and every member. */
+static void test_check_indexed(void) {
+  kl_json_ctbuf_t ix = {NULL, 0};
+  kl_json_value_t v;
+  char err[128];
+  const char *doc = " {\"metadata\":{\"managedFields\":[{\"f\":{\"a\":[1,{}]}}],"
+                    "\"name\":\"n\",\"name\":\"last\"},\"spec\":[[\"]\"],{}],"
+                    "\"status\":{}} ";
+  size_t len = strlen(doc);
+  KT_EQ_INT(kl_json_check_indexed(doc, len, &v, &ix, err, sizeof err), KL_OK);
+  KT_EQ_INT(v.offset, 1);
+  KT_EQ_INT(v.ncontainers, 11);
+  KT_TRUE(v.containers == ix.ct);
+  check_index(&v, 0);
+  const char *end = v.json.p + v.json.n;
+  for (size_t i = 0; i < v.ncontainers; i++) {
+    const char *p = v.json.p + v.containers[i].open;
+    KT_TRUE(kl_json_skip_in(&v, p, end) == kl_json_skip(p, end));
+    KT_TRUE(kl_json_skip_in(&v, p, end) == v.json.p + v.containers[i].close);
+  }
+  const char *str = strstr(v.json.p, "\"]\"");
+  KT_TRUE(kl_json_skip_in(&v, str, end) == str + 3); /* not a container */
+  KT_TRUE(kl_json_skip_in(NULL, v.json.p, end) == end);
+
+  static const char *const top[] = {"metadata", "spec", "status", "none"};
+  static const char *const md_keys[] = {"name", "managedFields"};
+  kl_json_span_t a[4], b[4], md;
+  KT_TRUE(kl_json_members_in(&v, v.json, top, 4, a));
+  KT_TRUE(kl_json_members(v.json, top, 4, b));
+  for (int i = 0; i < 4; i++)
+    KT_TRUE(a[i].p == b[i].p && a[i].n == b[i].n);
+  KT_EQ_MEM(a[2].p, a[2].n, "{}");
+  KT_TRUE(a[3].p == NULL);
+  md = a[0];
+  KT_TRUE(kl_json_members_in(&v, md, md_keys, 2, a));
+  KT_EQ_MEM(a[0].p, a[0].n, "\"last\"");
+  KT_EQ_MEM(a[1].p, a[1].n, "[{\"f\":{\"a\":[1,{}]}}]");
+
+  /* The buffer serves the next check; a failed one reports as before. */
+  KT_EQ_INT(kl_json_check_indexed("{\"x\":[[]]}", 10, &v, &ix, err, sizeof err),
+            KL_OK);
+  KT_EQ_INT(v.ncontainers, 3);
+  check_index(&v, 0);
+  KT_EQ_INT(kl_json_check_indexed("{\"x\":[}", 7, &v, &ix, err, sizeof err),
+            KL_EPARSE);
+  KT_EQ_STR(err, "byte 6: expected a value, found '}'");
+  free(ix.ct);
+}
+
 static void test_validate_any_value(void) {
   static const char *const ok[] = {"0",     "-1.5e3",     " 12 ",    "\"x\"",
                                    "true",  "null",       "[1,[2]]", "{}",
@@ -1112,6 +1163,7 @@ int main(void) {
   KT_RUN(test_container_index);
   KT_RUN(test_feed_contract_and_tail);
   KT_RUN(test_check);
+  KT_RUN(test_check_indexed);
   KT_RUN(test_validate_any_value);
   KT_RUN(test_readers);
   return KT_DONE();
