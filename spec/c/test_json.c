@@ -988,9 +988,10 @@ static void test_check_indexed(void) {
   kl_json_ctbuf_t ix = {NULL, 0};
   kl_json_value_t v;
   char err[128];
-  const char *doc = " {\"metadata\":{\"managedFields\":[{\"f\":{\"a\":[1,{}]}}],"
-                    "\"name\":\"n\",\"name\":\"last\"},\"spec\":[[\"]\"],{}],"
-                    "\"status\":{}} ";
+  const char *doc =
+      " {\"metadata\":{\"managedFields\":[{\"f\":{\"a\":[1,{}]}}],"
+      "\"name\":\"n\",\"name\":\"last\"},\"spec\":[[\"]\"],{}],"
+      "\"status\":{}} ";
   size_t len = strlen(doc);
   KT_EQ_INT(kl_json_check_indexed(doc, len, &v, &ix, err, sizeof err), KL_OK);
   KT_EQ_INT(v.offset, 1);
