@@ -210,6 +210,15 @@ describe("kubelua sim command line", function()
     assert.matches("usage: kubelua run", out)
   end)
 
+  it("refuses a --history that is not a whole number of events, status 2", function()
+    for _, v in ipairs { "0", "2.5", "lots" } do
+      local status, out = support.sh(support.kubelua .. " sim --listen 127.0.0.1:0 --history " .. v)
+      assert.equal(2, status)
+      assert.matches("kubelua sim: %-%-history needs a whole number of events, at least 1, got "
+        .. v .. "\n", out)
+    end
+  end)
+
   it("refuses a --load directory with a bad file, status 2", function()
     local dir = os.tmpname()
     os.remove(dir)

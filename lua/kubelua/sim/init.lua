@@ -460,9 +460,8 @@ function Sim:watch(req, res, ns, params, r)
     end
     if res.last_rv ~= rv0 then
       if res.hist_start > rv0 then return req:finish() end -- history gone: the client retries
-      local hist = res.history
       for i = res.hist_first, res.hist_last do
-        local ev = hist[i]
+        local ev = s:event(res, i)
         if ev.rv > rv0 then store.deliver(res, w, ev) end
       end
     end
@@ -470,9 +469,8 @@ function Sim:watch(req, res, ns, params, r)
       req:write(s:bookmark_line(res, { ["k8s.io/initial-events-end"] = "true" }))
     end
   else
-    local hist = res.history
     for i = res.hist_first, res.hist_last do
-      local ev = hist[i]
+      local ev = s:event(res, i)
       if ev.rv > n then store.deliver(res, w, ev) end
     end
   end
@@ -784,7 +782,12 @@ function _M.main(args)
     elseif a == "--tls-cert" then tls_cert = v
     elseif a == "--tls-key" then tls_key = v
     elseif a == "--load" then load = v
-    elseif a == "--history" then opts.history_size = tonumber(v)
+    elseif a == "--history" then
+      local n = tonumber(v)
+      opts.history_size = n
+      if v and not (n and n >= 1 and n % 1 == 0) then
+        return nil, "--history needs a whole number of events, at least 1, got " .. v
+      end
     elseif a == "--bookmark-interval" then opts.bookmark_interval = tonumber(v)
     else
       return nil, "unknown option " .. tostring(a)

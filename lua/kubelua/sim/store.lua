@@ -103,6 +103,11 @@ end
 function _M.new(opts)
   local self = setmetatable({ opts = opts or {} }, Store)
   self.history_size = self.opts.history_size or 10000
+  local size = self.history_size
+  if type(size) ~= "number" or size < 1 or size % 1 ~= 0 then
+    error("sim: history_size must be a whole number of events, at least 1, got "
+      .. tostring(size), 2)
+  end
   self:reset()
   return self
 end
@@ -133,8 +138,8 @@ end
 
 function Store:add_resource(r)
   r.objects, r.count, r.sorted = {}, 0, nil
-  -- history[hist_first .. hist_last]: explicit bounds, as # is not
-  -- defined on a table whose first slots were cleared
+  -- the events hist_first .. hist_last (numbered from 1 since the last
+  -- compaction) in a ring of history_size slots: Store:event(res, i)
   r.history, r.hist_first, r.hist_last = {}, 1, 0
   r.hist_start = self.rv
   r.last_rv = self.rv
@@ -374,25 +379,23 @@ _M.deliver = deliver
 
 function Store:emit(res, etype, entry, prev)
   local ev = { type = etype, entry = entry, prev = prev, rv = entry.rv }
-  local h = res.history
+  local h, size = res.history, self.history_size
   local last = res.hist_last + 1
-  h[last] = ev
+  local slot = (last - 1) % size + 1
+  if last - res.hist_first == size then -- full: the oldest event goes
+    res.hist_start = h[slot].rv
+    res.hist_first = res.hist_first + 1
+  end
+  h[slot] = ev
   res.hist_last = last
   res.last_rv = entry.rv
-  local first = res.hist_first
-  if last - first + 1 > self.history_size then
-    res.hist_start = h[first].rv
-    h[first] = nil
-    first = first + 1
-    res.hist_first = first
-    if first > 4096 and first > last / 2 then -- move the live part down
-      local nh = {}
-      for i = first, last do nh[i - first + 1] = h[i] end
-      res.history, res.hist_first, res.hist_last = nh, 1, last - first + 1
-    end
-  end
   for w in pairs(res.watchers) do deliver(res, w, ev) end
   if self.on_event then self.on_event(res, ev) end
+end
+
+-- Event i of res's history (hist_first <= i <= hist_last).
+function Store:event(res, i)
+  return res.history[(i - 1) % self.history_size + 1]
 end
 
 -- Forgets every resource's history: watches from earlier resourceVersions
@@ -1205,7 +1208,7 @@ function Store:commit_apply(res, e, obj, ctx, owned)
   local ne = make_entry(o, res)
   if res.objects[ne.key] == r then
     res.objects[ne.key] = ne
-    local ev = res.history[res.hist_last]
+    local ev = res.hist_last >= res.hist_first and self:event(res, res.hist_last)
     if ev and ev.entry == r then ev.entry = ne end
   end
   return ne
@@ -1460,9 +1463,8 @@ function Store:snapshot(res, rv)
   if rv < res.hist_start or rv < self.compacted then return nil end
   local objects = {}
   for k, e in pairs(res.objects) do objects[k] = e end
-  local h = res.history
   for i = res.hist_last, res.hist_first, -1 do
-    local ev = h[i]
+    local ev = self:event(res, i)
     if ev.rv <= rv then break end
     local key = ev.entry.key
     if ev.type == "ADDED" then
