@@ -12,16 +12,16 @@ local FIXTURE = "spec/fixtures/json/pod-2.4k.json"
 
 -- The fixture cut around its varying fields: lits[1], field, lits[2], …
 -- with the fields in the order they appear in the JSON (keys are sorted);
--- order[k] says which argument of fill() goes k-th: name, namespace, uid,
--- resourceVersion, status.hostIP and, when annotated, the annotation
--- bench/variant.
+-- order[k] says which field goes k-th: 1 name, 2 namespace, 3 uid,
+-- 4 resourceVersion, 5 and 7 the variable bytes of status.hostIP
+-- (10.0.V.I) and 6, when annotated, the annotation bench/variant.
 local function template(annotated)
   local f = assert(io.open(FIXTURE))
   local pod = assert(kube.json.decode(f:read("*a")))
   f:close()
   local m = pod.metadata
   m.name, m.namespace, m.uid, m.resourceVersion = "@1@", "@2@", "@3@", "@4@"
-  pod.status.hostIP = "@5@"
+  pod.status.hostIP = "10.0.@5@.@7@"
   if annotated then m.annotations["bench/variant"] = "@6@" end
   local text, lits, order, at = kube.json.encode(pod), {}, {}, 1
   for s, d, e in text:gmatch("()@(%d)@()") do
@@ -35,22 +35,44 @@ end
 
 local plain, annotated = template(), template(true)
 
+-- Pod i's uid: distinct for each i and spread over all its digits like a
+-- random UUID (a counter in the first digits would put every uid in one
+-- chain of LuaJIT's string table, which hashes only some of a long
+-- string's bytes).
+local function uid(i)
+  local h = i * 2654435761 % 4294967296
+  return ("%08x-%04x-4%03x-a%03x-%012d"):format(h, h % 65536, math.floor(h / 65536) % 4096,
+    h % 4096, i)
+end
+_M.uid = uid
+
+-- The strings of pod i that stay the same from event to event, made once.
+local ids, small = {}, {}
+for n = 0, 255 do small[n] = tostring(n) end
+local scratch = {} -- reused: join copies the parts
+local function concat_range(t, i, j) return table.concat(t, "", i, j) end
+
 local function pod(join, i, rv, v, annotate)
   local t = annotate and annotated or plain
-  local a = { "web-" .. i, "ns-" .. (i % 50), ("%08d-1234-5678-9abc-def012345678"):format(i),
-    tostring(rv), "10.0." .. (v or 0) % 256 .. "." .. i % 256, tostring(v) }
-  local lits, order, parts = t.lits, t.order, {}
-  for k = 1, #order do
-    parts[2 * k - 1], parts[2 * k] = lits[k], a[order[k]]
+  local id = ids[i]
+  if not id then
+    id = { "web-" .. i, "ns-" .. (i % 50), uid(i), nil, nil, nil, small[i % 256] }
+    ids[i] = id
   end
-  parts[#parts + 1] = lits[#lits]
-  return join(parts)
+  v = v or 0
+  id[4], id[5], id[6] = tostring(rv), small[v % 256], tostring(v)
+  local lits, order = t.lits, t.order
+  for k = 1, #order do
+    scratch[2 * k - 1], scratch[2 * k] = lits[k], id[order[k]]
+  end
+  scratch[2 * #order + 1] = lits[#lits]
+  return join(scratch, 1, 2 * #order + 1)
 end
 
 -- The compact JSON of Pod i (resourceVersion rv, host ip variant v), with
 -- the annotation bench/variant = v when `annotate`: the object _M.table
 -- makes.
-function _M.pod(i, rv, v, annotate) return pod(table.concat, i, rv, v, annotate) end
+function _M.pod(i, rv, v, annotate) return pod(concat_range, i, rv, v, annotate) end
 
 -- The same as a bytes value (kubelua.httpd.join), for a store that keeps
 -- many of them: as Lua strings they would all collide in LuaJIT's string
@@ -100,7 +122,7 @@ function _M.table(i, ns, v, rv, annotate)
   local p = shallow(shared)
   local md = shallow(shared.metadata)
   md.name, md.namespace = "web-" .. i, ns
-  md.uid = ("%08d-1234-5678-9abc-def012345678"):format(i)
+  md.uid = uid(i)
   md.resourceVersion = rv
   if annotate then
     md.annotations = shallow(shared.metadata.annotations)
