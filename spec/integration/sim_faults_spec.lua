@@ -106,6 +106,93 @@ describe("kubelua sim faults", function()
     H.watch_stop(w)
   end)
 
+  it("holds watches: their events wait in the history, then arrive in order", function()
+    local w = H.watch_start(sim, CMS .. "?watch=true&timeoutSeconds=30")
+    H.wait_watches(sim, 1)
+    assert.same({ held = 1, resourceVersion = fault(sim, {}).resourceVersion },
+      fault(sim, { hold_watches = true }))
+    for i = 1, 3 do api(sim, "POST", CMS, cm("h" .. i)) end
+    -- a watch that starts while held is held too, after what it asked for
+    local _, list = api(sim, "GET", CMS)
+    local w2 = H.watch_start(sim, CMS .. "?watch=true&timeoutSeconds=30&resourceVersion="
+      .. list.metadata.resourceVersion)
+    local st
+    for _ = 1, 500 do
+      st = select(2, api(sim, "GET", "/_sim/state"))
+      if st.held_watches == 2 then break end
+      H.sleep(0.005)
+    end
+    assert.same({ 0, 2 }, { st.watches, st.held_watches })
+    api(sim, "DELETE", CMS .. "/h1")
+    assert.equal("", H.read_file(w.out))
+    assert.equal("", H.read_file(w2.out))
+    assert.same({ released = 2, resourceVersion = list.metadata.resourceVersion + 1 .. "" },
+      fault(sim, { hold_watches = false }))
+    local lines = H.watch_lines(w, 4)
+    local got = {}
+    for i, l in ipairs(lines) do got[i] = l.type .. " " .. l.object.metadata.name end
+    assert.same({ "ADDED h1", "ADDED h2", "ADDED h3", "DELETED h1" }, got)
+    lines = H.watch_lines(w2, 1)
+    assert.same({ "DELETED", "h1" }, { lines[1].type, lines[1].object.metadata.name })
+    -- released watches follow live, and saw nothing twice
+    api(sim, "POST", CMS, cm("h4"))
+    lines = H.watch_lines(w, 5)
+    assert.same({ 5, "h4" }, { #lines, lines[5].object.metadata.name })
+    lines = H.watch_lines(w2, 2)
+    assert.same({ 2, "h4" }, { #lines, lines[2].object.metadata.name })
+    H.watch_stop(w)
+    H.watch_stop(w2)
+  end)
+
+  it("ends a held watch whose events left the history; its resume gets 410", function()
+    H.stop(sim)
+    sim = H.start("--history 3")
+    local _, list = api(sim, "GET", CMS)
+    local w = H.watch_start(sim, CMS .. "?watch=true&timeoutSeconds=30")
+    H.wait_watches(sim, 1)
+    fault(sim, { hold_watches = true })
+    for i = 1, 5 do api(sim, "POST", CMS, cm("g" .. i)) end
+    fault(sim, { hold_watches = false })
+    H.watch_done(w)
+    assert.equal("", H.read_file(w.out))
+    H.watch_stop(w)
+    w = H.watch_start(sim, CMS .. "?watch=true&resourceVersion=" .. list.metadata.resourceVersion)
+    H.watch_done(w)
+    local lines = H.watch_lines(w, 1)
+    H.watch_stop(w)
+    assert.same({ "ERROR", 410 }, { lines[1].type, lines[1].object.code })
+  end)
+
+  it("drops held watches too", function()
+    local w = H.watch_start(sim, CMS .. "?watch=true&timeoutSeconds=30")
+    H.wait_watches(sim, 1)
+    fault(sim, { hold_watches = true })
+    assert.equal(1, fault(sim, { drop_watches = true }).dropped)
+    H.watch_done(w)
+    H.watch_stop(w)
+    assert.equal(0, fault(sim, { hold_watches = false }).released)
+  end)
+
+  it("replays a long history whole", function()
+    -- 12 MiB of events after the watch's resourceVersion, more than a
+    -- stream's unsent bytes may reach: the replay waits for the client
+    -- when it is behind
+    local _, list = api(sim, "GET", CMS)
+    local big = ("x"):rep(700 * 1024)
+    for i = 1, 18 do
+      local obj = cm("big" .. i)
+      obj.data = { a = big }
+      assert.equal(201, (api(sim, "POST", CMS, obj)))
+    end
+    local w = H.watch_start(sim, CMS .. "?watch=true&timeoutSeconds=30&resourceVersion="
+      .. list.metadata.resourceVersion)
+    local lines = H.watch_lines(w, 18, 20)
+    H.watch_stop(w)
+    assert.equal(18, #lines)
+    assert.equal("big18", lines[18].object.metadata.name)
+    assert.equal(#big, #lines[18].object.data.a)
+  end)
+
   it("forgets everything and restarts resourceVersions on reset", function()
     for i = 1, 5 do api(sim, "POST", CMS, cm("x" .. i)) end
     local _, before = api(sim, "GET", CMS)

@@ -50,6 +50,7 @@ function _M.new(opts)
     kube.after(0, function() self.store:finish_propagation(res, e.key, finalizer) end)
   end
   self.faults = { fail_next = 0 }
+  self.held = {} -- watcher → resource, while hold_watches holds them
   self.bookmark_interval = opts.bookmark_interval or 60
   self.too_large_wait = opts.too_large_wait or 3
   self.servers = {}
@@ -406,6 +407,37 @@ end
 
 -- Watch -------------------------------------------------------------------------------
 
+-- Sends watcher w the history's events after resourceVersion `from`, at the
+-- client's pace, until none is left: true then, with no yield since the last
+-- one, so the caller registers w before any other event. False when the
+-- watch ended: the client went away, or events it still needs left the
+-- history while it read (the stream ends, as the apiserver closes a watcher
+-- that falls behind; the client's resume then gets 410).
+local function catch_up(s, res, w, req, from)
+  local h, i = res.history, res.hist_first
+  if from < res.hist_start then
+    req:finish()
+    return false
+  end
+  while i <= res.hist_last do
+    if i < res.hist_first or res.history ~= h or s:resource(res.gv, res.name) ~= res then
+      req:finish()
+      return false
+    end
+    local ev = s:event(res, i)
+    if ev.rv > from then
+      store.deliver(res, w, ev)
+      if not req:alive() or not keep_up(req) then return false end
+    end
+    i = i + 1
+  end
+  if res.history ~= h or s:resource(res.gv, res.name) ~= res then
+    req:finish()
+    return false
+  end
+  return true
+end
+
 function Sim:watch(req, res, ns, params, r)
   local s = self.store
   if r.name then
@@ -460,30 +492,38 @@ function Sim:watch(req, res, ns, params, r)
     end
     if res.last_rv ~= rv0 then
       if res.hist_start > rv0 then return req:finish() end -- history gone: the client retries
-      for i = res.hist_first, res.hist_last do
-        local ev = s:event(res, i)
-        if ev.rv > rv0 then store.deliver(res, w, ev) end
-      end
+      if not catch_up(s, res, w, req, rv0) then return end
     end
     if initial then
       req:write(s:bookmark_line(res, { ["k8s.io/initial-events-end"] = "true" }))
     end
-  else
-    for i = res.hist_first, res.hist_last do
-      local ev = s:event(res, i)
-      if ev.rv > n then store.deliver(res, w, ev) end
-    end
+  elseif not catch_up(s, res, w, req, n) then
+    return
   end
-  res.watchers[w] = true
-  req:on_close(function() res.watchers[w] = nil end)
+  local held = self.held
+  if self.hold_watches then
+    held[w], w.held = res, res.last_rv
+  else
+    res.watchers[w] = true
+  end
+  req:on_close(function()
+    res.watchers[w] = nil
+    held[w] = nil
+  end)
   local start = kube.monotonic()
   local deadline = start + timeout
   local next_bookmark = start + self.bookmark_interval
   local final_bookmark = w.bookmarks and timeout > 2 and deadline - 2 or nil
-  while res.watchers[w] and req:alive() do
+  while (res.watchers[w] or held[w]) and req:alive() do
+    if held[w] and not self.hold_watches then -- released: the events it missed, then live
+      held[w] = nil
+      if not catch_up(s, res, w, req, w.held) then return end
+      w.held = nil
+      res.watchers[w] = true
+    end
     local now = kube.monotonic()
     if now >= deadline then break end
-    if w.bookmarks and not (w.after and res.last_rv <= w.after)
+    if w.bookmarks and not w.held and not (w.after and res.last_rv <= w.after)
         and (now >= next_bookmark or (final_bookmark and now >= final_bookmark)) then
       if final_bookmark and now >= final_bookmark then final_bookmark = nil end
       next_bookmark = now + self.bookmark_interval
@@ -493,9 +533,10 @@ function Sim:watch(req, res, ns, params, r)
     if w.bookmarks then
       wake = math.min(wake, next_bookmark, final_bookmark or deadline)
     end
-    kube.sleep(math.max(0.001, math.min(wake - now, 1)))
+    kube.sleep(math.max(0.001, math.min(wake - now, w.held and 0.01 or 1)))
   end
   res.watchers[w] = nil
+  held[w] = nil
   if req:alive() then req:finish() end
 end
 
@@ -512,11 +553,21 @@ end
 --                                 (0 turns it off)
 --   compact = true                forget the event history (watches from
 --                                 older resourceVersions get 410)
+--   hold_watches = true | false   true: open and new watches get no
+--                                 events (they wait in the history); false:
+--                                 each catches up at its client's pace,
+--                                 then follows live (one whose events left
+--                                 the history meanwhile ends). The summary
+--                                 says how many are held, or released.
 --   reset = true                  forget everything, restart resourceVersions
 -- Returns a summary table.
 function Sim:inject(f)
   local out = {}
   if f.reset then
+    for w in pairs(self.held) do
+      self.held[w] = nil
+      w.req:finish()
+    end
     self.store:reset()
     out.reset = true
   end
@@ -526,24 +577,43 @@ function Sim:inject(f)
   end
   if f.drop_watches then
     local n = 0
-    for _, res in pairs(self.store.resources) do
-      for w in pairs(res.watchers) do
-        res.watchers[w] = nil
-        n = n + 1
-        if f.drop_watches == "end" then w.req:finish() else w.req:abort(0) end
-      end
+    local function drop(set, w)
+      set[w] = nil
+      n = n + 1
+      if f.drop_watches == "end" then w.req:finish() else w.req:abort(0) end
     end
+    for _, res in pairs(self.store.resources) do
+      for w in pairs(res.watchers) do drop(res.watchers, w) end
+    end
+    for w in pairs(self.held) do drop(self.held, w) end
     out.dropped = n
   end
   if f.watch_abort_after then
     local n = 0
+    local function arm(w)
+      w.req:abort(tonumber(f.watch_abort_after) or 0)
+      n = n + 1
+    end
     for _, res in pairs(self.store.resources) do
-      for w in pairs(res.watchers) do
-        w.req:abort(tonumber(f.watch_abort_after) or 0)
-        n = n + 1
+      for w in pairs(res.watchers) do arm(w) end
+    end
+    for w in pairs(self.held) do arm(w) end
+    out.aborting = n
+  end
+  if f.hold_watches ~= nil then
+    local hold = f.hold_watches == true
+    if hold and not self.hold_watches then
+      for _, res in pairs(self.store.resources) do
+        for w in pairs(res.watchers) do
+          res.watchers[w] = nil
+          self.held[w], w.held = res, res.last_rv
+        end
       end
     end
-    out.aborting = n
+    self.hold_watches = hold
+    local n = 0
+    for _ in pairs(self.held) do n = n + 1 end
+    if hold then out.held = n else out.released = n end
   end
   if f.fail_next then
     self.faults.fail_next = tonumber(f.fail_next) or 0
@@ -583,8 +653,10 @@ function Sim:control(req, path)
       counts[key] = res.count
       for _ in pairs(res.watchers) do watches = watches + 1 end
     end
+    local held = 0
+    for _ in pairs(self.held) do held = held + 1 end
     return reply_json(req, 200, { resourceVersion = tostring(self.store.rv), objects = counts,
-      watches = watches })
+      watches = watches, held_watches = held })
   end
   return reply_status(req, not_found_resource())
 end
