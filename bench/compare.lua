@@ -21,14 +21,23 @@
 -- The writer is this process: it changes Pods (an annotation and
 -- status.hostIP), each given as its JSON bytes, through the store's event
 -- path for such objects, Store:put_json: the JSON checked and its metadata
--- read, a new resourceVersion, the history, the event line written to
--- every watcher. It pauses while the watcher's unsent output passes 4 MiB,
--- as the simulator's handlers do. It skips what a PUT does before that
--- (decoding the body, validation, managedFields, encoding), which runs at
--- about 1,700 Pods/s here and would make both clients wait for the
--- writer. writer_events_per_s is what the writer reached with that
--- watcher: when a client's events/s comes close to it, the simulator is
--- the limit, not the client.
+-- read, a new resourceVersion, the history. It skips what a PUT does
+-- before that (decoding the body, validation, managedFields, encoding),
+-- which runs at about 1,700 Pods/s here and would make both clients wait
+-- for the writer.
+-- Delivery (COMPARE_DELIVERY):
+--   held (default)  the client's watch is held (the simulator's
+--                   hold_watches fault) while the writer makes the M
+--                   events, then released: the events reach the client
+--                   from the history as fast as it reads them, so
+--                   watch_events_per_s is the client's own rate, the same
+--                   replay for every client.
+--   live            the writer sends each event as it makes it, pausing
+--                   while the watcher's unsent output passes 4 MiB: a
+--                   client faster than the writer is held to the writer's
+--                   rate.
+-- writer_events_per_s is what the writer reached (with the watcher, when
+-- live).
 -- Usage: kubelua run --no-watch bench/compare.lua KUBELUA_BINARY [N [M [SYSTEMS]]]
 local kube = require "kubelua"
 local json = require "kubelua.json"
@@ -44,7 +53,11 @@ local TIMEOUT = 1800
 
 local quote, read, running = proc.quote, proc.read, proc.running
 
-local sim = simlib.new { history_size = 20000 }
+local DELIVERY = os.getenv("COMPARE_DELIVERY") or "held"
+assert(DELIVERY == "held" or DELIVERY == "live", "COMPARE_DELIVERY is held or live")
+
+-- held: the history keeps every event of a run
+local sim = simlib.new { history_size = math.max(20000, M + 1) }
 local s = sim.store
 local srv = assert(sim:listen { host = "127.0.0.1", port = 0 })
 local nsres = s:resource("v1", "namespaces")
@@ -91,13 +104,14 @@ local variant = 0
 
 -- M modifications through the store's event path; returns events/s.
 local function write_events()
-  local keys = s:sorted_keys(pods)
+  local keys, ids = s:sorted_keys(pods), {}
+  for j, key in ipairs(keys) do ids[j] = tonumber(pods.objects[key].name:match("%d+")) end
   local t0 = kube.monotonic()
   for n = 1, M do
-    local e = pods.objects[keys[(n % #keys) + 1]]
+    local j = (n % #keys) + 1
     variant = variant + 1
-    s:put_json(pods, podlib.pod_bytes(tonumber(e.name:match("%d+")), s:next_rv(), variant, true),
-      "MODIFIED", e)
+    s:put_json(pods, podlib.pod_bytes(ids[j], s:next_rv(), variant, true), "MODIFIED",
+      pods.objects[keys[j]])
     if n % 256 == 0 then
       for w in pairs(pods.watchers) do
         while w.req:alive() and w.req:buffered() > 4 * 1024 * 1024 do w.req:wait_drain() end
@@ -119,7 +133,9 @@ local function run_system(name, cmd)
     assert(kube.monotonic() < deadline, name .. ": no watch opened")
     kube.sleep(0.01)
   end
+  if DELIVERY == "held" then sim:inject { hold_watches = true } end
   local writer = write_events()
+  if DELIVERY == "held" then sim:inject { hold_watches = false } end
   local done = wait_line(pid, out, "done")
   kube.sleep(0.5) -- an extra event would arrive now
   local extra
@@ -177,8 +193,8 @@ local function main()
   os.remove(kubeconfig)
   local k, c = results.kubelua, results["client-node"]
   if k and c then
-    print(('{"bench":"compare","objects":%d,"events":%d,"events_ratio":%.2f,'
-      .. '"bytes_ratio":%.3f,"sync_ratio":%.3f,"cpu_events_ratio":%.2f}'):format(N, M,
+    print(('{"bench":"compare","objects":%d,"events":%d,"delivery":"%s","events_ratio":%.2f,'
+      .. '"bytes_ratio":%.3f,"sync_ratio":%.3f,"cpu_events_ratio":%.2f}'):format(N, M, DELIVERY,
       k.watch_events_per_s / c.watch_events_per_s, k.bytes_per_object / c.bytes_per_object,
       k.sync_s / c.sync_s, k.events_per_cpu_s / c.events_per_cpu_s))
   end

@@ -86,12 +86,12 @@ local function watch_phase(nwatchers)
       .. "/api/v1/pods?watch=true&resourceVersion=" .. s.rv .. "&timeoutSeconds=600"))
   end
   while watcher_count(pods) < nwatchers do kube.sleep(0.005) end
-  local keys = s:sorted_keys(pods)
+  local keys, ids = s:sorted_keys(pods), {}
+  for j, key in ipairs(keys) do ids[j] = tonumber(pods.objects[key].name:match("%d+")) end
   local t0 = kube.now()
   for n = 1, EVENTS do
-    local key = keys[(n % #keys) + 1]
-    local e = pods.objects[key]
-    s:put_json(pods, pod_json(tonumber(e.name:match("%d+")), n), "MODIFIED", e)
+    local j = (n % #keys) + 1
+    s:put_json(pods, pod_json(ids[j], n), "MODIFIED", pods.objects[keys[j]])
     if n % 256 == 0 then
       for w in pairs(pods.watchers) do
         if w.req:buffered() > 4 * 1024 * 1024 then w.req:wait_drain() end

@@ -14,7 +14,7 @@ local function events_after(s, res, rv)
   local out = {}
   for i = res.hist_first, res.hist_last do
     local ev = s:event(res, i)
-    if ev.rv > rv then out[#out + 1] = ev.type .. " " .. ev.entry.name .. " " .. ev.rv end
+    if ev.rv > rv then out[#out + 1] = ev.etype .. " " .. ev.name .. " " .. ev.rv end
   end
   return out
 end
@@ -44,6 +44,16 @@ describe("the simulator's event history", function()
     assert.equal(rvs[7], cms.hist_start) -- watches from here on are served
     assert.same({ "MODIFIED a " .. rvs[10], "MODIFIED b " .. rvs[11] },
       events_after(s, cms, rvs[9]))
+  end)
+
+  it("lets an event that left it go of the version before", function()
+    local a = cms.objects["default/a"] -- event 10, in the history
+    assert.same({ "MODIFIED", rvs[10] }, { a.etype, a.rv })
+    assert.equal(rvs[7], a.prev.rv) -- event 7 left the history
+    assert.is_nil(a.prev.prev)
+    assert.equal(rvs[5], cms.objects["default/b"].prev.prev.rv) -- 11 -> 8 -> 5
+    s:compact()
+    assert.is_nil(cms.objects["default/b"].prev)
   end)
 
   it("rebuilds the state at a resourceVersion the ring still reaches, and no older", function()

@@ -349,53 +349,69 @@ local function send(res, w, head, body, tail)
   if not ok then res.watchers[w] = nil end
 end
 
--- Sends one event to one watcher, turning it into what a watcher with
--- selectors sees (ADDED when an object starts to match, DELETED with the
--- previous content when it stops).
-local function deliver(res, w, ev)
+-- Sends the event of entry e (e.etype, e.prev: every stored version is
+-- the event that made it) to one watcher, turning it into what a watcher
+-- with selectors sees (ADDED when an object starts to match, DELETED with
+-- the previous content when it stops).
+local function deliver(res, w, e)
   local after = w.after
   if after then -- a watch from a resourceVersion that had not happened yet
-    if ev.rv <= after then return end
+    if e.rv <= after then return end
     w.after = nil
   end
-  if w.simple then return send(res, w, heads[ev.type], ev.entry.json, TAIL) end
-  local now = matches(w, ev.entry)
-  if ev.type == "MODIFIED" then
-    local before = ev.prev and matches(w, ev.prev)
+  if w.simple then return send(res, w, heads[e.etype], e.json, TAIL) end
+  local now = matches(w, e)
+  if e.etype == "MODIFIED" then
+    local before = e.prev and matches(w, e.prev)
     if now and before then
-      send(res, w, heads.MODIFIED, ev.entry.json, TAIL)
+      send(res, w, heads.MODIFIED, e.json, TAIL)
     elseif now then
-      send(res, w, heads.ADDED, ev.entry.json, TAIL)
+      send(res, w, heads.ADDED, e.json, TAIL)
     elseif before then
-      local o = copy(ev.prev.obj)
-      o.metadata.resourceVersion = tostring(ev.rv)
+      local o = copy(e.prev.obj)
+      o.metadata.resourceVersion = tostring(e.rv)
       send(res, w, heads.DELETED, encode(o), TAIL)
     end
   elseif now then
-    send(res, w, heads[ev.type], ev.entry.json, TAIL)
+    send(res, w, heads[e.etype], e.json, TAIL)
   end
 end
 _M.deliver = deliver
 
-function Store:emit(res, etype, entry, prev)
-  local ev = { type = etype, entry = entry, prev = prev, rv = entry.rv }
+-- Records entry e as the event etype (prev: the version it replaces) in
+-- the history and sends it to the watchers. An entry that leaves the
+-- history lets go of its previous version.
+function Store:emit(res, etype, e, prev)
+  e.etype, e.prev = etype, prev
   local h, size = res.history, self.history_size
   local last = res.hist_last + 1
   local slot = (last - 1) % size + 1
   if last - res.hist_first == size then -- full: the oldest event goes
-    res.hist_start = h[slot].rv
+    local old = h[slot]
+    res.hist_start = old.rv
+    old.prev = nil
     res.hist_first = res.hist_first + 1
   end
-  h[slot] = ev
+  h[slot] = e
   res.hist_last = last
-  res.last_rv = entry.rv
-  for w in pairs(res.watchers) do deliver(res, w, ev) end
-  if self.on_event then self.on_event(res, ev) end
+  res.last_rv = e.rv
+  for w in pairs(res.watchers) do deliver(res, w, e) end
 end
 
--- Event i of res's history (hist_first <= i <= hist_last).
+-- Event i of res's history (hist_first <= i <= hist_last): the entry it
+-- stored.
 function Store:event(res, i)
   return res.history[(i - 1) % self.history_size + 1]
+end
+
+-- Puts entry ne in place of r, the last event, keeping r's event.
+local function replace_last(self, res, r, ne)
+  if res.hist_last < res.hist_first then return end
+  local slot = (res.hist_last - 1) % self.history_size + 1
+  if res.history[slot] == r then
+    ne.etype, ne.prev = r.etype, r.prev
+    res.history[slot] = ne
+  end
 end
 
 -- Forgets every resource's history: watches from earlier resourceVersions
@@ -403,6 +419,7 @@ end
 function Store:compact()
   self:next_rv() -- a revision of its own, so lists after it are valid
   for _, res in pairs(self.resources) do
+    for i = res.hist_first, res.hist_last do self:event(res, i).prev = nil end
     res.history, res.hist_first, res.hist_last = {}, 1, 0
     res.hist_start = self.rv
     res.last_rv = self.rv
@@ -1208,8 +1225,7 @@ function Store:commit_apply(res, e, obj, ctx, owned)
   local ne = make_entry(o, res)
   if res.objects[ne.key] == r then
     res.objects[ne.key] = ne
-    local ev = res.hist_last >= res.hist_first and self:event(res, res.hist_last)
-    if ev and ev.entry == r then ev.entry = ne end
+    replace_last(self, res, r, ne)
   end
   return ne
 end
@@ -1464,13 +1480,12 @@ function Store:snapshot(res, rv)
   local objects = {}
   for k, e in pairs(res.objects) do objects[k] = e end
   for i = res.hist_last, res.hist_first, -1 do
-    local ev = self:event(res, i)
-    if ev.rv <= rv then break end
-    local key = ev.entry.key
-    if ev.type == "ADDED" then
-      objects[key] = nil
+    local e = self:event(res, i)
+    if e.rv <= rv then break end
+    if e.etype == "ADDED" then
+      objects[e.key] = nil
     else
-      objects[key] = ev.prev
+      objects[e.key] = e.prev
     end
   end
   return objects
