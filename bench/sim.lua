@@ -6,6 +6,10 @@
 --                              stream) while a writer changes objects
 --   ten_watchers_events_per_s  the same events to 10 watchers at once
 --                              (each event counted once)
+--   replay_events_per_s        the same number of events written while
+--                              one watcher is held, then sent to it from
+--                              the history: delivery without the writer,
+--                              what bench/compare's clients get
 --   list_mb_per_s              a list of 100,000 Pods read by curl
 --
 -- The writer changes Pods through the store's event path for objects given
@@ -103,6 +107,51 @@ local function watch_phase(nwatchers)
   return EVENTS / (kube.now() - t0)
 end
 
+-- EVENTS modifications written while one watcher is held (the hold_watches
+-- fault), then sent to it from the history as fast as it reads: the
+-- simulator's delivery without the writer. A simulator of its own, whose
+-- history holds them all; returns events/s from the release to the
+-- watcher's end of stream.
+local function replay_phase()
+  local rsim = simlib.new { history_size = EVENTS + 1 }
+  local rs = rsim.store
+  local rsrv = assert(rsim:listen { host = "127.0.0.1", port = 0 })
+  local rpods = rs:resource("v1", "pods")
+  local rns = rs:resource("v1", "namespaces")
+  for i = 1, OBJECTS do
+    local ns = "ns-" .. (i % 50)
+    if not rns.objects[ns] then
+      rs:create(rns, nil, { apiVersion = "v1", kind = "Namespace", metadata = { name = ns } },
+        { internal = true })
+    end
+    rs:put_json(rpods, podlib.pod_bytes(i, rs:next_rv(), 0), "ADDED")
+  end
+  local pid = sh_bg("exec curl -s -N -A kube-bench -o /dev/null " .. quote("http://127.0.0.1:"
+    .. rsrv:port() .. "/api/v1/pods?watch=true&resourceVersion=" .. rs.rv
+    .. "&timeoutSeconds=600"))
+  while watcher_count(rpods) < 1 do kube.sleep(0.005) end
+  rsim:inject { hold_watches = true }
+  local keys, ids = rs:sorted_keys(rpods), {}
+  for j, key in ipairs(keys) do ids[j] = tonumber(rpods.objects[key].name:match("%d+")) end
+  for n = 1, EVENTS do
+    local j = (n % #keys) + 1
+    rs:put_json(rpods, podlib.pod_bytes(ids[j], rs:next_rv(), n), "MODIFIED",
+      rpods.objects[keys[j]])
+  end
+  local t0 = kube.now()
+  rsim:inject { hold_watches = false }
+  local w
+  repeat -- caught up: live again, nothing left unsent
+    kube.sleep(0.002)
+    w = next(rpods.watchers)
+  until w and w.req:buffered() == 0
+  rsim:inject { drop_watches = "end" }
+  wait_exit { pid }
+  local rate = EVENTS / (kube.now() - t0)
+  rsrv:close()
+  return rate
+end
+
 local function list_phase()
   -- top the Pods up to LIST_OBJECTS
   for i = pods.count + 1, LIST_OBJECTS do
@@ -126,11 +175,13 @@ kube.spawn(function()
   populate(OBJECTS)
   local one = watch_phase(1)
   local ten = watch_phase(10)
+  local replay = replay_phase()
   local list_mb, bytes = list_phase()
   print(json.encode {
     bench = "sim",
     one_watcher_events_per_s = math.floor(one),
     ten_watchers_events_per_s = math.floor(ten),
+    replay_events_per_s = math.floor(replay),
     list_mb_per_s = math.floor(list_mb * 10) / 10,
     list_objects = LIST_OBJECTS,
     list_bytes = bytes,
