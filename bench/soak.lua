@@ -17,7 +17,9 @@
 -- random intervals with one of:
 --   drop_watches (abort, or end the stream cleanly), watch_abort_after
 --   (mid-event cuts), fail_next 1-5 with 429/500/503 and retry_after 0-1,
---   compact (410 on resume), delay (0.01-0.3 s, turned off again later).
+--   compact (410 on resume), delay (0.01-0.3 s, turned off again later),
+--   hold_watches (0.05-0.5 s without events, then a burst of what was
+--   written meanwhile, from the history).
 -- reset is left out: it forgets every object and restarts resourceVersions,
 -- so the writer's namespaces and objects vanish under it and a client's
 -- resourceVersion runs ahead of the server's; "the final state" stops being
@@ -191,8 +193,8 @@ end
 
 local faults, nfaults = {}, 0
 local function fault_one()
-  local kind = ({ "drop_watches", "watch_abort_after", "fail_next", "compact", "delay" })
-    [math.random(1, 5)]
+  local kind = ({ "drop_watches", "watch_abort_after", "fail_next", "compact", "delay",
+    "hold_watches" })[math.random(1, 6)]
   local f = {}
   if kind == "drop_watches" then
     f.drop_watches = math.random() < 0.5 and "end" or true
@@ -204,6 +206,9 @@ local function fault_one()
     f.retry_after = math.random(0, 1)
   elseif kind == "compact" then
     f.compact = true
+  elseif kind == "hold_watches" then
+    f.hold_watches = true
+    kube.after(0.05 + math.random() * 0.45, function() sim:inject { hold_watches = false } end)
   else
     f.delay = 0.01 + math.random() * 0.29
     kube.after(0.2 + math.random(), function() sim:inject { delay = 0 } end)
@@ -302,7 +307,7 @@ local function main()
   end
   writing = false
   kube.sleep(0.01) -- the writer's last operation is done
-  sim:inject { delay = 0, fail_next = 0 }
+  sim:inject { delay = 0, fail_next = 0, hold_watches = false }
   t_last = kube.monotonic()
   -- Each kind's cache_s and convergence_s: since the last write, until the
   -- check that began the final run of clean checks (a kind's ConfigMap

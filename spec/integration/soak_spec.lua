@@ -23,7 +23,7 @@ describe("soak", function()
     assert.is_true(r.converged, line)
     assert.is_false(r.crashed, line)
     for _, kind in ipairs { "drop_watches", "watch_abort_after", "fail_next", "compact",
-                            "delay" } do
+                            "delay", "hold_watches" } do
       assert.is_true((r.faults[kind] or 0) > 0, kind .. " was never injected: " .. line)
     end
     assert.is_true(r.operations > 1000, line)
