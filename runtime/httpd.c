@@ -178,6 +178,8 @@ struct h2s {
   int reason;      /* what the owner hears when the stream closes */
   int refused;     /* the status answered instead of the request */
   int host, ready, pulled, eof, cut, deferred;
+  int expired;    /* reset: the request did not arrive in time */
+  double started; /* its HEADERS arrived */
 };
 
 struct conn {
@@ -1197,6 +1199,7 @@ static int h2_on_begin_headers(nghttp2_session *ss, const nghttp2_frame *f,
   s->c = c;
   s->id = f->hd.stream_id;
   s->reason = KL_EIO; /* unless the server ends it: the client went away */
+  s->started = now(c->h);
   h2_stream_link(&c->streams, s, 0);
   nghttp2_session_set_stream_user_data(ss, s->id, s);
   return 0;
@@ -1470,7 +1473,10 @@ static double conn_deadline(conn *c) {
   if (c->lingering) return c->linger_since + HTTPD_LINGER_TIMEOUT;
   double d = INFINITY;
   if (c->blocked) d = c->wprogress + o->write_timeout;
-  if (c->h2) {
+  if (c->h2) { /* a request still arriving has read_timeout from HEADERS */
+    for (const h2s *s = c->streams; s; s = s->next)
+      if (!s->ready && !s->expired && s->started + o->read_timeout < d)
+        d = s->started + o->read_timeout;
     double idle = c->idle_since + o->idle_timeout;
     return !c->streams && !c->out.len && idle < d ? idle : d;
   }
@@ -1820,6 +1826,23 @@ static void conn_on_defer(kl_defer_t *d) {
   h_leave(h);
 }
 
+/* Resets the streams whose requests did not arrive whole within
+ * read_timeout of their HEADERS (CANCEL; on_stream_close frees them);
+ * returns how many. */
+static int h2_expire(conn *c, double tnow) {
+  int n = 0;
+  for (h2s *s = c->streams; s; s = s->next) {
+    if (s->ready || s->expired || s->started + c->h->o.read_timeout > tnow)
+      continue;
+    kl_log(KL_LOG_DEBUG, "httpd: %s: stream %d: request read timeout", c->peer,
+           (int)s->id);
+    s->expired = 1;
+    nghttp2_submit_rst_stream(c->h2, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_CANCEL);
+    n++;
+  }
+  return n;
+}
+
 static void conn_on_timer(kl_timer_t *t, void *ud) {
   conn *c = ud;
   kl_httpd_t *h = c->h;
@@ -1833,6 +1856,11 @@ static void conn_on_timer(kl_timer_t *t, void *ud) {
   } else if (c->blocked) {
     kl_log(KL_LOG_DEBUG, "httpd: %s: write timeout", c->peer);
     conn_kill(c, KL_EIO);
+  } else if (c->h2 && h2_expire(c, tnow)) {
+    c->in_io = 1;
+    conn_flush(c, 0);
+    c->in_io = 0;
+    conn_update(c);
   } else if (c->started > 0 && !c->handshake && (c->in.len || c->req) &&
              (!c->req || c->req->phase == RQ_BODY)) {
     c->in_io = 1;

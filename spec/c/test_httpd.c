@@ -1267,6 +1267,23 @@ static int make_cert(void) {
   return system(cmd) == 0 ? 0 : -1;
 }
 
+/* 1 + the error code of the first RST_STREAM for stream id in what the
+ * raw HTTP/2 client t received; 0 when there is none. */
+static int h2_rst(const tc *t, unsigned id) {
+  for (size_t off = 0; off + 9 <= t->len;) {
+    const unsigned char *f = (const unsigned char *)t->buf + off;
+    size_t flen = (size_t)f[0] << 16 | (size_t)f[1] << 8 | f[2];
+    unsigned sid = ((unsigned)f[5] & 0x7f) << 24 | (unsigned)f[6] << 16 |
+                   (unsigned)f[7] << 8 | f[8];
+    if (off + 9 + flen > t->len) break;
+    if (f[3] == 3 && flen == 4 && sid == id)
+      return 1 + (int)((unsigned)f[9] << 24 | (unsigned)f[10] << 16 |
+                       (unsigned)f[11] << 8 | f[12]);
+    off += 9 + flen;
+  }
+  return 0;
+}
+
 static void test_tls_round_trip(void) {
   if (make_cert() < 0) {
     KT_FAIL_("%s", "cannot make a certificate with the openssl CLI");
@@ -1326,6 +1343,16 @@ static void test_tls_round_trip(void) {
   KT_EQ_MEM(proto, plen, "h2");
   KT_EQ_INT(h2->buf[3], 4); /* the server's SETTINGS frame comes first */
   cli_alpn = "\x08http/1.1";
+
+  /* A request whose body never comes is reset (CANCEL) read_timeout after
+   * its HEADERS: POST / on stream 1, END_HEADERS but not END_STREAM. */
+  tc_sendn(h2, "\0\0\6\1\4\0\0\0\1\x83\x87\x84\x41\x01x", 15);
+  UNTIL(stats().connections == 2);
+  spin(5);
+  KT_EQ_INT(h2_rst(h2, 1), 0);
+  kt_now += 31;
+  UNTIL(h2_rst(h2, 1) || h2->err || h2->eof);
+  KT_EQ_INT(h2_rst(h2, 1), 1 + 8); /* CANCEL */
 
   /* A client that is not speaking TLS is dropped. */
   tc *plain = tc_open();
