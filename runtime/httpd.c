@@ -178,6 +178,7 @@ struct h2s {
   int reason;      /* what the owner hears when the stream closes */
   int refused;     /* the status answered instead of the request */
   int host, ready, pulled, eof, cut, deferred;
+  int complete;   /* the client's side ended (END_STREAM) */
   int expired;    /* reset: the request did not arrive in time */
   double started; /* its HEADERS arrived */
 };
@@ -1309,6 +1310,7 @@ static int h2_on_frame_recv(nghttp2_session *ss, const nghttp2_frame *f,
     h2_request(s);
   else if (f->hd.type != NGHTTP2_HEADERS && f->hd.type != NGHTTP2_DATA)
     return 0;
+  if (f->hd.flags & NGHTTP2_FLAG_END_STREAM) s->complete = 1;
   if ((f->hd.flags & NGHTTP2_FLAG_END_STREAM) && s->req && !s->ready) {
     s->ready = 1;
     c->h2_ready++;
@@ -1475,7 +1477,7 @@ static double conn_deadline(conn *c) {
   if (c->blocked) d = c->wprogress + o->write_timeout;
   if (c->h2) { /* a request still arriving has read_timeout from HEADERS */
     for (const h2s *s = c->streams; s; s = s->next)
-      if (!s->ready && !s->expired && s->started + o->read_timeout < d)
+      if (!s->complete && !s->expired && s->started + o->read_timeout < d)
         d = s->started + o->read_timeout;
     double idle = c->idle_since + o->idle_timeout;
     return !c->streams && !c->out.len && idle < d ? idle : d;
@@ -1832,7 +1834,7 @@ static void conn_on_defer(kl_defer_t *d) {
 static int h2_expire(conn *c, double tnow) {
   int n = 0;
   for (h2s *s = c->streams; s; s = s->next) {
-    if (s->ready || s->expired || s->started + c->h->o.read_timeout > tnow)
+    if (s->complete || s->expired || s->started + c->h->o.read_timeout > tnow)
       continue;
     kl_log(KL_LOG_DEBUG, "httpd: %s: stream %d: request read timeout", c->peer,
            (int)s->id);

@@ -1345,14 +1345,21 @@ static void test_tls_round_trip(void) {
   cli_alpn = "\x08http/1.1";
 
   /* A request whose body never comes is reset (CANCEL) read_timeout after
-   * its HEADERS: POST / on stream 1, END_HEADERS but not END_STREAM. */
+   * its HEADERS: POST / on stream 1, END_HEADERS but not END_STREAM. A
+   * stream whose request came whole (GET /stream on 3) stays. */
+  int before = nheld;
   tc_sendn(h2, "\0\0\6\1\4\0\0\0\1\x83\x87\x84\x41\x01x", 15);
-  UNTIL(stats().connections == 2);
+  tc_sendn(h2, "\0\0\x0e\1\5\0\0\0\3\x82\x87\x44\x07/stream\x41\x01x", 23);
+  UNTIL(nheld == before + 1);
   spin(5);
   KT_EQ_INT(h2_rst(h2, 1), 0);
   kt_now += 31;
   UNTIL(h2_rst(h2, 1) || h2->err || h2->eof);
   KT_EQ_INT(h2_rst(h2, 1), 1 + 8); /* CANCEL */
+  spin(5);
+  KT_EQ_INT(h2_rst(h2, 3), 0);
+  KT_EQ_INT(kl_httpd_stream_end(held[before]), 0);
+  held[before] = NULL;
 
   /* A client that is not speaking TLS is dropped. */
   tc *plain = tc_open();
