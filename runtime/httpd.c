@@ -70,6 +70,7 @@
 #define HTTPD_H2_OUT_HIGH (64 * 1024)
 /* What kube-apiserver advertises (--http2-max-streams-per-connection). */
 #define HTTPD_H2_MAX_STREAMS 1000
+#define HTTPD_H2_BODIES 4 /* max_body_bytes a connection's streams may hold */
 
 #define CONTAINER(p, type, member)                                             \
   ((type *)(void *)((char *)(p)-offsetof(type, member)))
@@ -178,9 +179,10 @@ struct h2s {
   int reason;      /* what the owner hears when the stream closes */
   int refused;     /* the status answered instead of the request */
   int host, ready, pulled, eof, cut, deferred;
-  int complete;   /* the client's side ended (END_STREAM) */
-  int expired;    /* reset: the request did not arrive in time */
-  double started; /* its HEADERS arrived */
+  int complete;     /* the client's side ended (END_STREAM) */
+  int expired;      /* reset by the server while the request arrived */
+  size_t body_held; /* its part of c->h2_body */
+  double started;   /* its HEADERS arrived */
 };
 
 struct conn {
@@ -208,6 +210,7 @@ struct conn {
   h2s *streams;        /* open streams */
   h2s *pulled;     /* streams whose output nghttp2 took since the drain pass */
   size_t h2_ready; /* streams whose request waits for the handler */
+  size_t h2_body;  /* bytes of request bodies still arriving */
   int goaway;
   char peer[INET6_ADDRSTRLEN + 8];
 };
@@ -1165,8 +1168,15 @@ static void h2_reset(h2s *s, int reason) {
 
 /* Answers an error by itself, as h1_error does; the request, if any, was
  * the server's and is freed. */
+/* The stream's body no longer counts against the connection's budget. */
+static void h2_body_release(h2s *s) {
+  s->c->h2_body -= s->body_held;
+  s->body_held = 0;
+}
+
 static void h2_error(h2s *s, int status) {
   conn *c = s->c;
+  h2_body_release(s);
   char plain[64], fields[320];
   const char *ctype, *body;
   error_page(c->h, status, plain, &ctype, &body);
@@ -1294,6 +1304,23 @@ static int h2_on_data(nghttp2_session *ss, uint8_t flags, int32_t id,
     h2_error(s, 413);
     return 0;
   }
+  /* Bodies are read whole before the handler sees them: the streams of one
+   * connection may hold HTTPD_H2_BODIES of the largest at once; a stream
+   * past that is refused (the client may send it again). */
+  if (c->h2_body + len > HTTPD_H2_BODIES * c->h->o.max_body_bytes) {
+    kl_log(KL_LOG_DEBUG,
+           "httpd: %s: stream %d refused: %zu bytes of request bodies "
+           "arriving",
+           c->peer, (int)id, c->h2_body);
+    h2_body_release(s);
+    req_detach(r, 0); /* RQ_BODY: freed */
+    s->expired = 1;
+    nghttp2_submit_rst_stream(ss, NGHTTP2_FLAG_NONE, id,
+                              NGHTTP2_REFUSED_STREAM);
+    return 0;
+  }
+  s->body_held += len;
+  c->h2_body += len;
   body_reserve(r, len);
   memcpy(r->body + r->body_len, data, len);
   r->body_len += len;
@@ -1310,7 +1337,10 @@ static int h2_on_frame_recv(nghttp2_session *ss, const nghttp2_frame *f,
     h2_request(s);
   else if (f->hd.type != NGHTTP2_HEADERS && f->hd.type != NGHTTP2_DATA)
     return 0;
-  if (f->hd.flags & NGHTTP2_FLAG_END_STREAM) s->complete = 1;
+  if (f->hd.flags & NGHTTP2_FLAG_END_STREAM) {
+    s->complete = 1;
+    h2_body_release(s);
+  }
   if ((f->hd.flags & NGHTTP2_FLAG_END_STREAM) && s->req && !s->ready) {
     s->ready = 1;
     c->h2_ready++;
@@ -1324,6 +1354,7 @@ static int h2_on_stream_close(nghttp2_session *ss, int32_t id, uint32_t code,
   (void)code;
   h2s *s = nghttp2_session_get_stream_user_data(ss, id);
   if (!s) return 0;
+  h2_body_release(s);
   if (s->req) req_detach(s->req, s->reason);
   if (s->ready) c->h2_ready--;
   if (s->pulled) h2_stream_unlink(&c->pulled, s, 1);

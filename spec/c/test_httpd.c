@@ -1284,6 +1284,17 @@ static int h2_rst(const tc *t, unsigned id) {
   return 0;
 }
 
+/* Sends one HTTP/2 frame on the raw client t. */
+static void h2_frame(tc *t, int type, int flags, unsigned id, const char *p,
+                     size_t n) {
+  const char hd[9] = {
+      (char)(n >> 16),  (char)(n >> 8),  (char)n,
+      (char)type,       (char)flags,     (char)(id >> 24 & 0x7f),
+      (char)(id >> 16), (char)(id >> 8), (char)id};
+  tc_sendn(t, hd, 9);
+  if (n) tc_sendn(t, p, n);
+}
+
 static void test_tls_round_trip(void) {
   if (make_cert() < 0) {
     KT_FAIL_("%s", "cannot make a certificate with the openssl CLI");
@@ -1411,6 +1422,36 @@ static void test_tls_round_trip(void) {
   KT_EQ_STR(got, "2 20480");
   KT_EQ_INT(ndrips, 20);
   unlink(out);
+  stop();
+
+  /* The request bodies still arriving on one h2 connection may add up to
+   * 4 of the largest; the stream that would pass that is refused
+   * (REFUSED_STREAM: the client may send it again), and a body that
+   * completes makes room. */
+  o.max_body_bytes = 1000;
+  start_opts(&o);
+  cli_alpn = "\x02h2\x08http/1.1";
+  h2 = tc_open_at("127.0.0.1", kl_httpd_port(srv), 1, 0);
+  cli_alpn = "\x08http/1.1";
+  tc_sendn(h2, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\4\0\0\0\0\0", 33);
+  static char part[900];
+  memset(part, 'b', sizeof part);
+  for (unsigned id = 1; id <= 9; id += 2) { /* POST /, bodies unfinished */
+    h2_frame(h2, 1, 4, id, "\x83\x87\x84\x41\x01x", 6);
+    h2_frame(h2, 0, 0, id, part, sizeof part);
+  }
+  UNTIL(h2_rst(h2, 9) || h2->err || h2->eof);
+  KT_EQ_INT(h2_rst(h2, 9), 1 + 7); /* REFUSED_STREAM */
+  h2_frame(h2, 0, 1, 1, "", 0);    /* stream 1's body is complete */
+  h2_frame(h2, 1, 4, 11, "\x83\x87\x84\x41\x01x", 6);
+  h2_frame(h2, 0, 0, 11, part, sizeof part);
+  h2_frame(h2, 1, 4, 13, "\x83\x87\x84\x41\x01x", 6);
+  h2_frame(h2, 0, 0, 13, part, sizeof part);
+  UNTIL(h2_rst(h2, 13) || h2->err || h2->eof);
+  KT_EQ_INT(h2_rst(h2, 13), 1 + 7);
+  for (unsigned id = 1; id <= 11; id += 2)
+    KT_EQ_INT(h2_rst(h2, id), id == 9 ? 1 + 7 : 0);
+  tc_close(h2);
   stop();
   SSL_CTX_free(cli_ctx);
   cli_ctx = NULL;
