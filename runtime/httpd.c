@@ -182,6 +182,7 @@ struct h2s {
   int complete;     /* the client's side ended (END_STREAM) */
   int expired;      /* reset by the server while the request arrived */
   size_t body_held; /* its part of c->h2_body */
+  double wprogress; /* out last became non-empty, or nghttp2 took some */
   double started;   /* its HEADERS arrived */
 };
 
@@ -1048,6 +1049,12 @@ static void h2_stream_free(h2s *s) {
   free(s);
 }
 
+/* Payload is about to join the stream's unsent bytes: a stream that had
+ * none starts its write_timeout now. */
+static void h2_out_mark(h2s *s) {
+  if (!s->out.len) s->wprogress = now(s->c->h);
+}
+
 /* nghttp2 takes the stream's payload; it waits (DEFERRED) for more until
  * the owner ends it (EOF), and resets the stream with INTERNAL_ERROR once
  * an aborted stream's last byte is out, as a Go client sees a cut watch. */
@@ -1061,6 +1068,7 @@ static ssize_t h2_read(nghttp2_session *ss, int32_t id, uint8_t *buf,
   size_t n = s->out.len < length ? s->out.len : length;
   if (n) memcpy(buf, hbuf_data(&s->out), n);
   hbuf_consume(&s->out, n);
+  if (n) s->wprogress = now(c->h);
   if (n && !s->pulled) {
     s->pulled = 1;
     h2_stream_link(&c->pulled, s, 1);
@@ -1186,6 +1194,7 @@ static void h2_error(h2s *s, int status) {
   int fl = snprintf(fields, sizeof fields, "Content-Type: %s\r\n", ctype);
   if (fl < 0 || (size_t)fl >= sizeof fields) fl = 0;
   s->refused = status;
+  h2_out_mark(s);
   hbuf_puts(&s->out, body);
   s->eof = 1;
   h2_submit(s, status, fields, (size_t)fl, (int64_t)s->out.len, 1);
@@ -1506,10 +1515,15 @@ static double conn_deadline(conn *c) {
   if (c->lingering) return c->linger_since + HTTPD_LINGER_TIMEOUT;
   double d = INFINITY;
   if (c->blocked) d = c->wprogress + o->write_timeout;
-  if (c->h2) { /* a request still arriving has read_timeout from HEADERS */
-    for (const h2s *s = c->streams; s; s = s->next)
-      if (!s->complete && !s->expired && s->started + o->read_timeout < d)
+  if (c->h2) { /* a request still arriving has read_timeout from HEADERS,
+                  a response waiting for its window write_timeout */
+    for (const h2s *s = c->streams; s; s = s->next) {
+      if (s->expired) continue;
+      if (!s->complete && s->started + o->read_timeout < d)
         d = s->started + o->read_timeout;
+      if (s->out.len && s->wprogress + o->write_timeout < d)
+        d = s->wprogress + o->write_timeout;
+    }
     double idle = c->idle_since + o->idle_timeout;
     return !c->streams && !c->out.len && idle < d ? idle : d;
   }
@@ -1859,16 +1873,20 @@ static void conn_on_defer(kl_defer_t *d) {
   h_leave(h);
 }
 
-/* Resets the streams whose requests did not arrive whole within
- * read_timeout of their HEADERS (CANCEL; on_stream_close frees them);
- * returns how many. */
+/* Resets (CANCEL; on_stream_close frees them) the streams whose requests
+ * did not arrive whole within read_timeout of their HEADERS, and those
+ * whose unsent bytes found no room in the client's window for
+ * write_timeout; returns how many. */
 static int h2_expire(conn *c, double tnow) {
+  const kl_httpd_opts_t *o = &c->h->o;
   int n = 0;
   for (h2s *s = c->streams; s; s = s->next) {
-    if (s->complete || s->expired || s->started + c->h->o.read_timeout > tnow)
-      continue;
-    kl_log(KL_LOG_DEBUG, "httpd: %s: stream %d: request read timeout", c->peer,
-           (int)s->id);
+    if (s->expired) continue;
+    int rd = !s->complete && s->started + o->read_timeout <= tnow;
+    int wr = s->out.len && s->wprogress + o->write_timeout <= tnow;
+    if (!rd && !wr) continue;
+    kl_log(KL_LOG_DEBUG, "httpd: %s: stream %d: %s timeout", c->peer,
+           (int)s->id, rd ? "request read" : "write");
     s->expired = 1;
     nghttp2_submit_rst_stream(c->h2, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_CANCEL);
     n++;
@@ -2414,7 +2432,10 @@ static int h2_reply(kl_httpd_req_t *r, int status, const void *body, size_t len,
   if (r->resp_close) h2_goaway(r->c);
   if (!s->cut) { /* an abort before the response sent RST_STREAM instead */
     int payload = !r->head && !nobody;
-    if (payload) hbuf_append(&s->out, body, len);
+    if (payload) {
+      h2_out_mark(s);
+      hbuf_append(&s->out, body, len);
+    }
     s->eof = 1;
     h2_submit(s, status, hbuf_data(&r->rh), r->rh.len,
               nobody ? -1 : (int64_t)len, payload);
@@ -2533,6 +2554,7 @@ static int h2_writev(kl_httpd_req_t *r, const struct iovec *iov, int n,
     return KL_ELIMIT;
   }
   size_t take = abort_take(r, total);
+  h2_out_mark(s);
   hbuf_append_iov(&s->out, iov, n, take);
   if (r->abort_armed) {
     r->abort_left -= take;

@@ -1372,6 +1372,28 @@ static void test_tls_round_trip(void) {
   KT_EQ_INT(kl_httpd_stream_end(held[before]), 0);
   held[before] = NULL;
 
+  /* A response whose bytes find no room in the client's window (this one
+   * never opens it) is reset write_timeout after its last progress, and
+   * its owner hears that it closed. */
+  before = nheld;
+  tc_sendn(h2, "\0\0\x0e\1\5\0\0\0\5\x82\x87\x44\x07/stream\x41\x01x", 23);
+  UNTIL(nheld == before + 1);
+  static char win[100000];
+  memset(win, 'w', sizeof win);
+  size_t seen = h2->len;
+  KT_EQ_INT(kl_httpd_stream_write(held[before], win, sizeof win), 0);
+  UNTIL(h2->len >= seen + 65535); /* the stream's first window */
+  spin(5);
+  KT_EQ_INT(h2_rst(h2, 5), 0);
+  kt_now += 59;
+  spin(5);
+  KT_EQ_INT(h2_rst(h2, 5), 0);
+  kt_now += 2;
+  UNTIL(h2_rst(h2, 5) || h2->err || h2->eof);
+  KT_EQ_INT(h2_rst(h2, 5), 1 + 8); /* CANCEL */
+  UNTIL(held[before] == NULL);
+  KT_EQ_INT(last_reason, KL_EIO);
+
   /* A client that is not speaking TLS is dropped. */
   tc *plain = tc_open();
   tc_send(plain, "GET /hello HTTP/1.1\r\nHost: x\r\n\r\n");
