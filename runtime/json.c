@@ -543,6 +543,10 @@ arr_first:
   goto value_nows;
 
 after:
+  if (end - p >= 2 && p[0] == ',' && p[1] == '"' && stk[depth - 1] == C_OBJ) {
+    p++; /* compact input: the next key follows the comma */
+    goto key_start;
+  }
   SKIP_WS(S_AFTER);
   c = *p;
   if (stk[depth - 1] == C_OBJ) {
