@@ -794,7 +794,8 @@ static int add_handler(lua_State *L, linf_t *li, unsigned types, int fn_idx,
   lua_pushvalue(L, fn_idx);
   h->fn_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   kl_proc_listener_opts_t lo = {call_handler, h, handler_free,
-                                resync < 0 ? KL_PROC_DEFAULT_RESYNC : resync};
+                                resync < 0 ? KL_PROC_DEFAULT_RESYNC : resync,
+                                types};
   h->id = kl_proc_add_listener(kl_informer_proc(li->inf), &lo);
   if (h->id == 0) {
     handler_free(h);
