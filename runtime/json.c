@@ -384,6 +384,7 @@ int kl_json_stream_next(kl_json_stream_t *s, kl_json_value_t *v) {
   unsigned depth = s->depth;
   uint8_t *stk = s->stack;
   int state = s->state;
+  const bool list = s->mode == KL_JSON_LIST; /* only then items/capture */
   char found[16];
   uint8_t c;
 
@@ -471,7 +472,7 @@ obj_key:
 
 key_start:
   s->key = true;
-  s->capture = s->mode == KL_JSON_LIST && depth == 1;
+  s->capture = list && depth == 1;
   s->keylen = 0;
   p++;
   goto str;
@@ -484,7 +485,8 @@ value:
   SKIP_WS(S_VALUE);
 value_nows:
   c = *p;
-  if (s->items_next) {
+  if (!list) {
+  } else if (s->items_next) {
     s->items_next = false;
     if (c == '[') {
       if (depth >= s->max_depth)
@@ -541,6 +543,10 @@ arr_first:
   goto value_nows;
 
 after:
+  if (end - p >= 2 && p[0] == ',' && p[1] == '"' && stk[depth - 1] == C_OBJ) {
+    p++; /* compact input: the next key follows the comma */
+    goto key_start;
+  }
   SKIP_WS(S_AFTER);
   c = *p;
   if (stk[depth - 1] == C_OBJ) {
@@ -586,16 +592,28 @@ value_done:                   /* a scalar ended */
 str:
   run = p;
   for (;;) {
+#if KL_SIMD
+    while (end - p >= 16) {
+      unsigned m = kl_simd_special(p);
+      if (m) {
+        p += __builtin_ctz(m);
+        goto str_stop;
+      }
+      p += 16;
+    }
+#endif
     while (end - p >= 8) {
       uint64_t m = kl_swar_special(kl_swar_load(p));
       if (m) {
         p += kl_swar_first(m);
+        if (KL_SWAR_EXACT) goto str_stop;
         break;
       }
       p += 8;
     }
     while (p < end && plain(*p))
       p++;
+  str_stop: /* p == end or *p is not plain */
     if (p == end) {
       if (s->capture) key_add(s, run, (size_t)(p - run));
       SUSPEND(S_STR);
@@ -607,6 +625,10 @@ str:
       if (!s->key) goto value_done;
       if (s->capture)
         s->items_next = s->keylen == 5 && memcmp(s->keybuf, "items", 5) == 0;
+      if (end - p >= 2 && *p == ':' && !ws_tab[p[1]]) {
+        p++; /* compact input: the value follows the colon */
+        goto value_nows;
+      }
       goto colon;
     }
     if (c == '\\') {

@@ -1,5 +1,8 @@
 /* json_swar.h — eight-bytes-at-a-time string scanning for the JSON code
  * (json.c, object.c, lua_json.c); private, not part of any module's API.
+ * Where SSE2 is there (always on x86-64), kl_simd_* test sixteen bytes at
+ * once and give an exact bit mask (bit i for byte i); callers keep the
+ * eight-byte loop for the rest and for other machines.
  *
  * Each mask has the high bit set in every byte that ends a run: for a byte
  * that truly matches, and possibly for bytes above it (a borrow only moves
@@ -47,5 +50,39 @@ static inline unsigned kl_swar_first(uint64_t mask) {
   return 0;
 #endif
 }
+
+/* 1 when kl_swar_first() gives the exact index of the first flagged byte,
+ * so a caller need not step over the bytes before it again. */
+#if defined(__GNUC__) && defined(__BYTE_ORDER__) &&                            \
+    __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define KL_SWAR_EXACT 1
+#else
+#define KL_SWAR_EXACT 0
+#endif
+
+#if defined(__SSE2__) && defined(__GNUC__)
+#include <emmintrin.h>
+#define KL_SIMD 1
+
+/* The bytes of p[0..16) that are '"' or '\\': bit i for byte i. */
+static inline unsigned kl_simd_quote_bs(const void *p) {
+  __m128i x = _mm_loadu_si128((const __m128i *)p);
+  return (unsigned)_mm_movemask_epi8(
+      _mm_or_si128(_mm_cmpeq_epi8(x, _mm_set1_epi8('"')),
+                   _mm_cmpeq_epi8(x, _mm_set1_epi8('\\'))));
+}
+
+/* The bytes of p[0..16) that kl_swar_special flags: '"', '\\', control
+ * bytes and bytes >= 0x80 (the last two are the signed bytes below 0x20). */
+static inline unsigned kl_simd_special(const void *p) {
+  __m128i x = _mm_loadu_si128((const __m128i *)p);
+  return (unsigned)_mm_movemask_epi8(
+      _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(x, _mm_set1_epi8('"')),
+                                _mm_cmpeq_epi8(x, _mm_set1_epi8('\\'))),
+                   _mm_cmplt_epi8(x, _mm_set1_epi8(0x20))));
+}
+#else
+#define KL_SIMD 0
+#endif
 
 #endif

@@ -38,6 +38,7 @@
 #define HANDLE_MT "kubelua.informer.handler"
 #define OBJREF_MT "kubelua.objref"
 #define EVENT_MT_KEY "kubelua.event.mt"
+#define KIT_KEY "kubelua.event.kit"      /* what push_event needs, by index */
 #define LIVE_KEY "kubelua.informer.live" /* id -> informer, weak values */
 #define BUDGET 512
 /* A handler call this long (seconds) is reported: it holds the loop, and
@@ -50,7 +51,8 @@ typedef struct linf {
   lua_State *L;
   kl_defer_t defer;
   int transform_ref;
-  int id;            /* its slot in the registry's table of live informers */
+  int kit_ref; /* the registry's KIT_KEY table: one handler call uses it */
+  int id;      /* its slot in the registry's table of live informers */
   bool in_transform; /* the transform runs: feeding is refused */
   /* The thread that calls transform and index functions: the main state
    * when the loop drives the informer, the calling task's thread while a
@@ -184,12 +186,50 @@ static int event_index(lua_State *L) {
 
 static const char *const note_names[] = {"", "add", "update", "delete"};
 
-static void push_event(lua_State *L, const kl_proc_note_t *n) {
+/* The kit: an array of the strings and metatables an event is made of,
+ * built once per Lua state, so that a handler call finds each by index
+ * instead of interning a name (lua_setfield, luaL_getmetatable) or making
+ * a closure (lua_pushcfunction) every time. The type names sit at
+ * KIT_NAMES + kl_proc_note_type_t. */
+enum {
+  KIT_TRACEBACK = 1,
+  KIT_OBJREF_MT,
+  KIT_EVENT_MT,
+  KIT_F_TYPE,
+  KIT_F_KEY,
+  KIT_NAMES /* + 1 .. 3: "add", "update", "delete" */
+};
+
+static int traceback(lua_State *L);
+
+static void make_kit(lua_State *L) {
+  lua_createtable(L, KIT_NAMES + 3, 0);
+  lua_pushcfunction(L, traceback);
+  lua_rawseti(L, -2, KIT_TRACEBACK);
+  luaL_getmetatable(L, OBJREF_MT);
+  lua_rawseti(L, -2, KIT_OBJREF_MT);
+  lua_getfield(L, LUA_REGISTRYINDEX, EVENT_MT_KEY);
+  lua_rawseti(L, -2, KIT_EVENT_MT);
+  lua_pushliteral(L, "type");
+  lua_rawseti(L, -2, KIT_F_TYPE);
+  lua_pushliteral(L, "key");
+  lua_rawseti(L, -2, KIT_F_KEY);
+  for (int t = 1; t <= 3; t++) {
+    lua_pushstring(L, note_names[t]);
+    lua_rawseti(L, -2, KIT_NAMES + t);
+  }
+  lua_setfield(L, LUA_REGISTRYINDEX, KIT_KEY);
+}
+
+/* Pushes the event table of n; kit is the kit's (absolute) stack index. */
+static void push_event(lua_State *L, int kit, const kl_proc_note_t *n) {
   lua_createtable(L, 1, 6);
-  lua_pushstring(L, note_names[n->type]);
-  lua_setfield(L, -2, "type");
+  lua_rawgeti(L, kit, KIT_F_TYPE);
+  lua_rawgeti(L, kit, KIT_NAMES + (int)n->type);
+  lua_rawset(L, -3);
+  lua_rawgeti(L, kit, KIT_F_KEY);
   lua_pushlstring(L, n->key, n->len);
-  lua_setfield(L, -2, "key");
+  lua_rawset(L, -3);
   if (n->initial) {
     lua_pushboolean(L, 1);
     lua_setfield(L, -2, "initial");
@@ -205,10 +245,10 @@ static void push_event(lua_State *L, const kl_proc_note_t *n) {
   objref_t *r = lua_newuserdata(L, sizeof *r);
   r->obj = n->obj ? kl_obj_ref(n->obj) : NULL;
   r->old = n->old ? kl_obj_ref(n->old) : NULL;
-  luaL_getmetatable(L, OBJREF_MT);
+  lua_rawgeti(L, kit, KIT_OBJREF_MT);
   lua_setmetatable(L, -2);
   lua_rawseti(L, -2, 0);
-  lua_getfield(L, LUA_REGISTRYINDEX, EVENT_MT_KEY);
+  lua_rawgeti(L, kit, KIT_EVENT_MT);
   lua_setmetatable(L, -2);
 }
 
@@ -224,15 +264,16 @@ static void call_handler(kl_proc_t *p, uint64_t id, const kl_proc_note_t *n,
   (void)p;
   (void)id;
   if (!(h->types & (1u << n->type))) return;
-  lua_checkstack(L, 8);
+  lua_checkstack(L, 10);
   int base = lua_gettop(L);
-  lua_pushcfunction(L, traceback);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, h->owner->kit_ref);
+  lua_rawgeti(L, base + 1, KIT_TRACEBACK);
   lua_rawgeti(L, LUA_REGISTRYINDEX, h->fn_ref);
-  push_event(L, n);
+  push_event(L, base + 1, n);
   kl_gen_scope_t saved;
   kl_rt_gen_enter(h->owner->rt, h->gen, &saved);
   double t0 = kl_clock_monotonic(NULL);
-  int rc = lua_pcall(L, 1, 0, base + 1);
+  int rc = lua_pcall(L, 1, 0, base + 2);
   double took = kl_clock_monotonic(NULL) - t0;
   kl_rt_gen_leave(h->owner->rt, &saved);
   /* The handler may have removed itself: h lives until this returns. */
@@ -675,6 +716,8 @@ static int informer_new(lua_State *L) {
   li->rt = rt;
   li->L = li->cur = kl_rt_lua(rt);
   li->transform_ref = LUA_NOREF;
+  lua_getfield(L, LUA_REGISTRYINDEX, KIT_KEY);
+  li->kit_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   snprintf(li->name, sizeof li->name, "%s", o.name ? o.name : "local");
   kl_defer_init(&li->defer, run_deferred);
   if (has_transform) {
@@ -734,6 +777,7 @@ static int informer_gc(lua_State *L) {
   kl_informer_free(li->inf);
   if (li->transform_ref != LUA_NOREF)
     luaL_unref(L, LUA_REGISTRYINDEX, li->transform_ref);
+  luaL_unref(L, LUA_REGISTRYINDEX, li->kit_ref);
   free(li);
   return 0;
 }
@@ -750,7 +794,8 @@ static int add_handler(lua_State *L, linf_t *li, unsigned types, int fn_idx,
   lua_pushvalue(L, fn_idx);
   h->fn_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   kl_proc_listener_opts_t lo = {call_handler, h, handler_free,
-                                resync < 0 ? KL_PROC_DEFAULT_RESYNC : resync};
+                                resync < 0 ? KL_PROC_DEFAULT_RESYNC : resync,
+                                types};
   h->id = kl_proc_add_listener(kl_informer_proc(li->inf), &lo);
   if (h->id == 0) {
     handler_free(h);
@@ -1422,6 +1467,7 @@ int kl_luaopen_informer(lua_State *L) {
   lua_pushcfunction(L, event_index);
   lua_setfield(L, -2, "__index");
   lua_setfield(L, LUA_REGISTRYINDEX, EVENT_MT_KEY);
+  make_kit(L);
   lua_newtable(L); /* live informers, by id; weak, so it keeps none alive */
   lua_createtable(L, 0, 1);
   lua_pushliteral(L, "v");

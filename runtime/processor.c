@@ -50,6 +50,7 @@ typedef struct pr_listener {
   kl_proc_handler_fn *fn;
   void *ud;
   void (*ud_free)(void *ud);
+  unsigned types; /* wanted note types (bits), 0: all; see distribute */
   double requested, period, next_resync;
   bool syncing, removed, busy;
   bool retiring; /* takes no new notifications; removed once drained */
@@ -131,13 +132,17 @@ static void discard(kl_proc_t *p, pr_listener *l) {
   ring_resize(l, 0);
 }
 
-/* distribute: to every listener, or for a sync note to the syncing ones. */
+/* distribute: to every listener, or for a sync note to the syncing ones;
+ * not to a listener whose handler ignores the type, unless it is an initial
+ * add (the listener's HasSynced counts those). */
 static void distribute(kl_proc_t *p, const pr_note *n, const char *key,
                        size_t len) {
   bool sync = (n->flags & PN_SYNC) != 0;
+  unsigned bit = (n->flags & PN_INITIAL) ? 0 : 1u << n->type;
   for (size_t i = 0; i < p->nls; i++) {
     pr_listener *l = p->ls[i];
     if (l->removed || l->retiring || (sync && !l->syncing)) continue;
+    if (l->types && bit && !(l->types & bit)) continue;
     push(p, l, n, key, len);
   }
 }
@@ -245,6 +250,7 @@ uint64_t kl_proc_add_listener(kl_proc_t *p, const kl_proc_listener_opts_t *lo) {
   l->fn = lo->fn;
   l->ud = lo->ud;
   l->ud_free = lo->ud_free;
+  l->types = lo->types;
   l->requested = req;
   l->period = effective_period(p, req, p->check_period);
   l->next_resync = now(p) + l->period;

@@ -99,6 +99,10 @@ typedef struct kl_proc_listener_opts {
   /* Requested resync period in seconds: 0 none, KL_PROC_DEFAULT_RESYNC for
    * the informer's default. Adjusted as client-go does (10.4). */
   double resync_period;
+  /* The notification types fn acts on, a bit (1u << type) each; 0: all.
+   * Others are not queued to it, as fn would ignore them, except initial
+   * adds, which its HasSynced waits for as client-go's does. */
+  unsigned types;
 } kl_proc_listener_opts_t;
 
 typedef struct kl_proc_listener_info {

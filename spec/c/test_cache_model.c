@@ -614,7 +614,7 @@ static void op_add_listener(void) {
       l->initial_queued++;
     }
   l->joined = kl_xcalloc(l->join.n + 1, sizeof *l->joined);
-  kl_proc_listener_opts_t lo = {handler, l, ml_free, opt};
+  kl_proc_listener_opts_t lo = {handler, l, ml_free, opt, 0};
   l->id = kl_proc_add_listener(S.p, &lo);
   KT_TRUE(l->id != 0);
 }

@@ -5,9 +5,10 @@
  * included), a changed RV for everyone, late joiners' synthetic adds and
  * their HasSynced, per-listener order and isolation under a fair bounded
  * pump, removal from anywhere (its own handler included), stop, store
- * errors, depth and high-water marks. The pipeline is a real store, FIFO
- * and processor wired as an informer does, on the fake clock and a timers
- * heap. Each test ends with a heap leak check (see test_store.c). */
+ * errors, depth and high-water marks, listeners for some types only. The
+ * pipeline is a real store, FIFO and processor wired as an informer does, on
+ * the fake clock and a timers heap. Each test ends with a heap leak check (see
+ * test_store.c). */
 #include <malloc.h>
 #include <stdint.h>
 #include <unistd.h>
@@ -135,10 +136,14 @@ static void inf_free(inf *x) {
   kl_timers_free(x->ts);
 }
 
-static uint64_t listen(inf *x, rec *r, double period) {
-  kl_proc_listener_opts_t lo = {handler, r, rec_free, period};
+static uint64_t listen_types(inf *x, rec *r, double period, unsigned types) {
+  kl_proc_listener_opts_t lo = {handler, r, rec_free, period, types};
   r->id = kl_proc_add_listener(x->p, &lo);
   return r->id;
+}
+
+static uint64_t listen(inf *x, rec *r, double period) {
+  return listen_types(x, r, period, 0);
 }
 
 /* Pops everything through processDeltas. */
@@ -499,6 +504,50 @@ static void test_t30_registration_synced_waits_for_handler(void) {
   KT_EQ_INT(heap_used(), heap0);
 }
 
+/* A listener for some types is not queued the others, but still gets the
+ * initial adds its HasSynced waits for (late ones included). */
+static void test_listener_types(void) {
+  size_t heap0 = heap_used();
+  inf x;
+  rec all = {0}, upd = {0}, late = {0};
+  inf_init(&x, 0);
+  listen(&x, &all, 0);
+  listen_types(&x, &upd, 0, 1u << KL_PROC_UPDATE);
+  kl_proc_start(x.p);
+  kl_obj_t *l[2] = {P("a", "1"), P("b", "1")};
+  kl_obj_t *a2 = P("a", "2"), *c1 = P("c", "1");
+  replace(&x, l, 2);
+  pop_all(&x);
+  KT_EQ_INT(kl_proc_pending(x.p), 4);
+  KT_TRUE(!kl_proc_listener_synced(x.p, upd.id));
+  KT_TRUE(!kl_proc_run(x.p, SIZE_MAX));
+  KT_TRUE(kl_proc_listener_synced(x.p, upd.id));
+  KT_EQ_STR(take(&upd), "+a@1(i) +b@1(i)");
+  KT_EQ_STR(take(&all), "+a@1(i) +b@1(i)");
+  kl_fifo_update(x.f, a2);
+  kl_fifo_add(x.f, c1);
+  kl_fifo_delete(x.f, l[1]);
+  pop_all(&x);
+  KT_EQ_INT(kl_proc_pending(x.p), 4); /* three for all, one for upd */
+  KT_TRUE(!kl_proc_run(x.p, SIZE_MAX));
+  KT_EQ_STR(take(&upd), "~a@1>a@2");
+  KT_EQ_STR(take(&all), "~a@1>a@2 +c@1 -b@1");
+  listen_types(&x, &late, 0, 1u << KL_PROC_DELETE);
+  KT_TRUE(!kl_proc_listener_synced(x.p, late.id));
+  KT_EQ_INT(kl_proc_pending(x.p), 2);
+  KT_TRUE(!kl_proc_run(x.p, SIZE_MAX));
+  KT_TRUE(kl_proc_listener_synced(x.p, late.id));
+  const char *got = take(&late);
+  KT_TRUE(strcmp(got, "+a@2(i) +c@1(i)") == 0 ||
+          strcmp(got, "+c@1(i) +a@2(i)") == 0);
+  kl_obj_unref(l[0]);
+  kl_obj_unref(l[1]);
+  kl_obj_unref(a2);
+  kl_obj_unref(c1);
+  inf_free(&x);
+  KT_EQ_INT(heap_used(), heap0);
+}
+
 /* ---- T-31 ---- */
 
 /* H-slow's handler runs the loop while it "blocks": everything else is
@@ -853,6 +902,7 @@ int main(int argc, char **argv) {
   KT_RUN(test_t28_changed_rv_goes_to_everyone);
   KT_RUN(test_t29_late_joining_handler);
   KT_RUN(test_t30_registration_synced_waits_for_handler);
+  KT_RUN(test_listener_types);
   KT_RUN(test_t31_order_and_isolation);
   KT_RUN(test_pump_is_fair_and_bounded);
   KT_RUN(test_retire_drains_then_removes);
