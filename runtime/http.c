@@ -74,6 +74,7 @@ struct kl_http_req {
   int added;     /* handed to curl_multi_add_handle */
   int cancelled;
   int aborted; /* a callback asked to stop */
+  int paused;  /* on_data refused a piece: curl holds it */
   char version[12];
   /* response headers of the last block: "name\0value\0…" */
   char *hbuf;
@@ -347,6 +348,10 @@ static size_t write_cb(char *p, size_t size, size_t n, void *ud) {
   if (r->on_data) {
     int stop = r->on_data(r, p, len, r->ud);
     if (r->cancelled) return 0;
+    if (stop == KL_HTTP_PAUSE) {
+      r->paused = 1;
+      return CURL_WRITEFUNC_PAUSE;
+    }
     if (stop) {
       r->aborted = 1;
       return 0;
@@ -606,6 +611,17 @@ fail:
   free(r->body);
   free(r);
   return NULL;
+}
+
+void kl_http_resume(kl_http_req_t *r) {
+  if (!r || !r->paused || r->cancelled) return;
+  kl_http_t *h = r->h;
+  int outer = h->in_curl;
+  r->paused = 0;
+  h->in_curl = 1;
+  curl_easy_pause(r->easy, CURLPAUSE_CONT); /* may hand back the piece */
+  h->in_curl = outer;
+  if (!outer) drive(h, CURL_SOCKET_TIMEOUT, 0); /* read on */
 }
 
 void kl_http_cancel(kl_http_req_t *r) {

@@ -24,9 +24,12 @@ typedef struct kl_http_req kl_http_req_t;
  * requests, cancel any request (this one included) and free the client. */
 typedef int kl_http_head_fn(kl_http_req_t *req, int status, void *ud);
 /* Called with each piece of the response body as it arrives. Return 0 to go
- * on, non-zero to abort (on_done follows with KL_EIO and "aborted"). */
+ * on, KL_HTTP_PAUSE to take nothing for now (the same piece comes again
+ * after kl_http_resume), anything else to abort (on_done follows with
+ * KL_EIO and "aborted"). */
 typedef int kl_http_data_fn(kl_http_req_t *req, const char *p, size_t n,
                             void *ud);
+#define KL_HTTP_PAUSE 0x7fff
 /* Called once at the end: err is 0 when the exchange completed (whatever the
  * HTTP status; msg is ""), KL_ETIMEDOUT when timeout or connect_timeout
  * passed, or KL_EIO, with a message in msg (curl's reason, never a header
@@ -105,6 +108,11 @@ kl_http_req_t *kl_http_start(kl_http_t *h, const kl_http_opts_t *opts,
  * is freed when curl returns); a no-op inside its own on_done, and for
  * NULL. */
 void kl_http_cancel(kl_http_req_t *req);
+
+/* Takes the body again after on_data returned KL_HTTP_PAUSE: the piece it
+ * refused may arrive inside this call. A request that is not paused is left
+ * alone. Call it from the loop, not from this request's callbacks. */
+void kl_http_resume(kl_http_req_t *req);
 
 /* The value of a response header (case-insensitive name; the first when
  * repeated), NUL-terminated, without surrounding blanks, from the last

@@ -365,6 +365,10 @@ static int process(void *ud, kl_fifo_popped_t *it) {
   return rc;
 }
 
+size_t kl_informer_backlog(const kl_informer_t *inf) {
+  return kl_fifo_len(inf->fifo) + kl_proc_pending(inf->proc);
+}
+
 bool kl_informer_run(kl_informer_t *inf, size_t budget) {
   for (size_t i = 0; i < budget; i++) {
     int rc = kl_fifo_pop(inf->fifo, process, inf);

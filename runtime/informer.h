@@ -105,6 +105,9 @@ int kl_informer_resync(kl_informer_t *inf);
  * keeps the key's last good state. */
 bool kl_informer_run(kl_informer_t *inf, size_t budget);
 
+/* Events waiting: queued keys plus notifications not yet delivered. */
+size_t kl_informer_backlog(const kl_informer_t *inf);
+
 /* True once the first Replace has been fully popped (client-go's
  * HasSynced). */
 bool kl_informer_has_synced(const kl_informer_t *inf);

@@ -149,6 +149,8 @@ struct kl_reflector {
   double w_start, w_last, w_end;
   uint64_t w_events;
   bool streaming; /* the watch answered 200: its stream is open */
+  bool paused;    /* the stream waits while the informer catches up */
+  kl_timer_t unpause;
   bool propagate, besides_added;
   failure_t evfail; /* the ERROR event that ended the stream */
 
@@ -484,7 +486,9 @@ static void drop_request(kl_reflector_t *r) {
   kl_http_cancel(r->req);
   r->req = NULL;
   r->streaming = false;
+  r->paused = false;
   kl_timers_stop(r->timers, &r->live);
+  kl_timers_stop(r->timers, &r->unpause);
 }
 
 /* ---- list(): the pager, then Replace ---- */
@@ -955,6 +959,27 @@ static void watch_stream_failed(kl_reflector_t *r, int rc, const char *err) {
   }
 }
 
+/* A watch stream stops being read while this many events wait in the
+ * informer (queued deltas and undelivered notifications), and is read again
+ * once half of them are gone: a burst (a watch catching up, a server
+ * replaying its history) then passes through a small working set instead
+ * of piling up in memory; the server holds the rest. */
+#define BACKLOG_HIGH 4096u
+#define UNPAUSE_CHECK 0.001
+
+static void on_unpause(kl_timer_t *t, void *ud) {
+  kl_reflector_t *r = ud;
+  (void)t;
+  if (!r->paused || !r->req) return;
+  r->w_last = now(r); /* quiet because we are not reading */
+  if (kl_informer_backlog(r->inf) > BACKLOG_HIGH / 2) {
+    kl_timers_start(r->timers, &r->unpause, now(r) + UNPAUSE_CHECK);
+    return;
+  }
+  r->paused = false;
+  kl_http_resume(r->req); /* the held piece may come back in here */
+}
+
 static int watch_data(kl_http_req_t *req, const char *p, size_t n, void *ud) {
   kl_reflector_t *r = ud;
   char err[512] = "";
@@ -963,6 +988,12 @@ static int watch_data(kl_http_req_t *req, const char *p, size_t n, void *ud) {
   if (r->status != 200) {
     keep_error_body(r, p, n);
     return 0;
+  }
+  if (!r->initial && kl_informer_backlog(r->inf) >= BACKLOG_HIGH) {
+    r->paused = true;
+    r->st.watch_pauses++;
+    kl_timers_start(r->timers, &r->unpause, now(r) + UNPAUSE_CHECK);
+    return KL_HTTP_PAUSE;
   }
   r->w_last = now(r);
   arm_live(r);
@@ -982,7 +1013,9 @@ static void watch_response(kl_http_req_t *req, int err, const char *msg,
   (void)req;
   r->req = NULL;
   r->streaming = false;
+  r->paused = false;
   kl_timers_stop(r->timers, &r->live);
+  kl_timers_stop(r->timers, &r->unpause);
   if (r->status == 0 && err != 0) {
     failure_from_transport(&f, msg, "watch");
     (r->initial ? wl_failed : watch_setup_failed)(r, &f);
@@ -1187,6 +1220,7 @@ kl_reflector_t *kl_reflector_new(kl_loop_t *loop, kl_http_t *http,
   r->bo_last = now(r);
   kl_timer_init(&r->wait, on_wait, r);
   kl_timer_init(&r->live, on_live, r);
+  kl_timer_init(&r->unpause, on_unpause, r);
   kl_defer_init(&r->step, on_step);
   return r;
 }
@@ -1200,8 +1234,10 @@ void kl_reflector_stop(kl_reflector_t *r) {
     r->req = NULL;
   }
   r->streaming = false;
+  r->paused = false;
   kl_timers_stop(r->timers, &r->wait);
   kl_timers_stop(r->timers, &r->live);
+  kl_timers_stop(r->timers, &r->unpause);
   kl_loop_undefer(r->loop, &r->step);
   kl_informer_list_free(r->acc);
   r->acc = NULL;

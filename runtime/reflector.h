@@ -123,6 +123,7 @@ typedef struct kl_reflector_stats {
   uint64_t relists;        /* lists completed after the first */
   uint64_t watches;        /* watch requests sent */
   uint64_t watch_restarts; /* watches deemed dead by the liveness timeout */
+  uint64_t watch_pauses;   /* times a watch stream waited for the informer */
   uint64_t events;         /* watch events received (bookmarks included) */
   uint64_t errors;         /* failed rounds and watch-stream errors */
   uint64_t backoffs;       /* backoff waits */

@@ -826,6 +826,47 @@ static void test_events_in_order(void) {
   teardown();
 }
 
+/* While 4096 events wait in the informer (the handlers are behind), the
+ * watch stream is not read; it is read again once half are gone, and
+ * nothing is lost or reordered. */
+static void test_backlog_pauses_the_watch(void) {
+  enum { N = 5000 };
+  size_t cap = (size_t)N * 200, len = 0;
+  char *burst = malloc(cap);
+  for (int i = 0; i < N; i++)
+    len += (size_t)snprintf(
+        burst + len, cap - len,
+        "{\"type\":\"ADDED\",\"object\":{\"kind\":\"ConfigMap\","
+        "\"apiVersion\":\"v1\",\"metadata\":{\"name\":\"o%d\","
+        "\"namespace\":\"ns\",\"resourceVersion\":\"%d\"}}}\n",
+        i, 200 + i);
+  setup();
+  start_listed();
+  wsend(burst);
+  UNTIL(stats().events >= 4096);
+  settle();
+  uint64_t seen = stats().events;
+  KT_TRUE(seen >= 4096 && seen < N);
+  KT_TRUE(kl_informer_backlog(inf) >= 4096);
+  KT_EQ_INT(stats().watch_pauses, 1);
+  advance(0.01); /* still behind: stays paused */
+  settle();
+  KT_EQ_INT(stats().events, seen);
+  pump();
+  KT_EQ_INT(kl_informer_backlog(inf), 0);
+  advance(0.01);
+  UNTIL(stats().events == N);
+  KT_EQ_INT(stats().watch_pauses, 1);
+  pump();
+  KT_EQ_INT(ncached(), N + 2);
+  KT_EQ_STR(cached("ns/o0"), "200");
+  KT_EQ_STR(cached("ns/o4999"), "5199");
+  KT_EQ_STR(kl_reflector_last_rv(refl), "5199");
+  KT_EQ_INT(nerrors, 0);
+  free(burst);
+  teardown();
+}
+
 /* A watch that receives nothing for the liveness timeout is restarted from
  * the last RV; any byte resets the clock. Its own deadline (timeoutSeconds)
  * ends it normally too. */
@@ -1557,6 +1598,7 @@ int main(void) {
   KT_RUN(test_synthetic_adds_do_not_move_rv);
   KT_RUN(test_list_429_retry_after);
   KT_RUN(test_events_in_order);
+  KT_RUN(test_backlog_pauses_the_watch);
   KT_RUN(test_liveness_restarts_dead_watch);
   KT_RUN(test_liveness_configurable);
   KT_RUN(test_decode_error_relists);
