@@ -15,6 +15,9 @@
 --                       update events, no other event, or the run fails)
 --   cpu_s               the client's utime + stime (/proc/self/stat) from
 --                       the informer's start to the M-th event
+-- Each system runs COMPARE_RUNS times (default 3), in rounds; each figure
+-- printed is its median over the runs (watch_events_per_s_each lists the
+-- runs' events/s), and the ratios are those of the medians.
 --   events_per_cpu_s    M / the client's CPU seconds in the watch phase:
 --                       what the client could take if the writer were not
 --                       the limit (see below)
@@ -53,6 +56,8 @@ local TIMEOUT = 1800
 
 local quote, read, running = proc.quote, proc.read, proc.running
 
+local RUNS = tonumber(os.getenv("COMPARE_RUNS") or "3")
+assert(RUNS and RUNS >= 1 and RUNS % 1 == 0, "COMPARE_RUNS is a whole number >= 1")
 local DELIVERY = os.getenv("COMPARE_DELIVERY") or "held"
 assert(DELIVERY == "held" or DELIVERY == "live", "COMPARE_DELIVERY is held or live")
 
@@ -169,11 +174,29 @@ local function run_system(name, cmd)
   }
 end
 
+local FIELDS = { "sync_s", "watch_events_per_s", "bytes_per_object", "cpu_s", "events_per_cpu_s",
+  "writer_events_per_s" }
+
+-- Each figure's median over a system's runs, and its events/s in each run.
+local function median_of(rs)
+  local m = { system = rs[1].system, each = {} }
+  for i, r in ipairs(rs) do m.each[i] = ("%.0f"):format(r.watch_events_per_s) end
+  for _, f in ipairs(FIELDS) do
+    local v = {}
+    for i, r in ipairs(rs) do v[i] = r[f] end
+    table.sort(v)
+    local n = #v
+    m[f] = n % 2 == 1 and v[(n + 1) / 2] or (v[n / 2] + v[n / 2 + 1]) / 2
+  end
+  return m
+end
+
 local function line(r)
-  return ('{"system":"%s","objects":%d,"events":%d,"sync_s":%.3f,"watch_events_per_s":%.0f,'
-    .. '"bytes_per_object":%.0f,"cpu_s":%.2f,"events_per_cpu_s":%.0f,'
-    .. '"writer_events_per_s":%.0f}'):format(r.system, N, M, r.sync_s, r.watch_events_per_s,
-    r.bytes_per_object, r.cpu_s, r.events_per_cpu_s, r.writer_events_per_s)
+  return ('{"system":"%s","objects":%d,"events":%d,"runs":%d,"sync_s":%.3f,'
+    .. '"watch_events_per_s":%.0f,"bytes_per_object":%.0f,"cpu_s":%.2f,"events_per_cpu_s":%.0f,'
+    .. '"writer_events_per_s":%.0f,"watch_events_per_s_each":[%s]}'):format(r.system, N, M,
+    #r.each, r.sync_s, r.watch_events_per_s, r.bytes_per_object, r.cpu_s, r.events_per_cpu_s,
+    r.writer_events_per_s, table.concat(r.each, ","))
 end
 
 local function main()
@@ -188,9 +211,20 @@ local function main()
       .. quote(kubeconfig)
       .. " bench/compare/kubelua_client.lua " .. M .. " keep_managed_fields",
   }
-  local results = {}
+  local runs, names = {}, {}
   for name in SYSTEMS:gmatch("[^,]+") do
-    local r = run_system(name, assert(cmds[name], "unknown system " .. name))
+    assert(cmds[name], "unknown system " .. name)
+    names[#names + 1], runs[name] = name, {}
+  end
+  for _ = 1, RUNS do -- rounds, so that drift in the machine reaches every system alike
+    for _, name in ipairs(names) do
+      local r = run_system(name, cmds[name])
+      table.insert(runs[name], r)
+    end
+  end
+  local results = {}
+  for _, name in ipairs(names) do
+    local r = median_of(runs[name])
     results[name] = r
     print(line(r))
     io.stdout:flush()
