@@ -527,6 +527,7 @@ kl_http_req_t *kl_http_start(kl_http_t *h, const kl_http_opts_t *o, char *err,
   curl_easy_setopt(e, CURLOPT_HEADERDATA, r);
   curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, write_cb);
   curl_easy_setopt(e, CURLOPT_WRITEDATA, r);
+  if (o->read_size) curl_easy_setopt(e, CURLOPT_BUFFERSIZE, (long)o->read_size);
   curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
   /* Wait for a connection being set up to tell whether it multiplexes —
    * only over TLS, where ALPN tells at the handshake. Over plain HTTP curl

@@ -80,6 +80,10 @@ typedef struct kl_http_opts {
    * probes, as client-go's dialer), because connections are shared and a
    * watch often rides one that another request opened. */
   int keepalive;
+  /* Bytes curl reads from the connection at a time for this request; 0 is
+   * curl's 16 KiB. A stream of many small events (a watch, a list) takes
+   * far fewer reads with more (on_data still gets at most 16 KiB at once). */
+  size_t read_size;
   const kl_http_tls_t *tls;
   kl_http_head_fn *on_head;
   kl_http_data_fn *on_data;
