@@ -148,22 +148,6 @@ static int hexval(uint8_t c) {
 
 static inline bool is_digit(uint8_t c) { return (uint8_t)(c - '0') < 10; }
 
-/* 1 for bytes that continue a plain run inside a string. */
-// clang-format off
-static const uint8_t plain_tab[256] = {
-#define R16(x) x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x
-    R16(0), R16(0),                                 /* 0x00-0x1f */
-    1, 1, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, /* 0x20: '"' */
-    R16(1), R16(1),                                 /* 0x30-0x4f */
-    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1, /* 0x50: '\\' */
-    R16(1), R16(1),                                 /* 0x60-0x7f */
-    R16(0), R16(0), R16(0), R16(0), R16(0), R16(0), R16(0), R16(0),
-#undef R16
-};
-// clang-format on
-
-static inline bool plain(uint8_t c) { return plain_tab[c] != 0; }
-
 static void describe(uint8_t c, char *out, size_t n) {
   if (c > 0x20 && c < 0x7f)
     snprintf(out, n, "'%c'", c);
@@ -592,28 +576,8 @@ value_done:                   /* a scalar ended */
 str:
   run = p;
   for (;;) {
-#if KL_SIMD
-    while (end - p >= 16) {
-      unsigned m = kl_simd_special(p);
-      if (m) {
-        p += __builtin_ctz(m);
-        goto str_stop;
-      }
-      p += 16;
-    }
-#endif
-    while (end - p >= 8) {
-      uint64_t m = kl_swar_special(kl_swar_load(p));
-      if (m) {
-        p += kl_swar_first(m);
-        if (KL_SWAR_EXACT) goto str_stop;
-        break;
-      }
-      p += 8;
-    }
-    while (p < end && plain(*p))
-      p++;
-  str_stop: /* p == end or *p is not plain */
+    p = (const uint8_t *)kl_scan_special((const char *)p, (const char *)end);
+    /* p == end or *p is not plain */
     if (p == end) {
       if (s->capture) key_add(s, run, (size_t)(p - run));
       SUSPEND(S_STR);
@@ -966,16 +930,7 @@ const char *kl_json_ws(const char *p, const char *end) {
  * start at p, or NULL. */
 static const char *skip_str(const char *p, const char *end) {
   for (;;) {
-    while (end - p >= 8) {
-      uint64_t m = kl_swar_quote_bs(kl_swar_load(p));
-      if (m) {
-        p += kl_swar_first(m);
-        break;
-      }
-      p += 8;
-    }
-    while (p < end && *p != '"' && *p != '\\')
-      p++;
+    p = kl_scan_quote_bs(p, end);
     if (p >= end) return NULL;
     if (*p == '"') return p + 1;
     p += 2;

@@ -1,5 +1,6 @@
 /* json_swar.h — eight-bytes-at-a-time string scanning for the JSON code
  * (json.c, object.c, lua_json.c); private, not part of any module's API.
+ * kl_scan_quote_bs and kl_scan_special are the scans they share.
  * Where SSE2 is there (always on x86-64), kl_simd_* test sixteen bytes at
  * once and give an exact bit mask (bit i for byte i); callers keep the
  * eight-byte loop for the rest and for other machines.
@@ -84,5 +85,50 @@ static inline unsigned kl_simd_special(const void *p) {
 #else
 #define KL_SIMD 0
 #endif
+
+/* The first byte of [p, end) that is '"' or '\\', or end. */
+static inline const char *kl_scan_quote_bs(const char *p, const char *end) {
+#if KL_SIMD
+  for (; end - p >= 16; p += 16) {
+    unsigned m = kl_simd_quote_bs(p);
+    if (m) return p + __builtin_ctz(m);
+  }
+#endif
+  for (; end - p >= 8; p += 8) {
+    uint64_t m = kl_swar_quote_bs(kl_swar_load(p));
+    if (m) {
+      p += kl_swar_first(m);
+      if (KL_SWAR_EXACT) return p;
+      break;
+    }
+  }
+  while (p < end && *p != '"' && *p != '\\')
+    p++;
+  return p;
+}
+
+/* The first byte of [p, end) that ends a plain run inside a string ('"',
+ * '\\', a control byte or a byte >= 0x80), or end. */
+static inline const char *kl_scan_special(const char *p, const char *end) {
+#if KL_SIMD
+  for (; end - p >= 16; p += 16) {
+    unsigned m = kl_simd_special(p);
+    if (m) return p + __builtin_ctz(m);
+  }
+#endif
+  for (; end - p >= 8; p += 8) {
+    uint64_t m = kl_swar_special(kl_swar_load(p));
+    if (m) {
+      p += kl_swar_first(m);
+      if (KL_SWAR_EXACT) return p;
+      break;
+    }
+  }
+  for (; p < end; p++) {
+    uint8_t c = (uint8_t)*p;
+    if (c == '"' || c == '\\' || c < 0x20 || c >= 0x80) break;
+  }
+  return p;
+}
 
 #endif

@@ -79,20 +79,6 @@ static const uint8_t ws_tab[256] = {
 
 static inline bool is_ws(char c) { return ws_tab[(uint8_t)c] != 0; }
 
-/* 1 for the bytes that continue a plain run inside a string. */
-// clang-format off
-static const uint8_t plain_tab[256] = {
-#define R16(x) x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x
-    R16(0), R16(0),                                 /* 0x00-0x1f */
-    1, 1, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, /* 0x20: '"' */
-    R16(1), R16(1),                                 /* 0x30-0x4f */
-    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1, /* 0x50: '\\' */
-    R16(1), R16(1),                                 /* 0x60-0x7f */
-    R16(0), R16(0), R16(0), R16(0), R16(0), R16(0), R16(0), R16(0),
-#undef R16
-};
-// clang-format on
-
 static int hexval(uint8_t c) {
   if (c >= '0' && c <= '9') return c - '0';
   c |= 0x20;
@@ -211,16 +197,7 @@ static int dec_string_rest(dec_t *d, const char *s, const char *q) {
   const char *end = d->end;
   bool esc = false;
   for (;;) {
-    while (end - q >= 8) {
-      uint64_t m = kl_swar_special(kl_swar_load(q));
-      if (m) {
-        q += kl_swar_first(m);
-        break;
-      }
-      q += 8;
-    }
-    while (q < end && plain_tab[(uint8_t)*q])
-      q++;
+    q = kl_scan_special(q, end);
     if (q >= end) return -1;
     uint8_t c = (uint8_t)*q;
     if (c == '"') break;
@@ -253,18 +230,12 @@ static int dec_string_rest(dec_t *d, const char *s, const char *q) {
 /* Pushes the string whose opening quote is at d->p, checking it. Inline
  * for the common case: nothing but plain bytes up to the closing quote. */
 static inline int dec_string(dec_t *d) {
-  const char *s = d->p + 1, *q = s;
-  while (d->end - q >= 8) {
-    uint64_t m = kl_swar_special(kl_swar_load(q));
-    if (m) {
-      q += kl_swar_first(m);
-      if (*q != '"') break;
-      d->p = q + 1;
-      d->esc = false;
-      lua_pushlstring(d->L, s, (size_t)(q - s));
-      return 0;
-    }
-    q += 8;
+  const char *s = d->p + 1, *q = kl_scan_special(s, d->end);
+  if (q < d->end && *q == '"') {
+    d->p = q + 1;
+    d->esc = false;
+    lua_pushlstring(d->L, s, (size_t)(q - s));
+    return 0;
   }
   return dec_string_rest(d, s, q);
 }

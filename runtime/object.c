@@ -147,28 +147,7 @@ static const char *str_end(walk_t *w, const char *p, bool *esc) {
   const char *q = p + 1, *end = w->end;
   *esc = false;
   for (;;) {
-#if KL_SIMD
-    while (end - q >= 16) {
-      unsigned m = kl_simd_quote_bs(q);
-      if (m) {
-        q += __builtin_ctz(m);
-        goto stop;
-      }
-      q += 16;
-    }
-#endif
-    while (end - q >= 8) {
-      uint64_t m = kl_swar_quote_bs(kl_swar_load(q));
-      if (m) {
-        q += kl_swar_first(m);
-        if (KL_SWAR_EXACT) goto stop;
-        break;
-      }
-      q += 8;
-    }
-    while (q < end && *q != '"' && *q != '\\')
-      q++;
-  stop:
+    q = kl_scan_quote_bs(q, end);
     if (q >= end) return bad(w, p);
     if (*q == '"') return q;
     *esc = true;
