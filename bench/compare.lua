@@ -65,19 +65,13 @@ assert(DELIVERY == "held" or DELIVERY == "live", "COMPARE_DELIVERY is held or li
 local sim = simlib.new { history_size = math.max(20000, M + 1) }
 local s = sim.store
 local srv = assert(sim:listen { host = "127.0.0.1", port = 0 })
-local nsres = s:resource("v1", "namespaces")
 local pods = s:resource("v1", "pods")
 
 local function pod(i, ns, variant, rv) return podlib.table(i, ns, variant, rv, true) end
 
 local function populate(n)
   for i = 1, n do
-    local ns = "ns-" .. (i % 50)
-    if not nsres.objects[ns] then
-      s:create(nsres, nil, { apiVersion = "v1", kind = "Namespace", metadata = { name = ns } },
-        { internal = true })
-    end
-    local p = pod(i, ns, 0, tostring(s:next_rv()))
+    local p = pod(i, podlib.namespace(s, i), 0, tostring(s:next_rv()))
     s:put(pods, p, "ADDED")
   end
 end
@@ -109,8 +103,7 @@ local variant = 0
 
 -- M modifications through the store's event path; returns events/s.
 local function write_events()
-  local keys, ids = s:sorted_keys(pods), {}
-  for j, key in ipairs(keys) do ids[j] = tonumber(pods.objects[key].name:match("%d+")) end
+  local keys, ids = podlib.cycle(s, pods)
   local t0 = kube.monotonic()
   for n = 1, M do
     local j = (n % #keys) + 1

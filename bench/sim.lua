@@ -54,7 +54,6 @@ local sim = simlib.new { history_size = 1000 }
 local s = sim.store
 local srv = assert(sim:listen { host = "127.0.0.1", port = 0 })
 local base = "http://127.0.0.1:" .. srv:port()
-local nsres = s:resource("v1", "namespaces")
 local pods = s:resource("v1", "pods")
 
 -- Pod i as a new table sharing the template's unchanged parts.
@@ -67,19 +66,8 @@ local function pod_json(i, variant)
   return podlib.pod_bytes(i, s:next_rv(), variant)
 end
 
-local function ensure_ns(ns)
-  if not nsres.objects[ns] then
-    s:create(nsres, nil, { apiVersion = "v1", kind = "Namespace", metadata = { name = ns } },
-      { internal = true })
-  end
-end
-
 local function populate(n)
-  for i = 1, n do
-    local ns = "ns-" .. (i % 50)
-    ensure_ns(ns)
-    s:put(pods, pod(i, ns, 0), "ADDED")
-  end
+  for i = 1, n do s:put(pods, pod(i, podlib.namespace(s, i), 0), "ADDED") end
 end
 
 -- Runs EVENTS modifications with nwatchers watching; returns events/s.
@@ -90,8 +78,7 @@ local function watch_phase(nwatchers)
       .. "/api/v1/pods?watch=true&resourceVersion=" .. s.rv .. "&timeoutSeconds=600"))
   end
   while watcher_count(pods) < nwatchers do kube.sleep(0.005) end
-  local keys, ids = s:sorted_keys(pods), {}
-  for j, key in ipairs(keys) do ids[j] = tonumber(pods.objects[key].name:match("%d+")) end
+  local keys, ids = podlib.cycle(s, pods)
   local t0 = kube.now()
   for n = 1, EVENTS do
     local j = (n % #keys) + 1
@@ -117,13 +104,8 @@ local function replay_phase()
   local rs = rsim.store
   local rsrv = assert(rsim:listen { host = "127.0.0.1", port = 0 })
   local rpods = rs:resource("v1", "pods")
-  local rns = rs:resource("v1", "namespaces")
   for i = 1, OBJECTS do
-    local ns = "ns-" .. (i % 50)
-    if not rns.objects[ns] then
-      rs:create(rns, nil, { apiVersion = "v1", kind = "Namespace", metadata = { name = ns } },
-        { internal = true })
-    end
+    podlib.namespace(rs, i)
     rs:put_json(rpods, podlib.pod_bytes(i, rs:next_rv(), 0), "ADDED")
   end
   local pid = sh_bg("exec curl -s -N -A kube-bench -o /dev/null " .. quote("http://127.0.0.1:"
@@ -131,8 +113,7 @@ local function replay_phase()
     .. "&timeoutSeconds=600"))
   while watcher_count(rpods) < 1 do kube.sleep(0.005) end
   rsim:inject { hold_watches = true }
-  local keys, ids = rs:sorted_keys(rpods), {}
-  for j, key in ipairs(keys) do ids[j] = tonumber(rpods.objects[key].name:match("%d+")) end
+  local keys, ids = podlib.cycle(rs, rpods)
   for n = 1, EVENTS do
     local j = (n % #keys) + 1
     rs:put_json(rpods, podlib.pod_bytes(ids[j], rs:next_rv(), n), "MODIFIED",
@@ -155,8 +136,7 @@ end
 local function list_phase()
   -- top the Pods up to LIST_OBJECTS
   for i = pods.count + 1, LIST_OBJECTS do
-    local ns = "ns-" .. (i % 50)
-    s:put(pods, pod(i, ns, 0), "ADDED")
+    s:put(pods, pod(i, podlib.namespace(s, i), 0), "ADDED")
   end
   local out = os.tmpname()
   local t0 = kube.now()

@@ -22,19 +22,10 @@ local CHUNK = 256 * 1024
 -- (j - 1) % N + 1, in round r = ceil(j / N), with resourceVersion
 -- 1000 + N * r + i and host ip variant r, so every event changes its Pod.
 local function modified()
-  local chunks, parts, bytes = {}, {}, 0
-  for j = 1, M do
+  return pods.chunks(M, CHUNK, function(j)
     local i, r = (j - 1) % N + 1, math.floor((j - 1) / N) + 1
-    local e = pods.event("MODIFIED", i, 1000 + N * r + i, r)
-    parts[#parts + 1] = e
-    bytes = bytes + #e
-    if bytes >= CHUNK then
-      chunks[#chunks + 1] = table.concat(parts)
-      parts, bytes = {}, 0
-    end
-  end
-  if #parts > 0 then chunks[#chunks + 1] = table.concat(parts) end
-  return chunks
+    return pods.event("MODIFIED", i, 1000 + N * r + i, r)
+  end)
 end
 
 kube.spawn(function()

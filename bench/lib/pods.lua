@@ -84,12 +84,12 @@ function _M.event(kind, i, rv, v)
   return '{"type":"' .. kind .. '","object":' .. _M.pod(i, rv, v) .. '}\n'
 end
 
--- Watch-stream bytes for events first..last of `kind`, in chunks of about
+-- Watch-stream bytes of the lines event(1) .. event(n), in chunks of about
 -- `size` bytes (an array of strings).
-function _M.stream(kind, first, last, size, rv0)
+function _M.chunks(n, size, event)
   local chunks, parts, bytes = {}, {}, 0
-  for i = first, last do
-    local e = _M.event(kind, i, (rv0 or 1000) + i, rv0)
+  for k = 1, n do
+    local e = event(k)
     parts[#parts + 1] = e
     bytes = bytes + #e
     if bytes >= size then
@@ -99,6 +99,34 @@ function _M.stream(kind, first, last, size, rv0)
   end
   if #parts > 0 then chunks[#chunks + 1] = table.concat(parts) end
   return chunks
+end
+
+-- Watch-stream bytes for events first..last of `kind`, in chunks of about
+-- `size` bytes (an array of strings).
+function _M.stream(kind, first, last, size, rv0)
+  return _M.chunks(last - first + 1, size, function(k)
+    local i = first + k - 1
+    return _M.event(kind, i, (rv0 or 1000) + i, rv0)
+  end)
+end
+
+-- Creates Pod i's namespace, ns-(i mod 50), in the simulator store s when
+-- it is missing; returns its name.
+function _M.namespace(s, i)
+  local ns, res = "ns-" .. (i % 50), s:resource("v1", "namespaces")
+  if not res.objects[ns] then
+    s:create(res, nil, { apiVersion = "v1", kind = "Namespace", metadata = { name = ns } },
+      { internal = true })
+  end
+  return ns
+end
+
+-- The Pods stored in res, in key order, and the number i of each: what a
+-- writer cycles over.
+function _M.cycle(s, res)
+  local keys, nums = s:sorted_keys(res), {}
+  for j, key in ipairs(keys) do nums[j] = tonumber(res.objects[key].name:match("%d+")) end
+  return keys, nums
 end
 
 local shared -- the fixture decoded, for table()
