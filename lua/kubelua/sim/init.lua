@@ -415,27 +415,27 @@ end
 -- that falls behind; the client's resume then gets 410).
 local function catch_up(s, res, w, req, from)
   local h, i = res.history, res.hist_first
+  -- events it needs are gone: trimmed, compacted, or the store was reset
+  local function overtaken()
+    return i < res.hist_first or res.history ~= h or s:resource(res.gv, res.name) ~= res
+  end
   if from < res.hist_start then
     req:finish()
     return false
   end
-  while i <= res.hist_last do
-    if i < res.hist_first or res.history ~= h or s:resource(res.gv, res.name) ~= res then
+  repeat
+    if overtaken() then
       req:finish()
       return false
     end
+    if i > res.hist_last then return true end
     local ev = s:event(res, i)
     if ev.rv > from then
       store.deliver(res, w, ev)
       if not req:alive() or not keep_up(req) then return false end
     end
     i = i + 1
-  end
-  if res.history ~= h or s:resource(res.gv, res.name) ~= res then
-    req:finish()
-    return false
-  end
-  return true
+  until false
 end
 
 function Sim:watch(req, res, ns, params, r)
