@@ -78,8 +78,25 @@ typedef struct lreq {
 
 /* --- requests ------------------------------------------------------------ */
 
+/* The request and bytes metatables are also kept in the registry under
+ * these light-userdata keys, so that the type checks of the calls made per
+ * watch event (req:write, httpd.join, json.meta) find them without hashing
+ * their names. */
+static char req_mt_key, bytes_mt_key;
+
+/* Whether the value at idx is a userdata whose metatable is the one kept
+ * under key. */
+static int is_udata(lua_State *L, int idx, void *key) {
+  if (lua_type(L, idx) != LUA_TUSERDATA || !lua_getmetatable(L, idx)) return 0;
+  lua_pushlightuserdata(L, key);
+  lua_rawget(L, LUA_REGISTRYINDEX);
+  int is = lua_rawequal(L, -1, -2);
+  lua_pop(L, 2);
+  return is;
+}
+
 static lreq_t *check_req(lua_State *L, const char *fn) {
-  lreq_t *lr = luaL_testudata(L, 1, REQ_MT);
+  lreq_t *lr = is_udata(L, 1, &req_mt_key) ? lua_touserdata(L, 1) : NULL;
   if (!lr)
     kl_lua_error(L, fn, "expected a request, got %s", luaL_typename(L, 1));
   return lr;
@@ -366,98 +383,6 @@ static int req_stream_begin(lua_State *L) {
 
 /* --- bytes --------------------------------------------------------------- */
 
-/* The bytes of a string or bytes value at idx, or NULL. mt: the index of
- * the bytes metatable, or 0 to look it up. */
-static const char *to_bytes(lua_State *L, int idx, int mt, size_t *len) {
-  int t = lua_type(L, idx);
-  if (t == LUA_TSTRING) return lua_tolstring(L, idx, len);
-  if (t != LUA_TUSERDATA || !lua_getmetatable(L, idx)) return NULL;
-  if (mt)
-    lua_pushvalue(L, mt);
-  else
-    luaL_getmetatable(L, BYTES_MT);
-  int is = lua_rawequal(L, -1, -2);
-  lua_pop(L, 2);
-  if (!is) return NULL;
-  lbytes_t *b = lua_touserdata(L, idx);
-  *len = b->len;
-  return b->data;
-}
-
-const char *kl_lua_bytes(lua_State *L, int idx, size_t *len) {
-  return to_bytes(L, idx, 0, len);
-}
-
-/* Adds up the bytes of parts[i..j] of the table at t (nested tables
- * counted whole), or raises. */
-static size_t join_size(lua_State *L, int t, lua_Integer i, lua_Integer j,
-                        int mt, int depth) {
-  size_t total = 0, len;
-  luaL_checkstack(L, 2, "httpd.join");
-  for (lua_Integer k = i; k <= j; k++) {
-    lua_rawgeti(L, t, (int)k);
-    if (lua_type(L, -1) == LUA_TTABLE && depth < 8) {
-      total += join_size(L, lua_gettop(L), 1, (lua_Integer)lua_objlen(L, -1),
-                         mt, depth + 1);
-    } else if (to_bytes(L, -1, mt, &len)) {
-      total += len;
-    } else {
-      kl_lua_error(L, "httpd.join",
-                   "part %d: expected a string, bytes or a "
-                   "table of them, got %s",
-                   (int)k, luaL_typename(L, -1));
-    }
-    lua_pop(L, 1);
-  }
-  return total;
-}
-
-/* Copies what join_size counted to p; returns the end. */
-static char *join_copy(lua_State *L, int t, lua_Integer i, lua_Integer j,
-                       int mt, const char *sep, size_t seplen, char *p) {
-  size_t len;
-  for (lua_Integer k = i; k <= j; k++) {
-    if (k > i && seplen) {
-      memcpy(p, sep, seplen);
-      p += seplen;
-    }
-    lua_rawgeti(L, t, (int)k);
-    if (lua_type(L, -1) == LUA_TTABLE) {
-      p = join_copy(L, lua_gettop(L), 1, (lua_Integer)lua_objlen(L, -1), mt,
-                    NULL, 0, p);
-    } else {
-      const char *d = to_bytes(L, -1, mt, &len);
-      memcpy(p, d, len);
-      p += len;
-    }
-    lua_pop(L, 1);
-  }
-  return p;
-}
-
-/* httpd.join(parts [, i [, j [, sep]]]) -> bytes: parts[i..j] (strings,
- * bytes, or tables of parts joined whole; default 1..#parts) joined with
- * sep (default "") between the top-level parts. */
-static int l_join(lua_State *L) {
-  luaL_checktype(L, 1, LUA_TTABLE);
-  lua_Integer i = luaL_optinteger(L, 2, 1);
-  lua_Integer j = lua_isnoneornil(L, 3) ? (lua_Integer)lua_objlen(L, 1)
-                                        : luaL_checkinteger(L, 3);
-  size_t seplen = 0;
-  const char *sep = luaL_optlstring(L, 4, "", &seplen);
-  lua_settop(L, 4);
-  luaL_getmetatable(L, BYTES_MT);
-  int mt = lua_gettop(L);
-  size_t total = join_size(L, 1, i, j, mt, 0);
-  if (j > i) total += (size_t)(j - i) * seplen;
-  lbytes_t *b = lua_newuserdata(L, sizeof *b + total);
-  b->len = total;
-  join_copy(L, 1, i, j, mt, sep, seplen, b->data);
-  lua_pushvalue(L, mt);
-  lua_setmetatable(L, -2);
-  return 1;
-}
-
 static int bytes_len(lua_State *L) {
   lbytes_t *b = luaL_checkudata(L, 1, BYTES_MT);
   lua_pushinteger(L, (lua_Integer)b->len);
@@ -470,6 +395,121 @@ static int bytes_tostring(lua_State *L) {
   return 1;
 }
 
+static const luaL_Reg bytes_meta[] = {
+    {"__len", bytes_len},
+    {"__tostring", bytes_tostring},
+    {NULL, NULL},
+};
+
+/* Pushes the bytes metatable, made on first use (kubelua.json makes bytes
+ * too, maybe before kubelua.httpd is loaded). */
+static void push_bytes_mt(lua_State *L) {
+  lua_pushlightuserdata(L, &bytes_mt_key);
+  lua_rawget(L, LUA_REGISTRYINDEX);
+  if (!lua_isnil(L, -1)) return;
+  lua_pop(L, 1);
+  luaL_newmetatable(L, BYTES_MT);
+  luaL_setfuncs(L, bytes_meta, 0);
+  lua_pushstring(L, BYTES_MT);
+  lua_setfield(L, -2, "__metatable");
+  lua_pushlightuserdata(L, &bytes_mt_key);
+  lua_pushvalue(L, -2);
+  lua_rawset(L, LUA_REGISTRYINDEX);
+}
+
+/* The bytes of a string or bytes value at idx, or NULL. */
+static const char *to_bytes(lua_State *L, int idx, size_t *len) {
+  if (lua_type(L, idx) == LUA_TSTRING) return lua_tolstring(L, idx, len);
+  if (!is_udata(L, idx, &bytes_mt_key)) return NULL;
+  lbytes_t *b = lua_touserdata(L, idx);
+  *len = b->len;
+  return b->data;
+}
+
+const char *kl_lua_bytes(lua_State *L, int idx, size_t *len) {
+  return to_bytes(L, idx, len);
+}
+
+/* The pieces httpd.join copies, gathered in one walk of its parts: the
+ * strings stay where Lua keeps them (the parts table anchors them for the
+ * call), so each is read from the table once. */
+typedef struct spans {
+  struct span {
+    const char *p;
+    size_t n;
+  } * v, fixed[64];
+  size_t n, cap, total;
+} spans_t;
+
+static void spans_add(spans_t *s, const char *p, size_t n) {
+  if (s->n == s->cap) {
+    size_t cap = s->cap * 2;
+    struct span *v = kl_xmalloc(cap * sizeof *v);
+    memcpy(v, s->v, s->n * sizeof *v);
+    if (s->v != s->fixed) free(s->v);
+    s->v = v;
+    s->cap = cap;
+  }
+  s->v[s->n++] = (struct span){p, n};
+  s->total += n;
+}
+
+/* Gathers parts[i..j] of the table at t (nested tables whole) with sep
+ * between them; raises on a part of another type. */
+static void join_gather(lua_State *L, int t, lua_Integer i, lua_Integer j,
+                        const char *sep, size_t seplen, int depth, spans_t *s) {
+  size_t len;
+  /* One slot per level (depth < 8) and to_bytes's two: within the
+   * LUA_MINSTACK slots a C function has. */
+  for (lua_Integer k = i; k <= j; k++) {
+    if (k > i && seplen) spans_add(s, sep, seplen);
+    lua_rawgeti(L, t, (int)k);
+    const char *d;
+    if (lua_type(L, -1) == LUA_TTABLE && depth < 8) {
+      join_gather(L, lua_gettop(L), 1, (lua_Integer)lua_objlen(L, -1), NULL, 0,
+                  depth + 1, s);
+    } else if ((d = to_bytes(L, -1, &len))) {
+      if (len) spans_add(s, d, len);
+    } else {
+      if (s->v != s->fixed) free(s->v);
+      s->v = s->fixed;
+      kl_lua_error(L, "httpd.join",
+                   "part %d: expected a string, bytes or a "
+                   "table of them, got %s",
+                   (int)k, luaL_typename(L, -1));
+    }
+    lua_pop(L, 1);
+  }
+}
+
+/* httpd.join(parts [, i [, j [, sep]]]) -> bytes: parts[i..j] (strings,
+ * bytes, or tables of parts joined whole; default 1..#parts) joined with
+ * sep (default "") between the top-level parts. */
+static int l_join(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  lua_Integer i = luaL_optinteger(L, 2, 1);
+  lua_Integer j = lua_isnoneornil(L, 3) ? (lua_Integer)lua_objlen(L, 1)
+                                        : luaL_checkinteger(L, 3);
+  size_t seplen = 0;
+  const char *sep = luaL_optlstring(L, 4, "", &seplen);
+  spans_t s;
+  s.v = s.fixed;
+  s.n = s.total = 0;
+  s.cap = sizeof s.fixed / sizeof s.fixed[0];
+  join_gather(L, 1, i, j, sep, seplen, 0, &s);
+  lbytes_t *b = lua_newuserdata(L, sizeof *b + s.total);
+  b->len = s.total;
+  char *p = b->data;
+  for (size_t k = 0; k < s.n; k++) {
+    memcpy(p, s.v[k].p, s.v[k].n);
+    p += s.v[k].n;
+  }
+  if (s.v != s.fixed) free(s.v);
+  push_bytes_mt(L);
+  lua_setmetatable(L, -2);
+  return 1;
+}
+
 /* req:write(s, ...) -> true | nil, "closed" | nil, "limit": the strings
  * (or bytes) are sent as one chunk. */
 static int req_write(lua_State *L) {
@@ -478,7 +518,7 @@ static int req_write(lua_State *L) {
   struct iovec iov[16];
   if (n > 16) return kl_lua_error(L, "req:write", "at most 16 pieces");
   for (int i = 0; i < n; i++) {
-    const char *d = to_bytes(L, i + 2, 0, &iov[i].iov_len);
+    const char *d = to_bytes(L, i + 2, &iov[i].iov_len);
     if (!d)
       return kl_lua_error(L, "req:write", "expected strings, got %s",
                           luaL_typename(L, i + 2));
@@ -830,22 +870,6 @@ static const char runner_src[] =
     "  end\n"
     "end\n";
 
-static const luaL_Reg bytes_meta[] = {
-    {"__len", bytes_len},
-    {"__tostring", bytes_tostring},
-    {NULL, NULL},
-};
-
-/* Pushes the bytes metatable, made on first use (kubelua.json makes bytes
- * too, maybe before kubelua.httpd is loaded). */
-static void push_bytes_mt(lua_State *L) {
-  if (luaL_newmetatable(L, BYTES_MT)) {
-    luaL_setfuncs(L, bytes_meta, 0);
-    lua_pushstring(L, BYTES_MT);
-    lua_setfield(L, -2, "__metatable");
-  }
-}
-
 char *kl_lua_newbytes(lua_State *L, size_t len) {
   lbytes_t *b = lua_newuserdata(L, sizeof *b + len);
   b->len = len;
@@ -860,9 +884,14 @@ static const luaL_Reg httpd_funcs[] = {
     {NULL, NULL},
 };
 
-static void new_methods_mt(lua_State *L, const char *name,
+static void new_methods_mt(lua_State *L, const char *name, void *key,
                            const luaL_Reg *methods, lua_CFunction gc) {
   luaL_newmetatable(L, name);
+  if (key) {
+    lua_pushlightuserdata(L, key);
+    lua_pushvalue(L, -2);
+    lua_rawset(L, LUA_REGISTRYINDEX);
+  }
   lua_newtable(L);
   luaL_setfuncs(L, methods, 0);
   lua_setfield(L, -2, "__index");
@@ -874,8 +903,8 @@ static void new_methods_mt(lua_State *L, const char *name,
 }
 
 int kl_luaopen_httpd(lua_State *L) {
-  new_methods_mt(L, SERVER_MT, srv_methods, srv_gc);
-  new_methods_mt(L, REQ_MT, req_methods, req_gc);
+  new_methods_mt(L, SERVER_MT, NULL, srv_methods, srv_gc);
+  new_methods_mt(L, REQ_MT, &req_mt_key, req_methods, req_gc);
   lua_getfield(L, LUA_REGISTRYINDEX, RUNNER_KEY);
   int have = !lua_isnil(L, -1);
   lua_pop(L, 1);
