@@ -135,19 +135,6 @@ struct kl_json_stream {
   uint8_t stack_small[KL_JSON_MAX_DEPTH];
 };
 
-/* Byte classes. */
-static const uint8_t ws_tab[256] = {
-    [' '] = 1, ['\t'] = 1, ['\n'] = 1, ['\r'] = 1};
-
-static int hexval(uint8_t c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  c |= 0x20;
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  return -1;
-}
-
-static inline bool is_digit(uint8_t c) { return (uint8_t)(c - '0') < 10; }
-
 static void describe(uint8_t c, char *out, size_t n) {
   if (c > 0x20 && c < 0x7f)
     snprintf(out, n, "'%c'", c);
@@ -298,11 +285,11 @@ static int limit_fail(kl_json_stream_t *s, const uint8_t *p) {
   } while (0)
 #define SKIP_WS(st)                                                            \
   do {                                                                         \
-    if (p < end && ws_tab[*p]) {                                               \
+    if (p < end && kl_json_ws_tab[*p]) {                                       \
       s->ws_seen = true;                                                       \
       do                                                                       \
         p++;                                                                   \
-      while (p < end && ws_tab[*p]);                                           \
+      while (p < end && kl_json_ws_tab[*p]);                                   \
     }                                                                          \
     if (p == end) SUSPEND(st);                                                 \
   } while (0)
@@ -321,8 +308,11 @@ static int limit_fail(kl_json_stream_t *s, const uint8_t *p) {
 #define FOUND(c) (describe((c), found, sizeof found), found)
 
 /* A container of the value opens at p, depth containers deep. */
-static inline void ct_open(kl_json_stream_t *s, const uint8_t *p,
-                           unsigned depth) {
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+static inline void
+ct_open(kl_json_stream_t *s, const uint8_t *p, unsigned depth) {
   if (!s->in_value || depth >= KL_JSON_INDEX_DEPTH) return;
   uint64_t off = OFF(p) - s->voff;
   s->ct_at[depth] = NO_ENTRY;
@@ -363,12 +353,18 @@ static inline void key_add(kl_json_stream_t *s, const void *a, size_t n) {
   s->keylen = (uint8_t)(s->keylen + n);
 }
 
-int kl_json_stream_next(kl_json_stream_t *s, kl_json_value_t *v) {
+/* The parser, made twice (see kl_json_stream_next): list is a constant in
+ * each copy, so the checks for a list's items and captured keys vanish
+ * from the one that reads single objects. */
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+static inline int
+stream_next(kl_json_stream_t *s, kl_json_value_t *v, const bool list) {
   const uint8_t *p = s->cur, *end = s->end, *run;
   unsigned depth = s->depth;
   uint8_t *stk = s->stack;
   int state = s->state;
-  const bool list = s->mode == KL_JSON_LIST; /* only then items/capture */
   char found[16];
   uint8_t c;
 
@@ -410,7 +406,7 @@ int kl_json_stream_next(kl_json_stream_t *s, kl_json_value_t *v) {
   }
 
 top:
-  while (p < end && ws_tab[*p])
+  while (p < end && kl_json_ws_tab[*p])
     p++;
   if (p == end) SUSPEND(S_TOP);
   if (s->mode == KL_JSON_LIST && s->list_started)
@@ -589,7 +585,7 @@ str:
       if (!s->key) goto value_done;
       if (s->capture)
         s->items_next = s->keylen == 5 && memcmp(s->keybuf, "items", 5) == 0;
-      if (end - p >= 2 && *p == ':' && !ws_tab[p[1]]) {
+      if (end - p >= 2 && *p == ':' && !kl_json_ws_tab[p[1]]) {
         p++; /* compact input: the value follows the colon */
         goto value_nows;
       }
@@ -662,7 +658,7 @@ esc:
 uhex:
   while (s->hex_left) {
     if (p == end) SUSPEND(S_UHEX);
-    int h = hexval(*p);
+    int h = kl_json_hexval(*p);
     if (h < 0) FAIL_AT(s->esc_off, "invalid \\u escape");
     s->ucp = s->ucp << 4 | (uint32_t)h;
     s->hex_left--;
@@ -712,16 +708,16 @@ num_minus:
     p++;
     goto num_zero;
   }
-  if (!is_digit(*p)) FAIL(KL_EPARSE, p, "invalid number");
+  if (!kl_json_is_digit(*p)) FAIL(KL_EPARSE, p, "invalid number");
   p++;
 num_int:
-  while (p < end && is_digit(*p))
+  while (p < end && kl_json_is_digit(*p))
     p++;
   if (p == end) SUSPEND(S_NUM_INT);
   goto num_tail;
 num_zero:
   if (p == end) SUSPEND(S_NUM_ZERO);
-  if (is_digit(*p)) FAIL(KL_EPARSE, p, "invalid number (leading zero)");
+  if (kl_json_is_digit(*p)) FAIL(KL_EPARSE, p, "invalid number (leading zero)");
 num_tail:
   if (*p == '.') {
     p++;
@@ -734,10 +730,10 @@ num_tail:
   goto value_done;
 num_dot:
   if (p == end) SUSPEND(S_NUM_DOT);
-  if (!is_digit(*p)) FAIL(KL_EPARSE, p, "invalid number");
+  if (!kl_json_is_digit(*p)) FAIL(KL_EPARSE, p, "invalid number");
   p++;
 num_frac:
-  while (p < end && is_digit(*p))
+  while (p < end && kl_json_is_digit(*p))
     p++;
   if (p == end) SUSPEND(S_NUM_FRAC);
   if ((*p | 0x20) == 'e') {
@@ -751,15 +747,15 @@ num_e:
     p++;
     goto num_esign;
   }
-  if (!is_digit(*p)) FAIL(KL_EPARSE, p, "invalid number");
+  if (!kl_json_is_digit(*p)) FAIL(KL_EPARSE, p, "invalid number");
   p++;
   goto num_exp;
 num_esign:
   if (p == end) SUSPEND(S_NUM_ESIGN);
-  if (!is_digit(*p)) FAIL(KL_EPARSE, p, "invalid number");
+  if (!kl_json_is_digit(*p)) FAIL(KL_EPARSE, p, "invalid number");
   p++;
 num_exp:
-  while (p < end && is_digit(*p))
+  while (p < end && kl_json_is_digit(*p))
     p++;
   if (p == end) SUSPEND(S_NUM_EXP);
   goto value_done;
@@ -836,6 +832,12 @@ suspend: /* p == end */
   return KL_EAGAIN;
 }
 
+int kl_json_stream_next(kl_json_stream_t *s, kl_json_value_t *v) {
+  /* only a list has items and captured keys */
+  return s->mode == KL_JSON_LIST ? stream_next(s, v, true)
+                                 : stream_next(s, v, false);
+}
+
 int kl_json_stream_end(kl_json_stream_t *s) {
   if (s->state == S_FAILED) return s->code;
   if (s->cur != s->end) return KL_EINVAL;
@@ -865,8 +867,157 @@ int kl_json_stream_end(kl_json_stream_t *s) {
   return KL_OK;
 }
 
+/* --- Checking a whole object at once --- */
+
+/* The end of the number that starts at p, or NULL when it is not one. */
+static const uint8_t *number_end(const uint8_t *p, const uint8_t *end) {
+  if (*p == '-' && ++p == end) return NULL;
+  if (*p == '0') {
+    p++;
+  } else {
+    if (!kl_json_is_digit(*p)) return NULL;
+    while (++p < end && kl_json_is_digit(*p))
+      ;
+  }
+  if (p < end && *p == '.') {
+    if (++p == end || !kl_json_is_digit(*p)) return NULL;
+    while (++p < end && kl_json_is_digit(*p))
+      ;
+  }
+  if (p < end && (*p == 'e' || *p == 'E')) {
+    if (++p < end && (*p == '+' || *p == '-')) p++;
+    if (p == end || !kl_json_is_digit(*p)) return NULL;
+    while (++p < end && kl_json_is_digit(*p))
+      ;
+  }
+  return p;
+}
+
+/* Indexes a container that opens at p, depth deep (as ct_open does). */
+static inline void whole_open(kl_json_ctbuf_t *ix, size_t *nct, uint32_t *at,
+                              const uint8_t *p, const uint8_t *start,
+                              unsigned depth) {
+  if (depth >= KL_JSON_INDEX_DEPTH) return;
+  at[depth] = NO_ENTRY;
+  if (*nct == KL_JSON_INDEX_MAX) return;
+  if (*nct == ix->cap) {
+    ix->cap = ix->cap ? 2 * ix->cap : 256;
+    ix->ct = kl_xrealloc(ix->ct, ix->cap * sizeof *ix->ct);
+  }
+  ix->ct[*nct] = (kl_json_container_t){(uint32_t)(p - start), 0};
+  at[depth] = (uint32_t)(*nct)++;
+}
+
+#define WHOLE_WS()                                                             \
+  do {                                                                         \
+    if (p < end && kl_json_ws_tab[*p]) {                                       \
+      ws = true;                                                               \
+      do                                                                       \
+        p++;                                                                   \
+      while (p < end && kl_json_ws_tab[*p]);                                   \
+    }                                                                          \
+    if (p == end) return false;                                                \
+  } while (0)
+
+/* kl_json_check_indexed's fast path, for a text that is all there: the
+ * stream's grammar, limits and index without its suspend points and
+ * state. It answers only yes or no; for no, the stream reads the text
+ * again and says where and why. */
+bool kl_json_check_whole(const void *buf, size_t len, kl_json_value_t *v,
+                         kl_json_ctbuf_t *ix) {
+  const uint8_t *base = buf, *p = base, *end = base + len, *start;
+  uint8_t stk[KL_JSON_MAX_DEPTH]; /* each open container's closer */
+  uint32_t at[KL_JSON_INDEX_DEPTH];
+  unsigned depth = 0;
+  size_t nct = 0;
+  bool ws = false, esc = false;
+  if (len > KL_JSON_MAX_VALUE || len >= UINT32_MAX) return false;
+  while (p < end && kl_json_ws_tab[*p])
+    p++;
+  if (p == end || *p != '{') return false;
+  start = p;
+open:
+  if (depth >= KL_JSON_MAX_DEPTH) return false;
+  whole_open(ix, &nct, at, p, start, depth);
+  stk[depth++] = *p == '{' ? '}' : ']';
+  p++;
+  WHOLE_WS();
+  if (*p == stk[depth - 1]) goto close;
+  if (stk[depth - 1] == ']') goto value;
+key:
+  if (*p != '"') return false;
+  p = (const uint8_t *)kl_json_str_close((const char *)p + 1, (const char *)end,
+                                         &esc);
+  if (!p) return false;
+  p++;
+  if (p < end && *p == ':') {
+    p++;
+  } else {
+    WHOLE_WS();
+    if (*p != ':') return false;
+    p++;
+  }
+value:
+  WHOLE_WS();
+  switch (*p) {
+  case '{':
+  case '[': goto open;
+  case '"':
+    p = (const uint8_t *)kl_json_str_close((const char *)p + 1,
+                                           (const char *)end, &esc);
+    if (!p) return false;
+    p++;
+    break;
+  case 't':
+    if (end - p < 4 || memcmp(p, "true", 4) != 0) return false;
+    p += 4;
+    break;
+  case 'f':
+    if (end - p < 5 || memcmp(p, "false", 5) != 0) return false;
+    p += 5;
+    break;
+  case 'n':
+    if (end - p < 4 || memcmp(p, "null", 4) != 0) return false;
+    p += 4;
+    break;
+  default:
+    if (*p != '-' && !kl_json_is_digit(*p)) return false;
+    if (!(p = number_end(p, end))) return false;
+  }
+after:
+  if (end - p >= 2 && p[0] == ',' && p[1] == '"' && stk[depth - 1] == '}') {
+    p++; /* compact input: the next key follows the comma */
+    goto key;
+  }
+  WHOLE_WS();
+  if (*p == ',') {
+    p++;
+    WHOLE_WS();
+    if (stk[depth - 1] == '}') goto key;
+    goto value;
+  }
+  if (*p != stk[depth - 1]) return false;
+close:
+  depth--;
+  if (depth < KL_JSON_INDEX_DEPTH && at[depth] != NO_ENTRY)
+    ix->ct[at[depth]].close = (uint32_t)(p + 1 - start);
+  p++;
+  if (depth) goto after;
+  v->json = (kl_json_span_t){(const char *)start, (size_t)(p - start)};
+  v->offset = (uint64_t)(start - base);
+  v->compact = !ws;
+  v->containers = nct ? ix->ct : NULL;
+  v->ncontainers = nct;
+  while (p < end && kl_json_ws_tab[*p])
+    p++;
+  return p == end;
+}
+
+#undef WHOLE_WS
+
 int kl_json_check_indexed(const void *buf, size_t len, kl_json_value_t *v,
                           kl_json_ctbuf_t *ix, char *err, size_t errlen) {
+  if (kl_json_check_whole(buf, len, v, ix)) return KL_OK;
   kl_json_stream_t s;
   int rc;
   init(&s, NULL);
@@ -921,7 +1072,7 @@ int kl_json_validate(const void *buf, size_t len, unsigned max_depth, char *err,
 /* --- Reading validated JSON --- */
 
 const char *kl_json_ws(const char *p, const char *end) {
-  while (p < end && ws_tab[(uint8_t)*p])
+  while (p < end && kl_json_ws_tab[(uint8_t)*p])
     p++;
   return p;
 }
@@ -964,7 +1115,7 @@ const char *kl_json_skip(const char *p, const char *end) {
   }
   default:
     while (p < end && *p != ',' && *p != '}' && *p != ']' &&
-           !ws_tab[(uint8_t)*p])
+           !kl_json_ws_tab[(uint8_t)*p])
       p++;
     return p;
   }
@@ -997,7 +1148,7 @@ static size_t put_utf8(uint32_t cp, char *out) {
 static uint32_t hex4(const char *p) {
   uint32_t v = 0;
   for (int i = 0; i < 4; i++) {
-    int h = hexval((uint8_t)p[i]);
+    int h = kl_json_hexval((uint8_t)p[i]);
     v = v << 4 | (uint32_t)(h < 0 ? 0 : h);
   }
   return v;
@@ -1042,10 +1193,13 @@ size_t kl_json_unescape(const char *p, size_t n, char *out) {
   return (size_t)(o - out);
 }
 
-/* Compares the raw string contents [p, p+n) with key after decoding. */
-static bool key_equals(const char *p, size_t n, const char *key, size_t klen) {
-  if (!memchr(p, '\\', n)) return n == klen && memcmp(p, key, n) == 0;
-  if (n > 1024) return false; /* a decoded key is never longer than raw */
+/* Compares the raw string contents [p, p+n) with key after decoding; esc:
+ * whether they hold a backslash. */
+static bool key_equals(const char *p, size_t n, bool esc, const char *key,
+                       size_t klen) {
+  if (!esc) return n == klen && memcmp(p, key, n) == 0;
+  /* an escape makes the raw name longer than the decoded one */
+  if (n <= klen || n > 1024) return false;
   char tmp[1024];
   size_t m = kl_json_unescape(p, n, tmp);
   return m == klen && memcmp(tmp, key, m) == 0;
@@ -1071,28 +1225,38 @@ const char *kl_json_skip_in(const kl_json_value_t *v, const char *p,
   return kl_json_skip(p, end);
 }
 
+#define KEYS_FIXED 8 /* key lengths measured once, for this many keys */
+
 bool kl_json_members_in(const kl_json_value_t *v, kl_json_span_t obj,
                         const char *const *keys, size_t n,
                         kl_json_span_t *vals) {
   const char *p = obj.p, *end = obj.p + obj.n;
-  for (size_t i = 0; i < n; i++)
+  size_t klen[KEYS_FIXED];
+  for (size_t i = 0; i < n; i++) {
     vals[i] = (kl_json_span_t){NULL, 0};
+    if (i < KEYS_FIXED) klen[i] = strlen(keys[i]);
+  }
   p = kl_json_ws(p, end);
   if (p == end || *p != '{') return false;
   p = kl_json_ws(p + 1, end);
   if (p < end && *p == '}') return true;
   while (p < end && *p == '"') {
-    const char *ks = p + 1, *ke = skip_str(ks, end);
+    const char *ks = p + 1, *ke = kl_scan_quote_bs(ks, end);
+    bool esc = ke < end && *ke == '\\'; /* the first stop is a backslash */
+    ke = esc ? skip_str(ke, end) : ke < end ? ke + 1 : NULL;
     if (!ke) return false;
     p = kl_json_ws(ke, end);
     if (p == end || *p != ':') return false;
     p = kl_json_ws(p + 1, end);
-    const char *ve = kl_json_skip_in(v, p, end);
+    const char *ve = p < end && *p == '"' ? skip_str(p + 1, end)
+                                          : kl_json_skip_in(v, p, end);
     if (!ve) return false;
     /* A repeated key: the last one wins, as in kl_obj_parse, kubelua.json
      * and Go's encoding/json, so every reader sees the same value. */
+    size_t kn = (size_t)(ke - 1 - ks);
     for (size_t i = 0; i < n; i++) {
-      if (key_equals(ks, (size_t)(ke - 1 - ks), keys[i], strlen(keys[i]))) {
+      size_t kl = i < KEYS_FIXED ? klen[i] : strlen(keys[i]);
+      if (key_equals(ks, kn, esc, keys[i], kl)) {
         vals[i] = (kl_json_span_t){p, (size_t)(ve - p)};
         break;
       }
@@ -1128,7 +1292,7 @@ bool kl_json_int64(kl_json_span_t v, int64_t *out) {
   if (p == end) return false;
   lim = neg ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX;
   for (; p < end; p++) {
-    if (!is_digit((uint8_t)*p)) return false;
+    if (!kl_json_is_digit((uint8_t)*p)) return false;
     unsigned d = (unsigned)(*p - '0');
     if (acc > (lim - d) / 10) return false;
     acc = acc * 10 + d;

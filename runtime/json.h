@@ -137,6 +137,13 @@ typedef struct kl_json_ctbuf {
 int kl_json_check_indexed(const void *buf, size_t len, kl_json_value_t *v,
                           kl_json_ctbuf_t *ix, char *err, size_t errlen);
 
+/* The first try of kl_json_check_indexed: the same checks and index for a
+ * text held whole, faster, answering only whether it passes (the stream
+ * then finds the error). Exposed so that the fuzz target can hold the two
+ * to the same answers. */
+bool kl_json_check_whole(const void *buf, size_t len, kl_json_value_t *v,
+                         kl_json_ctbuf_t *ix);
+
 /* Checks that buf holds exactly one JSON value of any type (whitespace
  * around it allowed), nested at most max_depth deep (0: the default).
  * Returns KL_OK or KL_EPARSE with "byte N: reason" in err. */

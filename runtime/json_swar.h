@@ -1,6 +1,9 @@
 /* json_swar.h — eight-bytes-at-a-time string scanning for the JSON code
  * (json.c, object.c, lua_json.c); private, not part of any module's API.
- * kl_scan_quote_bs and kl_scan_special are the scans they share.
+ * kl_scan_quote_bs and kl_scan_special are the scans they share; the byte
+ * classes and the checks of escapes, UTF-8 and a string's rest at the end
+ * serve the readers of whole texts (json.c's kl_json_check_indexed and
+ * lua_json.c's decoder).
  * Where SSE2 is there (always on x86-64), kl_simd_* test sixteen bytes at
  * once and give an exact bit mask (bit i for byte i); callers keep the
  * eight-byte loop for the rest and for other machines.
@@ -12,6 +15,8 @@
 #ifndef KL_JSON_SWAR_H
 #define KL_JSON_SWAR_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -129,6 +134,117 @@ static inline const char *kl_scan_special(const char *p, const char *end) {
     if (c == '"' || c == '\\' || c < 0x20 || c >= 0x80) break;
   }
   return p;
+}
+
+/* --- Byte classes and the checks of whole-text readers --- */
+
+static const uint8_t kl_json_ws_tab[256] = {
+    [' '] = 1, ['\t'] = 1, ['\n'] = 1, ['\r'] = 1};
+
+static inline bool kl_json_is_ws(uint8_t c) { return kl_json_ws_tab[c] != 0; }
+
+static inline bool kl_json_is_digit(uint8_t c) {
+  return (uint8_t)(c - '0') < 10;
+}
+
+static inline int kl_json_hexval(uint8_t c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  c |= 0x20;
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  return -1;
+}
+
+/* The length of the valid escape at q (a backslash), 0 if invalid: a \u
+ * escape of a UTF-16 surrogate counts with its pair. */
+static inline size_t kl_json_escape_len(const char *q, const char *end) {
+  if (end - q < 2) return 0;
+  switch (q[1]) {
+  case '"':
+  case '\\':
+  case '/':
+  case 'b':
+  case 'f':
+  case 'n':
+  case 'r':
+  case 't': return 2;
+  case 'u': {
+    uint32_t cp = 0;
+    if (end - q < 6) return 0;
+    for (int i = 2; i < 6; i++) {
+      int h = kl_json_hexval((uint8_t)q[i]);
+      if (h < 0) return 0;
+      cp = cp << 4 | (uint32_t)h;
+    }
+    if (cp >= 0xdc00 && cp <= 0xdfff) return 0;
+    if (cp < 0xd800 || cp > 0xdbff) return 6;
+    if (end - q < 12 || q[6] != '\\' || q[7] != 'u') return 0;
+    cp = 0;
+    for (int i = 8; i < 12; i++) {
+      int h = kl_json_hexval((uint8_t)q[i]);
+      if (h < 0) return 0;
+      cp = cp << 4 | (uint32_t)h;
+    }
+    return cp >= 0xdc00 && cp <= 0xdfff ? 12 : 0;
+  }
+  default: return 0;
+  }
+}
+
+/* The length of the valid UTF-8 sequence at s (n bytes left), 0 if
+ * invalid. */
+static inline size_t kl_utf8_len(const unsigned char *s, size_t n) {
+  unsigned char c = s[0], lo = 0x80, hi = 0xbf;
+  size_t len;
+  if (c < 0xc2) return 0;
+  if (c < 0xe0) {
+    len = 2;
+  } else if (c < 0xf0) {
+    len = 3;
+    if (c == 0xe0) lo = 0xa0;
+    if (c == 0xed) hi = 0x9f;
+  } else if (c < 0xf5) {
+    len = 4;
+    if (c == 0xf0) lo = 0x90;
+    if (c == 0xf4) hi = 0x8f;
+  } else {
+    return 0;
+  }
+  if (n < len || s[1] < lo || s[1] > hi) return 0;
+  for (size_t i = 2; i < len; i++)
+    if (s[i] < 0x80 || s[i] > 0xbf) return 0;
+  return len;
+}
+
+/* Checks the rest of a string from q (inside it; the bytes before q are
+ * plain) and returns its closing quote, or NULL when it is invalid or does
+ * not end before end. *esc becomes true when it holds an escape. */
+#if defined(__GNUC__)
+__attribute__((noinline, unused))
+#endif
+static const char *
+kl_json_str_rest(const char *q, const char *end, bool *esc) {
+  for (;;) {
+    q = kl_scan_special(q, end);
+    if (q >= end) return NULL;
+    uint8_t c = (uint8_t)*q;
+    if (c == '"') return q;
+    size_t len = c == '\\' ? kl_json_escape_len(q, end)
+                 : c < 0x80
+                     ? 0
+                     : kl_utf8_len((const unsigned char *)q, (size_t)(end - q));
+    if (!len) return NULL;
+    *esc |= c == '\\';
+    q += len;
+  }
+}
+
+/* The closing quote of the string whose contents start at s, checked, or
+ * NULL (kl_json_str_rest); inline for the common string of plain bytes. */
+static inline const char *kl_json_str_close(const char *s, const char *end,
+                                            bool *esc) {
+  const char *q = kl_scan_special(s, end);
+  if (q < end && *q == '"') return q;
+  return kl_json_str_rest(q, end, esc);
 }
 
 #endif

@@ -72,43 +72,9 @@
 #define RESERVE (2 * MAX_DEPTH + 16)
 #define EXACT 9007199254740992.0 /* 2^53 */
 
-static inline bool is_digit(char c) { return (unsigned char)(c - '0') < 10; }
+static inline bool is_digit(char c) { return kl_json_is_digit((uint8_t)c); }
 
-static const uint8_t ws_tab[256] = {
-    [' '] = 1, ['\t'] = 1, ['\n'] = 1, ['\r'] = 1};
-
-static inline bool is_ws(char c) { return ws_tab[(uint8_t)c] != 0; }
-
-static int hexval(uint8_t c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  c |= 0x20;
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  return -1;
-}
-
-/* Length of the valid UTF-8 sequence at s (n bytes left), 0 if invalid. */
-static size_t utf8_len(const unsigned char *s, size_t n) {
-  unsigned char c = s[0], lo = 0x80, hi = 0xbf;
-  size_t len;
-  if (c < 0xc2) return 0;
-  if (c < 0xe0) {
-    len = 2;
-  } else if (c < 0xf0) {
-    len = 3;
-    if (c == 0xe0) lo = 0xa0;
-    if (c == 0xed) hi = 0x9f;
-  } else if (c < 0xf5) {
-    len = 4;
-    if (c == 0xf0) lo = 0x90;
-    if (c == 0xf4) hi = 0x8f;
-  } else {
-    return 0;
-  }
-  if (n < len || s[1] < lo || s[1] > hi) return 0;
-  for (size_t i = 2; i < len; i++)
-    if (s[i] < 0x80 || s[i] > 0xbf) return 0;
-  return len;
-}
+static inline bool is_ws(char c) { return kl_json_is_ws((uint8_t)c); }
 
 /* Reads the number token [s, s + n) with strtod; tries the locale's decimal
  * point when it is not '.'. Returns false if the token does not parse or
@@ -156,59 +122,12 @@ static inline void dec_ws(dec_t *d) {
     d->p++;
 }
 
-/* Checks the escape at q (a backslash); returns its length or 0. */
-static size_t escape_len(const char *q, const char *end) {
-  if (end - q < 2) return 0;
-  switch (q[1]) {
-  case '"':
-  case '\\':
-  case '/':
-  case 'b':
-  case 'f':
-  case 'n':
-  case 'r':
-  case 't': return 2;
-  case 'u': {
-    uint32_t cp = 0;
-    if (end - q < 6) return 0;
-    for (int i = 2; i < 6; i++) {
-      int h = hexval((uint8_t)q[i]);
-      if (h < 0) return 0;
-      cp = cp << 4 | (uint32_t)h;
-    }
-    if (cp >= 0xdc00 && cp <= 0xdfff) return 0;
-    if (cp < 0xd800 || cp > 0xdbff) return 6;
-    if (end - q < 12 || q[6] != '\\' || q[7] != 'u') return 0;
-    cp = 0;
-    for (int i = 8; i < 12; i++) {
-      int h = hexval((uint8_t)q[i]);
-      if (h < 0) return 0;
-      cp = cp << 4 | (uint32_t)h;
-    }
-    return cp >= 0xdc00 && cp <= 0xdfff ? 12 : 0;
-  }
-  default: return 0;
-  }
-}
-
 /* Pushes the string that starts at s (after its opening quote, at d->p),
  * checking it from q on: the bytes before q are plain. */
 static int dec_string_rest(dec_t *d, const char *s, const char *q) {
-  const char *end = d->end;
   bool esc = false;
-  for (;;) {
-    q = kl_scan_special(q, end);
-    if (q >= end) return -1;
-    uint8_t c = (uint8_t)*q;
-    if (c == '"') break;
-    size_t len = c == '\\' ? escape_len(q, end)
-                 : c < 0x80
-                     ? 0
-                     : utf8_len((const unsigned char *)q, (size_t)(end - q));
-    if (!len) return -1;
-    esc |= c == '\\';
-    q += len;
-  }
+  q = kl_json_str_rest(q, d->end, &esc);
+  if (!q) return -1;
   size_t n = (size_t)(q - s);
   d->p = q + 1;
   d->esc = esc;
@@ -657,7 +576,7 @@ static void enc_string(enc_t *e, const char *str, size_t n, bool key) {
     if (s == end) break;
     unsigned char c = *s;
     if (c >= 0x80) {
-      size_t len = utf8_len(s, (size_t)(end - s));
+      size_t len = kl_utf8_len(s, (size_t)(end - s));
       if (!len)
         enc_fail(e,
                  key ? "invalid UTF-8 in a key" : "invalid UTF-8 in a string");

@@ -5,6 +5,8 @@
  *   - a decoded value encodes, decodes and encodes again to the same text,
  *     and equals what lua-cjson decodes (arrays stay arrays, strings are
  *     byte-exact, numbers equal) — spec/fuzz/fuzz_json.lua;
+ *   - kl_json_check_whole accepts exactly the texts that are one object to
+ *     the stream, and gives the same value and container index;
  *   - an object the stream would yield parses as a kl_obj_t whose compact
  *     JSON decodes to the same value, whose fields read without fault and
  *     equal what Lua sees (name, namespace, uid, resourceVersion, kind,
@@ -92,6 +94,33 @@ static void touch(const kl_obj_t *o) {
   kl_obj_status_clear(&st);
 }
 
+/* kl_json_check_whole against the stream it stands in for. */
+static void check_whole_matches_stream(const char *s, size_t size) {
+  kl_json_ctbuf_t ix = {NULL, 0};
+  kl_json_value_t a, b;
+  bool whole = kl_json_check_whole(s, size, &a, &ix);
+  kl_json_stream_t *st = kl_json_stream_new(NULL);
+  kl_json_stream_feed(st, s, size);
+  bool stream = kl_json_stream_next(st, &b) == KL_OK &&
+                kl_json_ws(b.json.p + b.json.n, s + size) == s + size;
+  if (whole != stream) {
+    fprintf(stderr, "fuzz_json: kl_json_check_whole says %s, the stream %s\n",
+            whole ? "yes" : "no", stream ? "yes" : "no");
+    abort();
+  }
+  if (whole &&
+      (a.json.p != b.json.p || a.json.n != b.json.n || a.offset != b.offset ||
+       a.compact != b.compact || a.ncontainers != b.ncontainers ||
+       (a.ncontainers && memcmp(a.containers, b.containers,
+                                a.ncontainers * sizeof *a.containers)))) {
+    fprintf(stderr,
+            "fuzz_json: kl_json_check_whole's value or index differs\n");
+    abort();
+  }
+  kl_json_stream_free(st);
+  free(ix.ct);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   static int ref;
   lua_State *L = fuzz_lua("fuzz_json", &ref);
@@ -99,6 +128,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   char verr[256], lerr[256];
   int top = lua_gettop(L);
 
+  check_whole_matches_stream(s, size);
   int vrc = kl_json_validate(s, size, 0, verr, sizeof verr);
   int lrc = kl_lua_json_decode(L, s, size, lerr, sizeof lerr);
   if (lrc == KL_OK && vrc != KL_OK) {
