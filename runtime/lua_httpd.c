@@ -78,25 +78,23 @@ typedef struct lreq {
 
 /* --- requests ------------------------------------------------------------ */
 
-/* The request and bytes metatables are also kept in the registry under
- * these light-userdata keys, so that the type checks of the calls made per
- * watch event (req:write, httpd.join, json.meta) find them without hashing
- * their names. */
-static char req_mt_key, bytes_mt_key;
+/* The functions of this module and the methods of its values have two
+ * upvalues, the bytes metatable and their own value's metatable, so that
+ * the type checks of the calls made per watch event (req:write,
+ * httpd.join) compare metatables without looking them up by name. */
+#define UV_BYTES_MT lua_upvalueindex(1)
+#define UV_OWN_MT lua_upvalueindex(2)
 
-/* Whether the value at idx is a userdata whose metatable is the one kept
- * under key. */
-static int is_udata(lua_State *L, int idx, void *key) {
+/* Whether the value at idx is a userdata with the metatable at mt. */
+static int is_udata(lua_State *L, int idx, int mt) {
   if (lua_type(L, idx) != LUA_TUSERDATA || !lua_getmetatable(L, idx)) return 0;
-  lua_pushlightuserdata(L, key);
-  lua_rawget(L, LUA_REGISTRYINDEX);
-  int is = lua_rawequal(L, -1, -2);
-  lua_pop(L, 2);
+  int is = lua_rawequal(L, -1, mt);
+  lua_pop(L, 1);
   return is;
 }
 
 static lreq_t *check_req(lua_State *L, const char *fn) {
-  lreq_t *lr = is_udata(L, 1, &req_mt_key) ? lua_touserdata(L, 1) : NULL;
+  lreq_t *lr = is_udata(L, 1, UV_OWN_MT) ? lua_touserdata(L, 1) : NULL;
   if (!lr)
     kl_lua_error(L, fn, "expected a request, got %s", luaL_typename(L, 1));
   return lr;
@@ -403,31 +401,31 @@ static const luaL_Reg bytes_meta[] = {
 
 /* Pushes the bytes metatable, made on first use (kubelua.json makes bytes
  * too, maybe before kubelua.httpd is loaded). */
-static void push_bytes_mt(lua_State *L) {
-  lua_pushlightuserdata(L, &bytes_mt_key);
-  lua_rawget(L, LUA_REGISTRYINDEX);
-  if (!lua_isnil(L, -1)) return;
-  lua_pop(L, 1);
-  luaL_newmetatable(L, BYTES_MT);
-  luaL_setfuncs(L, bytes_meta, 0);
-  lua_pushstring(L, BYTES_MT);
-  lua_setfield(L, -2, "__metatable");
-  lua_pushlightuserdata(L, &bytes_mt_key);
-  lua_pushvalue(L, -2);
-  lua_rawset(L, LUA_REGISTRYINDEX);
+void kl_lua_push_bytes_mt(lua_State *L) {
+  if (luaL_newmetatable(L, BYTES_MT)) {
+    luaL_setfuncs(L, bytes_meta, 0);
+    lua_pushstring(L, BYTES_MT);
+    lua_setfield(L, -2, "__metatable");
+  }
 }
 
-/* The bytes of a string or bytes value at idx, or NULL. */
-static const char *to_bytes(lua_State *L, int idx, size_t *len) {
+/* The bytes of a string or bytes value at idx, or NULL; mt: the stack
+ * index of the bytes metatable. */
+static const char *to_bytes(lua_State *L, int idx, int mt, size_t *len) {
   if (lua_type(L, idx) == LUA_TSTRING) return lua_tolstring(L, idx, len);
-  if (!is_udata(L, idx, &bytes_mt_key)) return NULL;
+  if (!is_udata(L, idx, mt)) return NULL;
   lbytes_t *b = lua_touserdata(L, idx);
   *len = b->len;
   return b->data;
 }
 
-const char *kl_lua_bytes(lua_State *L, int idx, size_t *len) {
-  return to_bytes(L, idx, len);
+const char *kl_lua_bytes(lua_State *L, int idx, int mt, size_t *len) {
+  if (mt || lua_type(L, idx) == LUA_TSTRING) return to_bytes(L, idx, mt, len);
+  idx = idx < 0 && idx > LUA_REGISTRYINDEX ? lua_gettop(L) + idx + 1 : idx;
+  kl_lua_push_bytes_mt(L);
+  const char *d = to_bytes(L, idx, lua_gettop(L), len);
+  lua_pop(L, 1);
+  return d;
 }
 
 /* The pieces httpd.join copies, gathered in one walk of its parts: the
@@ -468,7 +466,7 @@ static void join_gather(lua_State *L, int t, lua_Integer i, lua_Integer j,
     if (lua_type(L, -1) == LUA_TTABLE && depth < 8) {
       join_gather(L, lua_gettop(L), 1, (lua_Integer)lua_objlen(L, -1), NULL, 0,
                   depth + 1, s);
-    } else if ((d = to_bytes(L, -1, &len))) {
+    } else if ((d = to_bytes(L, -1, UV_BYTES_MT, &len))) {
       if (len) spans_add(s, d, len);
     } else {
       if (s->v != s->fixed) free(s->v);
@@ -505,7 +503,7 @@ static int l_join(lua_State *L) {
     p += s.v[k].n;
   }
   if (s.v != s.fixed) free(s.v);
-  push_bytes_mt(L);
+  lua_pushvalue(L, UV_BYTES_MT);
   lua_setmetatable(L, -2);
   return 1;
 }
@@ -518,7 +516,7 @@ static int req_write(lua_State *L) {
   struct iovec iov[16];
   if (n > 16) return kl_lua_error(L, "req:write", "at most 16 pieces");
   for (int i = 0; i < n; i++) {
-    const char *d = to_bytes(L, i + 2, &iov[i].iov_len);
+    const char *d = to_bytes(L, i + 2, UV_BYTES_MT, &iov[i].iov_len);
     if (!d)
       return kl_lua_error(L, "req:write", "expected strings, got %s",
                           luaL_typename(L, i + 2));
@@ -873,7 +871,7 @@ static const char runner_src[] =
 char *kl_lua_newbytes(lua_State *L, size_t len) {
   lbytes_t *b = lua_newuserdata(L, sizeof *b + len);
   b->len = len;
-  push_bytes_mt(L);
+  kl_lua_push_bytes_mt(L);
   lua_setmetatable(L, -2);
   return b->data;
 }
@@ -884,16 +882,13 @@ static const luaL_Reg httpd_funcs[] = {
     {NULL, NULL},
 };
 
-static void new_methods_mt(lua_State *L, const char *name, void *key,
+static void new_methods_mt(lua_State *L, const char *name,
                            const luaL_Reg *methods, lua_CFunction gc) {
   luaL_newmetatable(L, name);
-  if (key) {
-    lua_pushlightuserdata(L, key);
-    lua_pushvalue(L, -2);
-    lua_rawset(L, LUA_REGISTRYINDEX);
-  }
   lua_newtable(L);
-  luaL_setfuncs(L, methods, 0);
+  kl_lua_push_bytes_mt(L);
+  lua_pushvalue(L, -3);
+  luaL_setfuncs(L, methods, 2); /* UV_BYTES_MT, UV_OWN_MT */
   lua_setfield(L, -2, "__index");
   lua_pushcfunction(L, gc);
   lua_setfield(L, -2, "__gc");
@@ -903,8 +898,8 @@ static void new_methods_mt(lua_State *L, const char *name, void *key,
 }
 
 int kl_luaopen_httpd(lua_State *L) {
-  new_methods_mt(L, SERVER_MT, NULL, srv_methods, srv_gc);
-  new_methods_mt(L, REQ_MT, &req_mt_key, req_methods, req_gc);
+  new_methods_mt(L, SERVER_MT, srv_methods, srv_gc);
+  new_methods_mt(L, REQ_MT, req_methods, req_gc);
   lua_getfield(L, LUA_REGISTRYINDEX, RUNNER_KEY);
   int have = !lua_isnil(L, -1);
   lua_pop(L, 1);
@@ -923,9 +918,8 @@ int kl_luaopen_httpd(lua_State *L) {
     lua_setfield(L, -2, "run");
     lua_setfield(L, LUA_REGISTRYINDEX, RUNNER_KEY);
   }
-  push_bytes_mt(L);
-  lua_pop(L, 1);
   lua_newtable(L);
-  luaL_setfuncs(L, httpd_funcs, 0);
+  kl_lua_push_bytes_mt(L);
+  luaL_setfuncs(L, httpd_funcs, 1); /* UV_BYTES_MT */
   return 1;
 }

@@ -762,7 +762,7 @@ void kl_lua_json_encode(lua_State *L, int idx) {
 /* The text argument at idx: a string or a bytes value (httpd.join). */
 static const char *check_text(lua_State *L, int idx, const char *fn,
                               size_t *n) {
-  const char *s = kl_lua_bytes(L, idx, n);
+  const char *s = kl_lua_bytes(L, idx, lua_upvalueindex(1), n);
   if (!s)
     kl_lua_error(L, fn, "expected a string or bytes, got %s",
                  luaL_typename(L, idx));
@@ -990,7 +990,8 @@ int kl_luaopen_json(lua_State *L) {
   lua_pushlightuserdata(L, NULL);
   lua_setfield(L, LUA_REGISTRYINDEX, NULL_KEY);
   lua_newtable(L);
-  luaL_setfuncs(L, json_funcs, 0);
+  kl_lua_push_bytes_mt(L);
+  luaL_setfuncs(L, json_funcs, 1); /* the bytes metatable, for check_text */
   lua_pushlightuserdata(L, NULL);
   lua_setfield(L, -2, "null");
   return 1;

@@ -127,8 +127,11 @@ int kl_lua_error(lua_State *L, const char *name, const char *fmt, ...)
 
 /* The bytes of a string or of a bytes value (httpd.join's immutable
  * userdata, kept out of LuaJIT's string table) at idx; NULL for any other
- * value. */
-const char *kl_lua_bytes(lua_State *L, int idx, size_t *len);
+ * value. mt: the stack index (an upvalue's, say) of the bytes metatable
+ * that kl_lua_push_bytes_mt pushes, or 0 to look it up. */
+const char *kl_lua_bytes(lua_State *L, int idx, int mt, size_t *len);
+/* Pushes the metatable of bytes values (made on first use). */
+void kl_lua_push_bytes_mt(lua_State *L);
 /* Pushes a new bytes value of len bytes; returns its buffer to fill. */
 char *kl_lua_newbytes(lua_State *L, size_t len);
 

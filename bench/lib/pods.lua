@@ -74,10 +74,57 @@ end
 -- makes.
 function _M.pod(i, rv, v, annotate) return pod(concat_range, i, rv, v, annotate) end
 
+-- Pod i's parts for pod_bytes: the runs of bytes that stay the same from
+-- event to event (bytes values, made on first use and kept) around the
+-- numbers of the fields that change (4, 5 and 6), so that a writer joins
+-- five or seven parts per event instead of fifteen.
+local runs = { [plain] = {}, [annotated] = {} }
+local CHANGING = { [4] = true, [5] = true, [6] = true }
+
+local function runs_of(t, i)
+  local r = runs[t][i]
+  if r then return r end
+  pod(concat_range, i, 0, 0, t == annotated) -- fills ids[i]
+  local id, lits, acc = ids[i], t.lits, {}
+  r = {}
+  local function flush()
+    r[#r + 1] = httpd.join(acc)
+    acc = {}
+  end
+  for k, f in ipairs(t.order) do
+    acc[#acc + 1] = lits[k]
+    if CHANGING[f] then
+      flush()
+      r[#r + 1] = f
+    else
+      acc[#acc + 1] = id[f]
+    end
+  end
+  acc[#acc + 1] = lits[#lits]
+  flush()
+  runs[t][i] = r
+  return r
+end
+
 -- The same as a bytes value (kubelua.httpd.join), for a store that keeps
 -- many of them: as Lua strings they would all collide in LuaJIT's string
 -- table (see runtime/lua_httpd.c).
-function _M.pod_bytes(i, rv, v, annotate) return pod(httpd.join, i, rv, v, annotate) end
+function _M.pod_bytes(i, rv, v, annotate)
+  local r = runs_of(annotate and annotated or plain, i)
+  v = v or 0
+  for k = 1, #r do
+    local x = r[k]
+    if x == 4 then
+      x = tostring(rv)
+    elseif x == 5 then
+      x = small[v % 256]
+    elseif x == 6 then
+      x = tostring(v)
+    end
+    scratch[k] = x
+  end
+  return httpd.join(scratch, 1, #r)
+end
 
 -- A watch event line for Pod i.
 function _M.event(kind, i, rv, v)

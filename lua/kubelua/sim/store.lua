@@ -296,13 +296,22 @@ function lay_out(v, depth, pl)
 end
 
 -- prev: the previous version's entry, whose layout this one reuses.
+-- A new entry: a copy of a constant template that has every field an
+-- entry gets (emit's too), so that filling it stores into slots that are
+-- there; built from fields with variable values, the table would grow
+-- (and rehash) key by key, in compiled code too.
+local function new_entry()
+  return { obj = false, json = false, lay = false, name = false, ns = false, rv = false,
+    key = false, res = false, etype = false, prev = false }
+end
+
 local function make_entry(obj, res, prev)
   local md = obj.metadata
   local lay = lay_out(obj, 0, prev and prev.lay)
-  local e = { obj = obj, json = join_bytes(lay), lay = lay, name = md.name,
-    ns = md.namespace or "", rv = tonumber(md.resourceVersion) }
-  e.key = obj_key(md.namespace, md.name)
-  e.res = res
+  local e = new_entry()
+  e.obj, e.json, e.lay, e.name = obj, join_bytes(lay), lay, md.name
+  e.ns, e.rv = md.namespace or "", tonumber(md.resourceVersion)
+  e.key, e.res = obj_key(md.namespace, md.name), res
   return e
 end
 
@@ -506,8 +515,10 @@ function Store:put_json(res, body, etype, prev)
   if not rv or rv ~= floor(rv) or rv > self.rv then
     error("put_json: metadata.resourceVersion must come from next_rv", 2)
   end
-  local e = setmetatable({ json = body, name = name, ns = ns, rv = rv,
-    key = obj_key(ns, name), res = res }, lazy_entry)
+  local e = new_entry()
+  e.obj = nil -- decoded when asked for (lazy_entry)
+  e.json, e.name, e.ns, e.rv, e.key, e.res = body, name, ns, rv, obj_key(ns, name), res
+  setmetatable(e, lazy_entry)
   return file_entry(self, res, e, etype, prev)
 end
 
