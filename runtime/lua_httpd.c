@@ -101,10 +101,20 @@ static lreq_t *check_req(lua_State *L, const char *fn) {
 }
 
 /* The request ended on the C side: nothing may touch lr->req any more. */
+/* Drops the on_close callback, which will not run (any more): the
+ * registry reference would keep it, and all it holds, for good. */
+static void drop_on_close(lua_State *L, lreq_t *lr) {
+  if (lr->on_close_ref == LUA_NOREF) return;
+  luaL_unref(L, LUA_REGISTRYINDEX, lr->on_close_ref);
+  lr->on_close_ref = LUA_NOREF;
+}
+
 static void req_detach(lreq_t *lr) {
+  lua_State *L = kl_rt_lua(lr->rt);
   lr->req = NULL;
+  if (!lr->closed_pending) drop_on_close(L, lr); /* its owner ended it */
   if (!lr->closed_pending && lr->drainers.n == 0 && lr->self_ref != LUA_NOREF) {
-    luaL_unref(kl_rt_lua(lr->rt), LUA_REGISTRYINDEX, lr->self_ref);
+    luaL_unref(L, LUA_REGISTRYINDEX, lr->self_ref);
     lr->self_ref = LUA_NOREF;
   }
 }
@@ -141,6 +151,7 @@ static void req_deferred(kl_defer_t *d) {
       }
       lua_pop(L, 1);
     }
+    drop_on_close(L, lr); /* spawned, or not to run */
   }
   if (!lr->req && lr->drainers.n == 0 && lr->self_ref != LUA_NOREF) {
     luaL_unref(L, LUA_REGISTRYINDEX, lr->self_ref);
@@ -597,10 +608,9 @@ static int req_on_close(lua_State *L) {
   if (!lua_isnil(L, 2) && lua_type(L, 2) != LUA_TFUNCTION)
     return kl_lua_error(L, "req:on_close", "expected a function, got %s",
                         luaL_typename(L, 2));
-  if (lr->on_close_ref != LUA_NOREF)
-    luaL_unref(L, LUA_REGISTRYINDEX, lr->on_close_ref);
-  lr->on_close_ref = LUA_NOREF;
-  if (!lua_isnil(L, 2)) {
+  drop_on_close(L, lr);
+  /* a request already over, and not about to report it, never calls it */
+  if (!lua_isnil(L, 2) && (lr->req || lr->closed_pending)) {
     lua_pushvalue(L, 2);
     lr->on_close_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   }
