@@ -1245,9 +1245,14 @@ bool kl_json_members_in(const kl_json_value_t *v, kl_json_span_t obj,
     bool esc = ke < end && *ke == '\\'; /* the first stop is a backslash */
     ke = esc ? skip_str(ke, end) : ke < end ? ke + 1 : NULL;
     if (!ke) return false;
-    p = kl_json_ws(ke, end);
-    if (p == end || *p != ':') return false;
-    p = kl_json_ws(p + 1, end);
+    p = ke;
+    if (end - p >= 2 && *p == ':' && !kl_json_ws_tab[(uint8_t)p[1]]) {
+      p++; /* compact: the value follows the colon */
+    } else {
+      p = kl_json_ws(p, end);
+      if (p == end || *p != ':') return false;
+      p = kl_json_ws(p + 1, end);
+    }
     const char *ve = p < end && *p == '"' ? skip_str(p + 1, end)
                                           : kl_json_skip_in(v, p, end);
     if (!ve) return false;
@@ -1261,7 +1266,12 @@ bool kl_json_members_in(const kl_json_value_t *v, kl_json_span_t obj,
         break;
       }
     }
-    p = kl_json_ws(ve, end);
+    p = ve;
+    if (end - p >= 2 && p[0] == ',' && p[1] == '"') {
+      p++; /* compact: the next key follows the comma */
+      continue;
+    }
+    p = kl_json_ws(p, end);
     if (p < end && *p == '}') return true;
     if (p == end || *p != ',') return false;
     p = kl_json_ws(p + 1, end);
