@@ -45,6 +45,7 @@
 local kube = require "kubelua"
 local json = require "kubelua.json"
 local simlib = require "kubelua.sim"
+local median = require("bench.lib.stats").median
 local proc = require "bench.lib.proc"
 local podlib = require "bench.lib.pods"
 
@@ -104,9 +105,10 @@ local variant = 0
 -- M modifications through the store's event path; returns events/s.
 local function write_events()
   local keys, ids = podlib.cycle(s, pods)
+  local nkeys = #keys -- not #keys per event: a length is a search
   local t0 = kube.monotonic()
   for n = 1, M do
-    local j = (n % #keys) + 1
+    local j = n % nkeys + 1
     variant = variant + 1
     s:put_json(pods, podlib.pod_bytes(ids[j], s:next_rv(), variant, true), "MODIFIED",
       pods.objects[keys[j]])
@@ -177,9 +179,7 @@ local function median_of(rs)
   for _, f in ipairs(FIELDS) do
     local v = {}
     for i, r in ipairs(rs) do v[i] = r[f] end
-    table.sort(v)
-    local n = #v
-    m[f] = n % 2 == 1 and v[(n + 1) / 2] or (v[n / 2] + v[n / 2 + 1]) / 2
+    m[f] = median(v)
   end
   return m
 end

@@ -102,6 +102,7 @@ local function runs_of(t, i)
   end
   acc[#acc + 1] = lits[#lits]
   flush()
+  r.n = #r
   runs[t][i] = r
   return r
 end
@@ -111,8 +112,9 @@ end
 -- table (see runtime/lua_httpd.c).
 function _M.pod_bytes(i, rv, v, annotate)
   local r = runs_of(annotate and annotated or plain, i)
+  local n = r.n
   v = v or 0
-  for k = 1, #r do
+  for k = 1, n do
     local x = r[k]
     if x == 4 then
       x = tostring(rv)
@@ -123,7 +125,7 @@ function _M.pod_bytes(i, rv, v, annotate)
     end
     scratch[k] = x
   end
-  return httpd.join(scratch, 1, #r)
+  return httpd.join(scratch, 1, n)
 end
 
 -- A watch event line for Pod i.
