@@ -100,7 +100,6 @@ static lreq_t *check_req(lua_State *L, const char *fn) {
   return lr;
 }
 
-/* The request ended on the C side: nothing may touch lr->req any more. */
 /* Drops the on_close callback, which will not run (any more): the
  * registry reference would keep it, and all it holds, for good. */
 static void drop_on_close(lua_State *L, lreq_t *lr) {
@@ -109,6 +108,7 @@ static void drop_on_close(lua_State *L, lreq_t *lr) {
   lr->on_close_ref = LUA_NOREF;
 }
 
+/* The request ended on the C side: nothing may touch lr->req any more. */
 static void req_detach(lreq_t *lr) {
   lua_State *L = kl_rt_lua(lr->rt);
   lr->req = NULL;

@@ -295,7 +295,6 @@ function lay_out(v, depth, pl)
   return l
 end
 
--- prev: the previous version's entry, whose layout this one reuses.
 -- A new entry: a copy of a constant template that has every field an
 -- entry gets (emit's too), so that filling it stores into slots that are
 -- there; built from fields with variable values, the table would grow
@@ -305,6 +304,7 @@ local function new_entry()
     key = false, res = false, etype = false, prev = false }
 end
 
+-- prev: the previous version's entry, whose layout this one reuses.
 local function make_entry(obj, res, prev)
   local md = obj.metadata
   local lay = lay_out(obj, 0, prev and prev.lay)
