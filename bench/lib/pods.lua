@@ -81,27 +81,25 @@ function _M.pod(i, rv, v, annotate) return pod(concat_range, i, rv, v, annotate)
 local runs = { [plain] = {}, [annotated] = {} }
 local CHANGING = { [4] = true, [5] = true, [6] = true }
 
+-- (No closure in here: a function that makes one cannot be compiled, and
+-- the writer's loop, which calls this, would be left to the interpreter.)
 local function runs_of(t, i)
   local r = runs[t][i]
   if r then return r end
   pod(concat_range, i, 0, 0, t == annotated) -- fills ids[i]
-  local id, lits, acc = ids[i], t.lits, {}
+  local id, lits, order, acc = ids[i], t.lits, t.order, {}
   r = {}
-  local function flush()
-    r[#r + 1] = httpd.join(acc)
-    acc = {}
-  end
-  for k, f in ipairs(t.order) do
+  for k = 1, #order + 1 do -- the last time round: the closing literal alone
     acc[#acc + 1] = lits[k]
-    if CHANGING[f] then
-      flush()
+    local f = order[k]
+    if f == nil or CHANGING[f] then
+      r[#r + 1] = httpd.join(acc)
+      acc = {}
       r[#r + 1] = f
     else
       acc[#acc + 1] = id[f]
     end
   end
-  acc[#acc + 1] = lits[#lits]
-  flush()
   r.n = #r
   runs[t][i] = r
   return r
