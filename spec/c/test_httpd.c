@@ -1054,6 +1054,29 @@ static void test_backpressure_drain_cap_and_write_timeout(void) {
   stop();
 }
 
+/* A burst of writes that never returns to the loop is sent as it grows,
+ * at a quarter of a small max_stream_buffer at the latest: a reading
+ * client's stream never reaches its cap for want of a send. */
+static void test_burst_sent_before_a_small_cap(void) {
+  kl_httpd_opts_t o = {0};
+  o.max_stream_buffer = 128 * 1024;
+  start_opts(&o);
+  tc *t = tc_open();
+  tc_send(t, "GET /stream HTTP/1.1\r\nHost: x\r\n\r\n");
+  UNTIL(nhandled == 1);
+  static char chunk[16 * 1024];
+  memset(chunk, 'b', sizeof chunk);
+  for (int i = 0; i < 32; i++) /* 512 KiB, four times the cap */
+    KT_EQ_INT(kl_httpd_stream_write(held[0], chunk, sizeof chunk), 0);
+  KT_TRUE(kl_httpd_buffered(held[0]) < 128 * 1024);
+  UNTIL(t->len >= strlen(STREAM_HEAD) + 32 * (sizeof chunk + 8));
+  KT_EQ_INT(ncloses, 0);
+  kl_httpd_stream_end(held[0]);
+  held[0] = NULL;
+  tc_close(t);
+  stop();
+}
+
 /* A stream written in bursts faster than its client reads: the backlog is
  * sent from the front while it grows at the back, and every byte arrives
  * in order (a buffer that kept its consumed front while growing once
@@ -1508,6 +1531,7 @@ int main(void) {
   KT_RUN(test_close_streams_end_and_drop);
   KT_RUN(test_async_reply_and_large_body);
   KT_RUN(test_backpressure_drain_cap_and_write_timeout);
+  KT_RUN(test_burst_sent_before_a_small_cap);
   KT_RUN(test_backlog_sent_while_it_grows);
   KT_RUN(test_error_pages);
   KT_RUN(test_500_concurrent_connections);
