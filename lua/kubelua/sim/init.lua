@@ -504,10 +504,10 @@ function Sim:watch(req, res, ns, params, r)
   if self.hold_watches then
     held[w], w.held = res, res.last_rv
   else
-    res.watchers[w] = true
+    store.watch(res, w)
   end
   req:on_close(function()
-    res.watchers[w] = nil
+    store.unwatch(res, w)
     held[w] = nil
   end)
   local start = kube.monotonic()
@@ -519,7 +519,7 @@ function Sim:watch(req, res, ns, params, r)
       held[w] = nil
       if not catch_up(s, res, w, req, w.held) then return end
       w.held = nil
-      res.watchers[w] = true
+      store.watch(res, w)
     end
     local now = kube.monotonic()
     if now >= deadline then break end
@@ -535,7 +535,7 @@ function Sim:watch(req, res, ns, params, r)
     end
     kube.sleep(math.max(0.001, math.min(wake - now, w.held and 0.01 or 1)))
   end
-  res.watchers[w] = nil
+  store.unwatch(res, w)
   held[w] = nil
   if req:alive() then req:finish() end
 end
@@ -577,15 +577,15 @@ function Sim:inject(f)
   end
   if f.drop_watches then
     local n = 0
-    local function drop(set, w)
-      set[w] = nil
+    local function drop(res, w) -- res nil: a held watch
+      if res then store.unwatch(res, w) else self.held[w] = nil end
       n = n + 1
       if f.drop_watches == "end" then w.req:finish() else w.req:abort(0) end
     end
     for _, res in pairs(self.store.resources) do
-      for w in pairs(res.watchers) do drop(res.watchers, w) end
+      for w in pairs(res.watchers) do drop(res, w) end
     end
-    for w in pairs(self.held) do drop(self.held, w) end
+    for w in pairs(self.held) do drop(nil, w) end
     out.dropped = n
   end
   if f.watch_abort_after then
@@ -605,7 +605,7 @@ function Sim:inject(f)
     if hold and not self.hold_watches then
       for _, res in pairs(self.store.resources) do
         for w in pairs(res.watchers) do
-          res.watchers[w] = nil
+          store.unwatch(res, w)
           self.held[w], w.held = res, res.last_rv
         end
       end

@@ -143,7 +143,7 @@ function Store:add_resource(r)
   r.history, r.hist_first, r.hist_last = {}, 1, 0
   r.hist_start = self.rv
   r.last_rv = self.rv
-  r.watchers = {}
+  r.watchers, r.watch_list, r.nwatch = {}, {}, 0
   r.gr = r.group == "" and r.name or r.name .. "." .. r.group
   r.api_version = r.gv
   self.resources[r.gv .. "/" .. r.name] = r
@@ -353,9 +353,31 @@ local function matches(f, e)
 end
 _M.matches = matches
 
+-- A resource's watchers: the set res.watchers (w -> true), and the same
+-- watchers in res.watch_list[1 .. res.nwatch] (w.slot: w's place there),
+-- which emit walks: traversing the set would take pairs, which on the
+-- LuaJIT it guards against (lua_kube.c, jitfix_next) is a C function
+-- called twice for every event.
+function _M.watch(res, w)
+  if res.watchers[w] then return end
+  res.watchers[w] = true
+  local n = res.nwatch + 1
+  res.watch_list[n], w.slot, res.nwatch = w, n, n
+end
+
+function _M.unwatch(res, w)
+  if not res.watchers[w] then return end
+  res.watchers[w] = nil
+  local l, n = res.watch_list, res.nwatch
+  local last = l[n]
+  l[w.slot], last.slot = last, w.slot
+  l[n], w.slot, res.nwatch = nil, nil, n - 1
+end
+local unwatch = _M.unwatch
+
 local function send(res, w, head, body, tail)
   local ok = w.req:write(head, body, tail)
-  if not ok then res.watchers[w] = nil end
+  if not ok then unwatch(res, w) end
 end
 
 -- Sends the event of entry e (e.etype, e.prev: every stored version is
@@ -404,7 +426,8 @@ function Store:emit(res, etype, e, prev)
   h[slot] = e
   res.hist_last = last
   res.last_rv = e.rv
-  for w in pairs(res.watchers) do deliver(res, w, e) end
+  local l = res.watch_list
+  for i = res.nwatch, 1, -1 do deliver(res, l[i], e) end -- one may leave: l[i] changes
 end
 
 -- Event i of res's history (hist_first <= i <= hist_last): the entry it
@@ -438,7 +461,7 @@ end
 
 function Store:close_watchers(res, mode)
   for w in pairs(res.watchers) do
-    res.watchers[w] = nil
+    unwatch(res, w)
     if w.req:alive() then
       if mode == "drop" then w.req:abort(0) else w.req:finish() end
     end
