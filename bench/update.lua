@@ -48,13 +48,7 @@ kube.spawn(function()
   collectgarbage()
   collectgarbage()
 
-  local t0, c0 = kube.monotonic(), os.clock()
-  for i = 1, #chunks do
-    assert(inf:feed(chunks[i]))
-    coroutine.yield() -- let the loop drain, as bytes would arrive
-  end
-  while updates < M do coroutine.yield() end
-  local elapsed, cpu = kube.monotonic() - t0, os.clock() - c0
+  local elapsed, cpu = pods.feed(inf, chunks, function() return updates >= M end)
 
   assert(updates == M, "updates: " .. updates .. " ~= " .. M)
   assert(added == N and others == 0, "unexpected add or delete events")
