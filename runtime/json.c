@@ -930,6 +930,7 @@ bool kl_json_check_whole(const void *buf, size_t len, kl_json_value_t *v,
   uint32_t at[KL_JSON_INDEX_DEPTH];
   unsigned depth = 0;
   size_t nct = 0;
+  uint8_t cl; /* the innermost container's closer: '}' or ']' */
   bool ws = false, esc = false;
   if (len > KL_JSON_MAX_VALUE || len >= UINT32_MAX) return false;
   while (p < end && kl_json_ws_tab[*p])
@@ -939,20 +940,22 @@ bool kl_json_check_whole(const void *buf, size_t len, kl_json_value_t *v,
 open:
   if (depth >= KL_JSON_MAX_DEPTH) return false;
   whole_open(ix, &nct, at, p, start, depth);
-  stk[depth++] = *p == '{' ? '}' : ']';
+  cl = *p == '{' ? '}' : ']';
+  stk[depth++] = cl;
   p++;
   WHOLE_WS();
-  if (*p == stk[depth - 1]) goto close;
-  if (stk[depth - 1] == ']') goto value;
+  if (*p == cl) goto close;
+  if (cl == ']') goto value;
 key:
   if (*p != '"') return false;
   p = (const uint8_t *)kl_json_str_close((const char *)p + 1, (const char *)end,
                                          &esc);
   if (!p) return false;
-  p++;
-  if (p < end && *p == ':') {
-    p++;
+  if (end - p >= 3 && p[1] == ':') {
+    p += 2; /* compact input: the value follows the colon */
+    if (*p == '"') goto string;
   } else {
+    p++;
     WHOLE_WS();
     if (*p != ':') return false;
     p++;
@@ -960,14 +963,15 @@ key:
 value:
   WHOLE_WS();
   switch (*p) {
-  case '{':
-  case '[': goto open;
   case '"':
+  string:
     p = (const uint8_t *)kl_json_str_close((const char *)p + 1,
                                            (const char *)end, &esc);
     if (!p) return false;
     p++;
     break;
+  case '{':
+  case '[': goto open;
   case 't':
     if (end - p < 4 || memcmp(p, "true", 4) != 0) return false;
     p += 4;
@@ -985,24 +989,30 @@ value:
     if (!(p = number_end(p, end))) return false;
   }
 after:
-  if (end - p >= 2 && p[0] == ',' && p[1] == '"' && stk[depth - 1] == '}') {
-    p++; /* compact input: the next key follows the comma */
-    goto key;
-  }
-  WHOLE_WS();
+  if (p == end) return false;
   if (*p == ',') {
     p++;
-    WHOLE_WS();
-    if (stk[depth - 1] == '}') goto key;
+    if (cl == '}') {
+      if (p < end && *p == '"') goto key; /* compact: the next key */
+      WHOLE_WS();
+      goto key;
+    }
     goto value;
   }
-  if (*p != stk[depth - 1]) return false;
+  if (*p != cl) {
+    WHOLE_WS();
+    if (*p == ',') goto after;
+    if (*p != cl) return false;
+  }
 close:
   depth--;
   if (depth < KL_JSON_INDEX_DEPTH && at[depth] != NO_ENTRY)
     ix->ct[at[depth]].close = (uint32_t)(p + 1 - start);
   p++;
-  if (depth) goto after;
+  if (depth) {
+    cl = stk[depth - 1];
+    goto after;
+  }
   v->json = (kl_json_span_t){(const char *)start, (size_t)(p - start)};
   v->offset = (uint64_t)(start - base);
   v->compact = !ws;
