@@ -812,8 +812,9 @@ static bool check_object(lua_State *L, const char *s, size_t n,
 }
 
 /* Pushes the string value v ("" when absent or null); returns false when v
- * is some other type. */
-static bool push_meta_string(lua_State *L, kl_json_span_t v) {
+ * is some other type. known: a stack slot holding a string, pushed instead
+ * when v's text is that string (0: none). */
+static bool push_meta_string(lua_State *L, kl_json_span_t v, int known) {
   if (!v.p || (v.n == 4 && !memcmp(v.p, "null", 4))) {
     lua_pushliteral(L, "");
     return true;
@@ -822,7 +823,12 @@ static bool push_meta_string(lua_State *L, kl_json_span_t v) {
   const char *p = v.p + 1;
   size_t n = v.n - 2;
   if (!memchr(p, '\\', n)) {
-    lua_pushlstring(L, p, n);
+    size_t kn;
+    const char *k = known ? lua_tolstring(L, known, &kn) : NULL;
+    if (k && kn == n && !memcmp(k, p, n))
+      lua_pushvalue(L, known);
+    else
+      lua_pushlstring(L, p, n);
     return true;
   }
   char *out = lua_newuserdata(L, n); /* unescaping never grows it */
@@ -831,13 +837,17 @@ static bool push_meta_string(lua_State *L, kl_json_span_t v) {
   return true;
 }
 
-/* json.meta(s) -> namespace, name, resourceVersion: what a store needs to
- * file an object it is given as JSON, without building it. s must be one
- * JSON object (checked whole, as json.check does). */
+/* json.meta(s [, ns, name]) -> namespace, name, resourceVersion: what a
+ * store needs to file an object it is given as JSON, without building it.
+ * s must be one JSON object (checked whole, as json.check does). ns and
+ * name, strings a caller expects (a previous version's), are returned
+ * themselves when the object's are the same, which makes no new string. */
 static int l_meta(lua_State *L) {
   static const char *const keys[] = {"namespace", "name", "resourceVersion"};
   size_t n;
   const char *s = check_text(L, 1, "json.meta", &n);
+  int known[3] = {lua_type(L, 2) == LUA_TSTRING ? 2 : 0,
+                  lua_type(L, 3) == LUA_TSTRING ? 3 : 0, 0};
   kl_json_value_t v;
   if (!check_object(L, s, n, &v)) return 2;
   kl_json_span_t md, vals[3];
@@ -846,7 +856,7 @@ static int l_meta(lua_State *L) {
   if (!md.p) md = (kl_json_span_t){"{}", 2};
   kl_json_members_in(&v, md, keys, 3, vals);
   for (int i = 0; i < 3; i++) {
-    if (!push_meta_string(L, vals[i])) {
+    if (!push_meta_string(L, vals[i], known[i])) {
       lua_pushnil(L);
       lua_pushfstring(L, "json: metadata.%s is not a string", keys[i]);
       return 2;

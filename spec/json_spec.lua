@@ -289,6 +289,18 @@ describe("kubelua.json", function()
       assert.same({ "", "", "" }, { json.meta('{"metadata":[1]}') })
     end)
 
+    it("returns the namespace and name it is given when the object's are the same", function()
+      local s = '{"metadata":{"name":"a","namespace":"ns","resourceVersion":"3"}}'
+      assert.same({ "ns", "a", "3" }, { json.meta(s, "ns", "a") })
+      assert.same({ "ns", "a", "3" }, { json.meta(s, "nsx", "ab") })
+      assert.same({ "ns", "a", "3" }, { json.meta(s, "n", "") })
+      assert.same({ "ns", "a", "3" }, { json.meta(s, 1, false) })
+      assert.same({ "", "", "" }, { json.meta('{"metadata":{}}', "ns", "a") })
+      -- an escaped name is compared decoded, never by its raw text
+      assert.same({ "", 'n"1', "" }, { json.meta('{"metadata":{"name":"n\\"1"}}', "", 'n\\"1') })
+      assert.same({ "", 'n"1', "" }, { json.meta('{"metadata":{"name":"n\\"1"}}', "", 'n"1') })
+    end)
+
     it("takes bytes as strings", function()
       local b = httpd.join { '{"metadata":{"name":', '"b","namespace":"d"}}' }
       assert.same({ "d", "b", "" }, { json.meta(b) })

@@ -531,7 +531,12 @@ function Store:put_json(res, body, etype, prev)
   if res.canon or res.mirror or is_crd_resource(res) then
     error("put_json: " .. res.name .. " must be stored from tables (put)", 2)
   end
-  local ns, name, rv = json.meta(body)
+  local ns, name, rv
+  if prev then -- the strings of its namespace and name serve again
+    ns, name, rv = json.meta(body, prev.ns, prev.name)
+  else
+    ns, name, rv = json.meta(body)
+  end
   if not ns then error("put_json: " .. name, 2) end
   if name == "" then error("put_json: the object has no metadata.name", 2) end
   rv = tonumber(rv)
@@ -540,7 +545,9 @@ function Store:put_json(res, body, etype, prev)
   end
   local e = new_entry()
   e.obj = nil -- decoded when asked for (lazy_entry)
-  e.json, e.name, e.ns, e.rv, e.key, e.res = body, name, ns, rv, obj_key(ns, name), res
+  -- a new version of the same object keeps its key (no concatenation)
+  local key = prev and prev.name == name and prev.ns == ns and prev.key or obj_key(ns, name)
+  e.json, e.name, e.ns, e.rv, e.key, e.res = body, name, ns, rv, key, res
   setmetatable(e, lazy_entry)
   return file_entry(self, res, e, etype, prev)
 end
