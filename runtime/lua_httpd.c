@@ -33,7 +33,9 @@
  * few bytes all land in one bucket of LuaJIT's string table (its hash reads
  * only a few positions of a long string), and every new one is compared
  * with all of them. */
+#include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -441,16 +443,18 @@ const char *kl_lua_bytes(lua_State *L, int idx, int mt, size_t *len) {
 
 /* The pieces httpd.join copies, gathered in one walk of its parts: the
  * strings stay where Lua keeps them (the parts table anchors them for the
- * call), so each is read from the table once. */
+ * call), so each is read from the table once; a number is written into
+ * its span (p NULL), as no Lua string of it is made. */
 typedef struct spans {
   struct span {
     const char *p;
     size_t n;
+    char num[24];
   } * v, fixed[64];
   size_t n, cap, total;
 } spans_t;
 
-static void spans_add(spans_t *s, const char *p, size_t n) {
+static struct span *spans_next(spans_t *s) {
   if (s->n == s->cap) {
     size_t cap = s->cap * 2;
     struct span *v = kl_xmalloc(cap * sizeof *v);
@@ -459,7 +463,40 @@ static void spans_add(spans_t *s, const char *p, size_t n) {
     s->v = v;
     s->cap = cap;
   }
-  s->v[s->n++] = (struct span){p, n};
+  return &s->v[s->n++];
+}
+
+static void spans_add(spans_t *s, const char *p, size_t n) {
+  struct span *sp = spans_next(s);
+  sp->p = p;
+  sp->n = n;
+  s->total += n;
+}
+
+/* A number as tostring writes it ("%.14g"; integers as their digits). */
+static void spans_add_number(spans_t *s, lua_Number x) {
+  struct span *sp = spans_next(s);
+  char *out = sp->num;
+  size_t n;
+  if (x == x && fabs(x) < 1e14 && x == (lua_Number)(int64_t)x &&
+      !(x == 0 && signbit(x))) {
+    uint64_t u = x < 0 ? (uint64_t) - (int64_t)x : (uint64_t)(int64_t)x;
+    char tmp[20];
+    size_t k = 0;
+    do
+      tmp[k++] = (char)('0' + u % 10);
+    while ((u /= 10));
+    n = 0;
+    if (x < 0) out[n++] = '-';
+    while (k)
+      out[n++] = tmp[--k];
+  } else if (x != x) {
+    memcpy(out, "nan", n = 3);
+  } else {
+    n = (size_t)snprintf(out, sizeof sp->num, "%.14g", x);
+  }
+  sp->p = NULL;
+  sp->n = n;
   s->total += n;
 }
 
@@ -479,12 +516,14 @@ static void join_gather(lua_State *L, int t, lua_Integer i, lua_Integer j,
                   depth + 1, s);
     } else if ((d = to_bytes(L, -1, UV_BYTES_MT, &len))) {
       if (len) spans_add(s, d, len);
+    } else if (lua_type(L, -1) == LUA_TNUMBER) {
+      spans_add_number(s, lua_tonumber(L, -1));
     } else {
       if (s->v != s->fixed) free(s->v);
       s->v = s->fixed;
       kl_lua_error(L, "httpd.join",
-                   "part %d: expected a string, bytes or a "
-                   "table of them, got %s",
+                   "part %d: expected a string, a number, bytes or "
+                   "a table of them, got %s",
                    (int)k, luaL_typename(L, -1));
     }
     lua_pop(L, 1);
@@ -492,8 +531,9 @@ static void join_gather(lua_State *L, int t, lua_Integer i, lua_Integer j,
 }
 
 /* httpd.join(parts [, i [, j [, sep]]]) -> bytes: parts[i..j] (strings,
- * bytes, or tables of parts joined whole; default 1..#parts) joined with
- * sep (default "") between the top-level parts. */
+ * numbers as tostring writes them, bytes, or tables of parts joined whole;
+ * default 1..#parts) joined with sep (default "") between the top-level
+ * parts. */
 static int l_join(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   lua_Integer i = luaL_optinteger(L, 2, 1);
@@ -510,8 +550,9 @@ static int l_join(lua_State *L) {
   b->len = s.total;
   char *p = b->data;
   for (size_t k = 0; k < s.n; k++) {
-    memcpy(p, s.v[k].p, s.v[k].n);
-    p += s.v[k].n;
+    const struct span *sp = &s.v[k];
+    memcpy(p, sp->p ? sp->p : sp->num, sp->n);
+    p += sp->n;
   }
   if (s.v != s.fixed) free(s.v);
   lua_pushvalue(L, UV_BYTES_MT);

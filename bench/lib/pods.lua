@@ -115,11 +115,11 @@ function _M.pod_bytes(i, rv, v, annotate)
   for k = 1, n do
     local x = r[k]
     if x == 4 then
-      x = tostring(rv)
+      x = rv -- join writes numbers as tostring does, making no string
     elseif x == 5 then
       x = small[v % 256]
     elseif x == 6 then
-      x = tostring(v)
+      x = v
     end
     scratch[k] = x
   end

@@ -2,6 +2,7 @@
 -- runs in its own `kubelua run` process and curl talks to it. Handlers run
 -- in tasks (they may sleep), stream chunked responses, abort mid-stream,
 -- and hear about clients that went away.
+local httpd = require "kubelua.httpd"
 local support = require "spec.support"
 local H = require "spec.integration.sim_helper"
 
@@ -126,6 +127,19 @@ describe("kubelua.httpd", function()
   it("joins strings, bytes and nested parts into bytes that write and tostring() send",
     function()
     assert.equal("a,bc,d|a,bc,d|6|part 2", curl("-N " .. url("/bytes")))
+  end)
+
+  it("joins numbers as tostring writes them, making no string of them", function()
+    local xs = { 0, -0.0, 7, -42, 123456, 2 ^ 31, 99999999999999, 1e14, -2 ^ 63, 0.5, 1 / 3,
+      1e300, 1 / 0, -1 / 0, 0 / 0 }
+    local want = {}
+    for i, x in ipairs(xs) do want[i] = tostring(x) end
+    assert.equal(table.concat(want, " "), tostring(httpd.join(xs, 1, #xs, " ")))
+    assert.equal('{"rv":"17","n":3}', tostring(httpd.join { '{"rv":"', 17, '","n":', { 3 }, "}" }))
+    local ok, err = pcall(httpd.join, { "a", 1, true })
+    assert.is_false(ok)
+    assert.matches("httpd.join: part 3: expected a string, a number, bytes or a table of them, "
+      .. "got boolean$", err)
   end)
 
   it("aborts a stream after n more bytes", function()
