@@ -11,14 +11,17 @@
 --                              the history: delivery without the writer,
 --                              what bench/compare's clients get
 --   list_mb_per_s              a list of 100,000 Pods read by curl
+--   writer_events_per_s        the writer with no watcher: its own limit,
+--                              and a gauge of how fast this machine runs
+--                              at the time (the live figures follow it)
 --
 -- The writer changes Pods through the store's event path for objects given
 -- as JSON bytes (Store:put_json: the metadata read, a new resourceVersion,
 -- the history, the event written to every watcher), pausing when a
 -- watcher's unsent output passes 4 MiB, as the simulator's own handlers do.
 -- Time runs from the first event to the moment every watcher has read the
--- end of its stream. The three watch figures are medians over SIM_RUNS
--- rounds (default 3; the *_each lists give every round's): single runs on
+-- end of its stream. The watch and writer figures are medians over SIM_RUNS
+-- rounds (default 5; the *_each lists give every round's): single runs on
 -- this 2-core VM vary by tens of percent.
 local kube = require "kubelua"
 local json = require "kubelua.json"
@@ -27,7 +30,7 @@ local podlib = require "bench.lib.pods"
 local median = require("bench.lib.stats").median
 
 local EVENTS = tonumber(arg and arg[1]) or 200000
-local RUNS = tonumber(os.getenv("SIM_RUNS")) or 3
+local RUNS = tonumber(os.getenv("SIM_RUNS")) or 5
 local OBJECTS = 1000
 local LIST_OBJECTS = tonumber(arg and arg[2]) or 100000
 
@@ -171,8 +174,9 @@ end
 
 kube.spawn(function()
   populate(OBJECTS)
-  local one, ten, replay = {}, {}, {}
+  local one, ten, replay, writer = {}, {}, {}, {}
   for r = 1, RUNS do
+    writer[r] = math.floor(watch_phase(0))
     one[r] = math.floor(watch_phase(1))
     ten[r] = math.floor(watch_phase(10))
     replay[r] = math.floor(replay_alone())
@@ -184,6 +188,7 @@ kube.spawn(function()
     one_watcher_events_per_s = median(one),
     ten_watchers_events_per_s = median(ten),
     replay_events_per_s = median(replay),
+    writer_events_per_s = median(writer),
     list_mb_per_s = math.floor(list_mb * 10) / 10,
     list_objects = LIST_OBJECTS,
     list_bytes = bytes,
@@ -192,6 +197,7 @@ kube.spawn(function()
     one_watcher_events_per_s_each = json.array(one),
     ten_watchers_events_per_s_each = json.array(ten),
     replay_events_per_s_each = json.array(replay),
+    writer_events_per_s_each = json.array(writer),
   })
   srv:close()
   kube.stop()
