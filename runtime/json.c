@@ -1271,7 +1271,10 @@ bool kl_json_members_in(const kl_json_value_t *v, kl_json_span_t obj,
     size_t kn = (size_t)(ke - 1 - ks);
     for (size_t i = 0; i < n; i++) {
       size_t kl = i < KEYS_FIXED ? klen[i] : strlen(keys[i]);
-      if (key_equals(ks, kn, esc, keys[i], kl)) {
+      /* a plain name is compared here: a call a key is too dear */
+      if (esc ? key_equals(ks, kn, esc, keys[i], kl)
+              : kn == kl &&
+                    (!kn || (*ks == *keys[i] && !memcmp(ks, keys[i], kn)))) {
         vals[i] = (kl_json_span_t){p, (size_t)(ve - p)};
         break;
       }
