@@ -1378,6 +1378,23 @@ static int h2_on_stream_close(nghttp2_session *ss, int32_t id, uint32_t code,
   return 0;
 }
 
+/* A stream answered before its request came whole (an early 413 or 431,
+ * h2_error): once the response's last frame is out, RST_STREAM NO_ERROR
+ * asks the client to stop sending the rest (RFC 9113, 8.1) rather than
+ * leave the stream open until the read timeout. */
+static int h2_on_frame_send(nghttp2_session *ss, const nghttp2_frame *f,
+                            void *ud) {
+  (void)ud;
+  int32_t id = f->hd.stream_id;
+  if (!(f->hd.flags & NGHTTP2_FLAG_END_STREAM) ||
+      (f->hd.type != NGHTTP2_DATA && f->hd.type != NGHTTP2_HEADERS))
+    return 0;
+  h2s *s = nghttp2_session_get_stream_user_data(ss, id);
+  if (s && s->refused && !nghttp2_session_get_stream_remote_close(ss, id))
+    nghttp2_submit_rst_stream(ss, NGHTTP2_FLAG_NONE, id, NGHTTP2_NO_ERROR);
+  return 0;
+}
+
 /* nghttp2 fails these only when out of memory. */
 static void h2_oom(void) {
   kl_log(KL_LOG_ERROR, "httpd: out of memory");
@@ -1394,6 +1411,7 @@ static nghttp2_session_callbacks *h2_callbacks_new(void) {
   nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, h2_on_data);
   nghttp2_session_callbacks_set_on_stream_close_callback(cb,
                                                          h2_on_stream_close);
+  nghttp2_session_callbacks_set_on_frame_send_callback(cb, h2_on_frame_send);
   return cb;
 }
 

@@ -1307,6 +1307,21 @@ static int h2_rst(const tc *t, unsigned id) {
   return 0;
 }
 
+/* The offset of the first frame of type for stream id in what the raw
+ * HTTP/2 client t received; -1 when there is none. */
+static long h2_first(const tc *t, int type, unsigned id) {
+  for (size_t off = 0; off + 9 <= t->len;) {
+    const unsigned char *f = (const unsigned char *)t->buf + off;
+    size_t flen = (size_t)f[0] << 16 | (size_t)f[1] << 8 | f[2];
+    unsigned sid = ((unsigned)f[5] & 0x7f) << 24 | (unsigned)f[6] << 16 |
+                   (unsigned)f[7] << 8 | f[8];
+    if (off + 9 + flen > t->len) break;
+    if (f[3] == type && sid == id) return (long)off;
+    off += 9 + flen;
+  }
+  return -1;
+}
+
 /* Sends one HTTP/2 frame on the raw client t. */
 static void h2_frame(tc *t, int type, int flags, unsigned id, const char *p,
                      size_t n) {
@@ -1501,6 +1516,32 @@ static void test_tls_round_trip(void) {
   KT_EQ_INT(h2_rst(h2, 13), 1 + 7);
   for (unsigned id = 1; id <= 11; id += 2)
     KT_EQ_INT(h2_rst(h2, id), id == 9 ? 1 + 7 : 0);
+  tc_close(h2);
+
+  /* A request answered before its body came (413: too large, by its
+   * content-length on stream 1, by its DATA on stream 3) has its stream
+   * reset with NO_ERROR after the response's last frame: the client stops
+   * sending the rest (RFC 9113, 8.1), and no read timeout is waited for. */
+  cli_alpn = "\x02h2\x08http/1.1";
+  h2 = tc_open_at("127.0.0.1", kl_httpd_port(srv), 1, 0);
+  cli_alpn = "\x08http/1.1";
+  tc_sendn(h2, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\4\0\0\0\0\0", 33);
+  /* POST / with content-length: 2000 (literal, static name 28) */
+  h2_frame(h2, 1, 4, 1,
+           "\x83\x87\x84\x41\x01x\x0f\x0d\x04"
+           "2000",
+           13);
+  h2_frame(h2, 1, 4, 3, "\x83\x87\x84\x41\x01x", 6);
+  h2_frame(h2, 0, 0, 3, part, sizeof part);
+  h2_frame(h2, 0, 0, 3, part, sizeof part);
+  UNTIL((h2_rst(h2, 1) && h2_rst(h2, 3)) || h2->err || h2->eof);
+  for (unsigned id = 1; id <= 3; id += 2) {
+    KT_EQ_INT(h2_rst(h2, id), 1 + 0); /* NO_ERROR */
+    long resp = h2_first(h2, 1, id), end = h2_first(h2, 3, id);
+    KT_TRUE(resp >= 0 && resp < end); /* the response first */
+  }
+  KT_EQ_INT(h2->err, 0);
+  KT_EQ_INT(h2->eof, 0);
   tc_close(h2);
   stop();
   SSL_CTX_free(cli_ctx);
