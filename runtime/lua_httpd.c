@@ -73,10 +73,16 @@ typedef struct lreq {
   int close_reason; /* 0, or the KL_E* code httpd gave on_close */
   unsigned gen;     /* its server's generation: its tasks belong to it */
   int closed_pending;
-  kl_defer_t defer; /* runs the Lua side of on_close / on_drain */
-  kl_waitlist_t drainers;
+  kl_defer_t defer;       /* runs the Lua side of on_close / on_drain */
+  kl_waitlist_t drainers; /* in req:wait_drain */
+  kl_waitlist_t sleepers; /* in req:sleep */
   size_t drain_pending;
 } lreq_t;
+
+/* Tasks parked on the request (woken when it ends). */
+static size_t req_waiters(const lreq_t *lr) {
+  return lr->drainers.n + lr->sleepers.n;
+}
 
 /* --- requests ------------------------------------------------------------ */
 
@@ -110,12 +116,15 @@ static void drop_on_close(lua_State *L, lreq_t *lr) {
   lr->on_close_ref = LUA_NOREF;
 }
 
-/* The request ended on the C side: nothing may touch lr->req any more. */
+/* The request ended on the C side: nothing may touch lr->req any more.
+ * Tasks waiting on it hear so (from the loop, as for a client that went):
+ * the owner's end may come from another task than the one waiting. */
 static void req_detach(lreq_t *lr) {
   lua_State *L = kl_rt_lua(lr->rt);
   lr->req = NULL;
+  if (req_waiters(lr)) kl_loop_defer(kl_rt_loop(lr->rt), &lr->defer);
   if (!lr->closed_pending) drop_on_close(L, lr); /* its owner ended it */
-  if (!lr->closed_pending && lr->drainers.n == 0 && lr->self_ref != LUA_NOREF) {
+  if (!lr->closed_pending && !req_waiters(lr) && lr->self_ref != LUA_NOREF) {
     luaL_unref(L, LUA_REGISTRYINDEX, lr->self_ref);
     lr->self_ref = LUA_NOREF;
   }
@@ -134,6 +143,8 @@ static void req_deferred(kl_defer_t *d) {
   lreq_t *lr = (lreq_t *)((char *)d - offsetof(lreq_t, defer));
   lua_State *L = kl_rt_lua(lr->rt);
   if (lr->drainers.n) kl_waitlist_wake(&lr->drainers, lr->drainers.n);
+  if (!lr->req && lr->sleepers.n)
+    kl_waitlist_wake(&lr->sleepers, lr->sleepers.n);
   if (lr->closed_pending) {
     lr->closed_pending = 0;
     if (lr->on_close_ref != LUA_NOREF && !kl_rt_stopping(lr->rt)) {
@@ -155,7 +166,7 @@ static void req_deferred(kl_defer_t *d) {
     }
     drop_on_close(L, lr); /* spawned, or not to run */
   }
-  if (!lr->req && lr->drainers.n == 0 && lr->self_ref != LUA_NOREF) {
+  if (!lr->req && !req_waiters(lr) && lr->self_ref != LUA_NOREF) {
     luaL_unref(L, LUA_REGISTRYINDEX, lr->self_ref);
     lr->self_ref = LUA_NOREF;
   }
@@ -642,6 +653,28 @@ static int req_wait_drain(lua_State *L) {
   return kl_task_wait(L, &lr->drainers, deliver_drained, lr);
 }
 
+/* req:sleep(seconds) -> alive: waits the seconds, or less when the
+ * request ends first (its client went, or it was ended, by another task
+ * too): whether it is still on. In a task only. */
+static int req_sleep(lua_State *L) {
+  lreq_t *lr = check_req(L, "req:sleep");
+  if (lua_type(L, 2) != LUA_TNUMBER)
+    return kl_lua_error(L, "req:sleep", "seconds must be a number, got %s",
+                        luaL_typename(L, 2));
+  double s = lua_tonumber(L, 2);
+  if (isnan(s) || isinf(s))
+    return kl_lua_error(L, "req:sleep", "seconds must be finite, got %f", s);
+  if (!kl_task_current(lr->rt, L))
+    return kl_lua_error(L, "req:sleep", "not inside a task");
+  if (!lr->req) {
+    lua_pushboolean(L, 0);
+    return 1;
+  }
+  kl_loop_t *loop = kl_rt_loop(lr->rt);
+  return kl_task_wait_until(L, &lr->sleepers, deliver_drained, lr,
+                            kl_loop_now(loop) + (s > 0 ? s : 0));
+}
+
 /* req:on_close(fn): fn(req, reason) runs in a task when the request ends
  * before its owner ended it (reason "closed", "limit" or "shutdown"). */
 static int req_on_close(lua_State *L) {
@@ -659,27 +692,17 @@ static int req_on_close(lua_State *L) {
 }
 
 static const luaL_Reg req_methods[] = {
-    {"method", req_method},
-    {"path", req_path},
-    {"query", req_query},
-    {"param", req_param},
-    {"params", req_params},
-    {"header", req_header},
-    {"headers", req_headers},
-    {"body", req_body},
-    {"remote", req_remote},
-    {"is_tls", req_is_tls},
-    {"alive", req_alive},
-    {"answered", req_answered},
-    {"reply", req_reply},
-    {"stream_begin", req_stream_begin},
-    {"write", req_write},
-    {"finish", req_finish},
-    {"abort", req_abort},
-    {"buffered", req_buffered},
-    {"wait_drain", req_wait_drain},
-    {"on_close", req_on_close},
-    {NULL, NULL},
+    {"method", req_method},         {"path", req_path},
+    {"query", req_query},           {"param", req_param},
+    {"params", req_params},         {"header", req_header},
+    {"headers", req_headers},       {"body", req_body},
+    {"remote", req_remote},         {"is_tls", req_is_tls},
+    {"alive", req_alive},           {"answered", req_answered},
+    {"reply", req_reply},           {"stream_begin", req_stream_begin},
+    {"write", req_write},           {"finish", req_finish},
+    {"abort", req_abort},           {"buffered", req_buffered},
+    {"wait_drain", req_wait_drain}, {"sleep", req_sleep},
+    {"on_close", req_on_close},     {NULL, NULL},
 };
 
 /* --- servers ------------------------------------------------------------- */

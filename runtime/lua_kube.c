@@ -196,6 +196,7 @@ size_t kl_waitlist_wake(kl_waitlist_t *wl, size_t n) {
   while (woken < n && wl->head) {
     kl_task_t *t = wl->head;
     wl_remove(t);
+    kl_timers_stop(kl_loop_timers(t->rt->loop), &t->timer); /* a deadline */
     t->home = wl;
     task_schedule(t);
     woken++;
@@ -220,6 +221,21 @@ int kl_task_wait(lua_State *L, kl_waitlist_t *wl, kl_task_deliver_fn *deliver,
   t->state = TASK_WAITING;
   if (wl) wl_push(wl, t);
   return lua_yield(L, 0);
+}
+
+static void task_deadline(kl_timer_t *timer, void *ud) {
+  kl_task_t *t = ud;
+  (void)timer;
+  wl_remove(t);
+  task_schedule(t);
+}
+
+int kl_task_wait_until(lua_State *L, kl_waitlist_t *wl,
+                       kl_task_deliver_fn *deliver, void *op, double at) {
+  kl_task_t *t = kl_rt_from(L)->current;
+  t->timer.fn = task_deadline;
+  kl_timers_start(kl_loop_timers(t->rt->loop), &t->timer, at);
+  return kl_task_wait(L, wl, deliver, op);
 }
 
 void kl_task_hold(kl_task_t *t, int delta) {

@@ -111,6 +111,10 @@ kl_task_t *kl_task_current(kl_rt_t *rt, lua_State *L);
  * L must be the current task's state. */
 int kl_task_wait(lua_State *L, kl_waitlist_t *wl, kl_task_deliver_fn *deliver,
                  void *op);
+/* kl_task_wait with a deadline: the task also resumes at loop time `at`
+ * (taken off wl then); deliver produces the results either way. */
+int kl_task_wait_until(lua_State *L, kl_waitlist_t *wl,
+                       kl_task_deliver_fn *deliver, void *op, double at);
 /* Sets the cancel hook of the wait the current task is about to begin
  * (call right before kl_task_wait); cleared when the task resumes. */
 void kl_task_set_cancel(kl_task_t *t, kl_task_cancel_fn *cancel);
