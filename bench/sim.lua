@@ -143,13 +143,13 @@ local function replay_phase()
 end
 
 -- replay_phase, then what lets its simulator (half a gigabyte of history)
--- go, so that the phases after it run without it: a second, in which the
--- watch's handler (it polls once a second at most) sees its request end,
--- and jit.flush(), as compiled traces keep the functions they were
--- recorded with (the simulator's closures among them).
+-- go, so that the phases after it run without it: a moment for the
+-- watch's handler to see its request end (it wakes when it does), and
+-- jit.flush(), as compiled traces keep the functions they were recorded
+-- with (the simulator's closures among them).
 local function replay_alone()
   local rate = replay_phase()
-  kube.sleep(1.1)
+  kube.sleep(0.05)
   jit.flush()
   return rate
 end

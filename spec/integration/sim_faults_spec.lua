@@ -212,3 +212,27 @@ describe("kubelua sim faults", function()
     assert.equal("BadRequest", st.reason)
   end)
 end)
+
+describe("kubelua sim, a watch ended by a fault", function()
+  local kube = require "kubelua"
+  local support = require "spec.support"
+
+  for _, mode in ipairs { "end", true } do
+    it("ends its handler at once (drop_watches = " .. tostring(mode) .. "), not at its "
+      .. "next look at the clock", function()
+      -- a handler that looks once an hour: only the drop can end it now
+      local sim = require("kubelua.sim").new { watch_check = 3600 }
+      local srv = assert(sim:listen { host = "127.0.0.1", port = 0 })
+      local p = io.popen("sh -c 'exec curl -s -N -o /dev/null http://127.0.0.1:" .. srv:port()
+        .. CMS .. "?watch=true </dev/null >/dev/null 2>&1 & echo $!'")
+      local pid = p:read("*l")
+      p:close()
+      assert.is_true(support.eventually(function() return sim.watch_handlers == 1 end))
+      kube.sleep(0.05) -- the handler sleeps
+      assert.equal(1, sim:inject { drop_watches = mode }.dropped)
+      assert.is_true(support.eventually(function() return sim.watch_handlers == 0 end))
+      os.execute("kill " .. pid .. " 2>/dev/null")
+      srv:close()
+    end)
+  end
+end)

@@ -41,7 +41,10 @@ local version_info = {
 -- opts.users ({ [token] = "name" }: valid users without any permission),
 -- opts.history_size (events kept per resource, default 10000),
 -- opts.bookmark_interval (seconds, default 60), opts.too_large_wait
--- (seconds before the 504 for a future resourceVersion, default 3).
+-- (seconds before the 504 for a future resourceVersion, default 3),
+-- opts.watch_check (seconds, default 1: the longest a watch's handler
+-- sleeps between looks at its timeout and bookmarks; an ended watch wakes
+-- it at once).
 function _M.new(opts)
   opts = opts or {}
   local self = setmetatable({ opts = opts }, Sim)
@@ -53,6 +56,8 @@ function _M.new(opts)
   self.held = {} -- watcher → resource, while hold_watches holds them
   self.bookmark_interval = opts.bookmark_interval or 60
   self.too_large_wait = opts.too_large_wait or 3
+  self.watch_check = opts.watch_check or 1
+  self.watch_handlers = 0 -- watch requests being served
   self.servers = {}
   return self
 end
@@ -341,7 +346,11 @@ function Sim:serve_resource(req, r, user)
     end
     return reply_list(req, lb)
   elseif verb == "watch" then
-    return self:watch(req, res, ns, params, r)
+    self.watch_handlers = self.watch_handlers + 1
+    local ok, err = pcall(self.watch, self, req, res, ns, params, r)
+    self.watch_handlers = self.watch_handlers - 1
+    if not ok then error(err, 0) end
+    return
   elseif verb == "create" then
     local obj, err = body_object(res, req)
     if not obj then return reply_status(req, err) end
@@ -533,7 +542,8 @@ function Sim:watch(req, res, ns, params, r)
     if w.bookmarks then
       wake = math.min(wake, next_bookmark, final_bookmark or deadline)
     end
-    kube.sleep(math.max(0.001, math.min(wake - now, w.held and 0.01 or 1)))
+    -- req:sleep returns at once when the request ends (a dropped watch)
+    req:sleep(math.max(0.001, math.min(wake - now, w.held and 0.01 or self.watch_check)))
   end
   store.unwatch(res, w)
   held[w] = nil
@@ -656,7 +666,7 @@ function Sim:control(req, path)
     local held = 0
     for _ in pairs(self.held) do held = held + 1 end
     return reply_json(req, 200, { resourceVersion = tostring(self.store.rv), objects = counts,
-      watches = watches, held_watches = held })
+      watches = watches, held_watches = held, watch_handlers = self.watch_handlers })
   end
   return reply_status(req, not_found_resource())
 end
