@@ -488,21 +488,22 @@ static void spans_add(spans_t *s, const char *p, size_t n) {
 static void spans_add_number(spans_t *s, lua_Number x) {
   struct span *sp = spans_next(s);
   char *out = sp->num;
-  size_t n;
+  size_t n = 0;
   if (x == x && fabs(x) < 1e14 && x == (lua_Number)(int64_t)x &&
       !(x == 0 && signbit(x))) {
-    uint64_t u = x < 0 ? (uint64_t) - (int64_t)x : (uint64_t)(int64_t)x;
+    int64_t i = (int64_t)x;
+    uint64_t u = i < 0 ? 0 - (uint64_t)i : (uint64_t)i;
     char tmp[20];
     size_t k = 0;
     do
       tmp[k++] = (char)('0' + u % 10);
     while ((u /= 10));
-    n = 0;
-    if (x < 0) out[n++] = '-';
+    if (i < 0) out[n++] = '-';
     while (k)
       out[n++] = tmp[--k];
   } else if (x != x) {
-    memcpy(out, "nan", n = 3);
+    n = 3;
+    memcpy(out, "nan", n);
   } else {
     n = (size_t)snprintf(out, sizeof sp->num, "%.14g", x);
   }
@@ -691,19 +692,32 @@ static int req_on_close(lua_State *L) {
   return 0;
 }
 
+/* clang-format off */
 static const luaL_Reg req_methods[] = {
-    {"method", req_method},         {"path", req_path},
-    {"query", req_query},           {"param", req_param},
-    {"params", req_params},         {"header", req_header},
-    {"headers", req_headers},       {"body", req_body},
-    {"remote", req_remote},         {"is_tls", req_is_tls},
-    {"alive", req_alive},           {"answered", req_answered},
-    {"reply", req_reply},           {"stream_begin", req_stream_begin},
-    {"write", req_write},           {"finish", req_finish},
-    {"abort", req_abort},           {"buffered", req_buffered},
-    {"wait_drain", req_wait_drain}, {"sleep", req_sleep},
-    {"on_close", req_on_close},     {NULL, NULL},
+    {"method", req_method},
+    {"path", req_path},
+    {"query", req_query},
+    {"param", req_param},
+    {"params", req_params},
+    {"header", req_header},
+    {"headers", req_headers},
+    {"body", req_body},
+    {"remote", req_remote},
+    {"is_tls", req_is_tls},
+    {"alive", req_alive},
+    {"answered", req_answered},
+    {"reply", req_reply},
+    {"stream_begin", req_stream_begin},
+    {"write", req_write},
+    {"finish", req_finish},
+    {"abort", req_abort},
+    {"buffered", req_buffered},
+    {"wait_drain", req_wait_drain},
+    {"sleep", req_sleep},
+    {"on_close", req_on_close},
+    {NULL, NULL},
 };
+/* clang-format on */
 
 /* --- servers ------------------------------------------------------------- */
 
