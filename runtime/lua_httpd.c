@@ -634,7 +634,8 @@ static int req_buffered(lua_State *L) {
   return 1;
 }
 
-static int deliver_drained(kl_task_t *t, lua_State *co, void *op) {
+/* What a waiter on the request gets: whether it is still on. */
+static int deliver_alive(kl_task_t *t, lua_State *co, void *op) {
   lreq_t *lr = op;
   (void)t;
   lua_pushboolean(co, lr->req != NULL);
@@ -651,7 +652,7 @@ static int req_wait_drain(lua_State *L) {
     lua_pushboolean(L, 0);
     return 1;
   }
-  return kl_task_wait(L, &lr->drainers, deliver_drained, lr);
+  return kl_task_wait(L, &lr->drainers, deliver_alive, lr);
 }
 
 /* req:sleep(seconds) -> alive: waits the seconds, or less when the
@@ -659,12 +660,7 @@ static int req_wait_drain(lua_State *L) {
  * too): whether it is still on. In a task only. */
 static int req_sleep(lua_State *L) {
   lreq_t *lr = check_req(L, "req:sleep");
-  if (lua_type(L, 2) != LUA_TNUMBER)
-    return kl_lua_error(L, "req:sleep", "seconds must be a number, got %s",
-                        luaL_typename(L, 2));
-  double s = lua_tonumber(L, 2);
-  if (isnan(s) || isinf(s))
-    return kl_lua_error(L, "req:sleep", "seconds must be finite, got %f", s);
+  double s = kl_lua_check_seconds(L, 2, "req:sleep");
   if (!kl_task_current(lr->rt, L))
     return kl_lua_error(L, "req:sleep", "not inside a task");
   if (!lr->req) {
@@ -672,7 +668,7 @@ static int req_sleep(lua_State *L) {
     return 1;
   }
   kl_loop_t *loop = kl_rt_loop(lr->rt);
-  return kl_task_wait_until(L, &lr->sleepers, deliver_drained, lr,
+  return kl_task_wait_until(L, &lr->sleepers, deliver_alive, lr,
                             kl_loop_now(loop) + (s > 0 ? s : 0));
 }
 

@@ -508,7 +508,7 @@ static kl_rt_t *up_rt(lua_State *L) {
   return *(kl_rt_t **)lua_touserdata(L, lua_upvalueindex(1));
 }
 
-static double check_seconds(lua_State *L, int idx, const char *name) {
+double kl_lua_check_seconds(lua_State *L, int idx, const char *name) {
   if (lua_type(L, idx) != LUA_TNUMBER)
     kl_lua_error(L, name, "seconds must be a number, got %s",
                  luaL_typename(L, idx));
@@ -577,7 +577,7 @@ static int deliver_nothing(kl_task_t *t, lua_State *co, void *op) {
 /* kube.sleep(seconds): parks the calling task; outside one, an error. */
 static int core_sleep(lua_State *L) {
   kl_rt_t *rt = up_rt(L);
-  double s = check_seconds(L, 1, "kube.sleep");
+  double s = kl_lua_check_seconds(L, 1, "kube.sleep");
   kl_task_t *t = kl_task_current(rt, L);
   if (!t)
     return kl_lua_error(L, "kube.sleep",
@@ -613,7 +613,7 @@ static void after_fire(kl_timer_t *timer, void *ud) {
  * passed; handle:cancel() prevents it (returns true if it was pending). */
 static int core_after(lua_State *L) {
   kl_rt_t *rt = up_rt(L);
-  double s = check_seconds(L, 1, "kube.after");
+  double s = kl_lua_check_seconds(L, 1, "kube.after");
   check_function(L, 2, "kube.after");
   after_t *a = lua_newuserdata(L, sizeof *a);
   a->rt = rt;
@@ -694,7 +694,8 @@ static void join_deadline(kl_timer_t *timer, void *ud) {
 static int core_run(lua_State *L) {
   kl_rt_t *rt = up_rt(L);
   check_function(L, 1, "kube.run");
-  double timeout = lua_isnoneornil(L, 2) ? 60 : check_seconds(L, 2, "kube.run");
+  double timeout =
+      lua_isnoneornil(L, 2) ? 60 : kl_lua_check_seconds(L, 2, "kube.run");
   kl_task_t *t = kl_task_current(rt, L);
   if (!t) { /* raised by kube.run, at its caller's position */
     lua_pushboolean(L, 0);

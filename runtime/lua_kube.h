@@ -124,6 +124,10 @@ size_t kl_waitlist_wake(kl_waitlist_t *wl, size_t n);
  * key is in the middle of a reconcile, which a graceful stop lets finish. */
 void kl_task_hold(kl_task_t *t, int delta);
 
+/* The number of seconds at idx, finite; raises "NAME: seconds must be ..."
+ * otherwise. */
+double kl_lua_check_seconds(lua_State *L, int idx, const char *name);
+
 /* Raises "where: NAME: MSG" as a Lua error, where is the position of the
  * Lua code that called the C function, as error(msg, 2) does in Lua. */
 int kl_lua_error(lua_State *L, const char *name, const char *fmt, ...)

@@ -1290,23 +1290,6 @@ static int make_cert(void) {
   return system(cmd) == 0 ? 0 : -1;
 }
 
-/* 1 + the error code of the first RST_STREAM for stream id in what the
- * raw HTTP/2 client t received; 0 when there is none. */
-static int h2_rst(const tc *t, unsigned id) {
-  for (size_t off = 0; off + 9 <= t->len;) {
-    const unsigned char *f = (const unsigned char *)t->buf + off;
-    size_t flen = (size_t)f[0] << 16 | (size_t)f[1] << 8 | f[2];
-    unsigned sid = ((unsigned)f[5] & 0x7f) << 24 | (unsigned)f[6] << 16 |
-                   (unsigned)f[7] << 8 | f[8];
-    if (off + 9 + flen > t->len) break;
-    if (f[3] == 3 && flen == 4 && sid == id)
-      return 1 + (int)((unsigned)f[9] << 24 | (unsigned)f[10] << 16 |
-                       (unsigned)f[11] << 8 | f[12]);
-    off += 9 + flen;
-  }
-  return 0;
-}
-
 /* The offset of the first frame of type for stream id in what the raw
  * HTTP/2 client t received; -1 when there is none. */
 static long h2_first(const tc *t, int type, unsigned id) {
@@ -1320,6 +1303,17 @@ static long h2_first(const tc *t, int type, unsigned id) {
     off += 9 + flen;
   }
   return -1;
+}
+
+/* 1 + the error code of the first RST_STREAM for stream id in what the
+ * raw HTTP/2 client t received; 0 when there is none. */
+static int h2_rst(const tc *t, unsigned id) {
+  long off = h2_first(t, 3, id);
+  if (off < 0) return 0;
+  const unsigned char *f = (const unsigned char *)t->buf + off;
+  if (f[0] || f[1] || f[2] != 4) return 0; /* not a well-formed one */
+  return 1 + (int)((unsigned)f[9] << 24 | (unsigned)f[10] << 16 |
+                   (unsigned)f[11] << 8 | f[12]);
 }
 
 /* Sends one HTTP/2 frame on the raw client t. */

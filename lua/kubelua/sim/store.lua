@@ -531,12 +531,8 @@ function Store:put_json(res, body, etype, prev)
   if res.canon or res.mirror or is_crd_resource(res) then
     error("put_json: " .. res.name .. " must be stored from tables (put)", 2)
   end
-  local ns, name, rv
-  if prev then -- the strings of its namespace and name serve again
-    ns, name, rv = json.meta(body, prev.ns, prev.name)
-  else
-    ns, name, rv = json.meta(body)
-  end
+  -- the previous version's namespace and name strings serve again
+  local ns, name, rv = json.meta(body, prev and prev.ns, prev and prev.name)
   if not ns then error("put_json: " .. name, 2) end
   if name == "" then error("put_json: the object has no metadata.name", 2) end
   rv = tonumber(rv)
