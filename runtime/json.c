@@ -919,19 +919,65 @@ static inline void whole_open(kl_json_ctbuf_t *ix, size_t *nct, uint32_t *at,
     if (p == end) return false;                                                \
   } while (0)
 
+/* Where meta (kl_json_check_meta) is in a checked object's top levels:
+ * the top level's member named "metadata" comes, its value is the object
+ * open now, or neither. */
+enum { MD_OUT, MD_KEY, MD_IN };
+
+/* The value that follows the member name ending at the quote q (the colon
+ * and whitespace are not checked here: the check goes on over them). */
+static const uint8_t *after_colon(const uint8_t *q, const uint8_t *end) {
+  q++;
+  while (q < end && (kl_json_ws_tab[*q] || *q == ':'))
+    q++;
+  return q;
+}
+
+/* Looks at the member name [ks, q) (q its closing quote) of the object
+ * depth levels deep, for kl_json_check_meta: notes metadata's place and
+ * where the values of its name, namespace and resourceVersion start. esc:
+ * the name holds an escape, which is not compared here (m->unsure). */
+static inline void meta_key(kl_json_meta_t *m, int *md, unsigned depth,
+                            const uint8_t *ks, const uint8_t *q,
+                            const uint8_t *end, bool esc) {
+  size_t n = (size_t)(q - ks);
+  if (esc) {
+    m->unsure = true;
+    return;
+  }
+  if (depth == 1) {
+    *md = n == 8 && !memcmp(ks, "metadata", 8) ? MD_KEY : MD_OUT;
+    if (*md == MD_KEY) /* a repeated "metadata": the last one wins */
+      m->ns = m->name = m->rv = NULL;
+    return;
+  }
+  if (*md != MD_IN) return;
+  if (n == 4 && !memcmp(ks, "name", 4))
+    m->name = (const char *)after_colon(q, end);
+  else if (n == 9 && !memcmp(ks, "namespace", 9))
+    m->ns = (const char *)after_colon(q, end);
+  else if (n == 15 && !memcmp(ks, "resourceVersion", 15))
+    m->rv = (const char *)after_colon(q, end);
+}
+
 /* kl_json_check_indexed's fast path, for a text that is all there: the
  * stream's grammar, limits and index without its suspend points and
  * state. It answers only yes or no; for no, the stream reads the text
- * again and says where and why. */
-bool kl_json_check_whole(const void *buf, size_t len, kl_json_value_t *v,
-                         kl_json_ctbuf_t *ix) {
-  const uint8_t *base = buf, *p = base, *end = base + len, *start;
+ * again and says where and why. With m, it also finds metadata's members
+ * (kl_json_check_meta); inlined twice, the check without m does not pay
+ * for them. */
+static inline __attribute__((always_inline)) bool
+check_whole(const void *buf, size_t len, kl_json_value_t *v,
+            kl_json_ctbuf_t *ix, kl_json_meta_t *m) {
+  const uint8_t *base = buf, *p = base, *end = base + len, *start, *ks;
   uint8_t stk[KL_JSON_MAX_DEPTH]; /* each open container's closer */
   uint32_t at[KL_JSON_INDEX_DEPTH];
   unsigned depth = 0;
   size_t nct = 0;
   uint8_t cl; /* the innermost container's closer: '}' or ']' */
   bool ws = false, esc = false;
+  int md = MD_OUT;
+  if (m) *m = (kl_json_meta_t){NULL, NULL, NULL, false};
   if (len > KL_JSON_MAX_VALUE || len >= UINT32_MAX) return false;
   while (p < end && kl_json_ws_tab[*p])
     p++;
@@ -939,6 +985,7 @@ bool kl_json_check_whole(const void *buf, size_t len, kl_json_value_t *v,
   start = p;
 open:
   if (depth >= KL_JSON_MAX_DEPTH) return false;
+  if (m && depth == 1) md = md == MD_KEY && *p == '{' ? MD_IN : MD_OUT;
   whole_open(ix, &nct, at, p, start, depth);
   cl = *p == '{' ? '}' : ']';
   stk[depth++] = cl;
@@ -948,9 +995,12 @@ open:
   if (cl == ']') goto value;
 key:
   if (*p != '"') return false;
-  p = (const uint8_t *)kl_json_str_close((const char *)p + 1, (const char *)end,
+  ks = ++p;
+  esc = false; /* for meta_key: whether this name holds an escape */
+  p = (const uint8_t *)kl_json_str_close((const char *)p, (const char *)end,
                                          &esc);
   if (!p) return false;
+  if (m && depth <= 2) meta_key(m, &md, depth, ks, p, end, esc);
   if (end - p >= 3 && p[1] == ':') {
     p += 2; /* compact input: the value follows the colon */
     if (*p == '"') goto string;
@@ -1024,6 +1074,16 @@ close:
 }
 
 #undef WHOLE_WS
+
+bool kl_json_check_whole(const void *buf, size_t len, kl_json_value_t *v,
+                         kl_json_ctbuf_t *ix) {
+  return check_whole(buf, len, v, ix, NULL);
+}
+
+bool kl_json_check_meta(const void *buf, size_t len, kl_json_value_t *v,
+                        kl_json_ctbuf_t *ix, kl_json_meta_t *m) {
+  return check_whole(buf, len, v, ix, m);
+}
 
 int kl_json_check_indexed(const void *buf, size_t len, kl_json_value_t *v,
                           kl_json_ctbuf_t *ix, char *err, size_t errlen) {

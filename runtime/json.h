@@ -144,6 +144,22 @@ int kl_json_check_indexed(const void *buf, size_t len, kl_json_value_t *v,
 bool kl_json_check_whole(const void *buf, size_t len, kl_json_value_t *v,
                          kl_json_ctbuf_t *ix);
 
+/* Where the members a store files an object by start in a checked object:
+ * the values of metadata.namespace, .name and .resourceVersion (NULL when
+ * absent; values of any type, as they stand in the text). unsure: a member
+ * name at the top level or in metadata holds an escape, which the check
+ * does not decode: read them with kl_json_members_in instead. */
+typedef struct kl_json_meta {
+  const char *ns, *name, *rv;
+  bool unsure;
+} kl_json_meta_t;
+
+/* kl_json_check_whole that also finds, on its way, where metadata's
+ * members start (in *m, when it returns true): one walk of the text where
+ * a check and a lookup would make two. */
+bool kl_json_check_meta(const void *buf, size_t len, kl_json_value_t *v,
+                        kl_json_ctbuf_t *ix, kl_json_meta_t *m);
+
 /* Checks that buf holds exactly one JSON value of any type (whitespace
  * around it allowed), nested at most max_depth deep (0: the default).
  * Returns KL_OK or KL_EPARSE with "byte N: reason" in err. */

@@ -796,15 +796,16 @@ static int l_check(lua_State *L) {
   return 2;
 }
 
+/* One container index for every check here (the runtime is one thread):
+ * readers after a check jump over what it indexed. */
+static kl_json_ctbuf_t check_ix;
+
 /* Checks that [s, s+n) is one JSON object and fills *v; otherwise pushes
  * nil and "json: byte N: reason" and returns false. */
 static bool check_object(lua_State *L, const char *s, size_t n,
                          kl_json_value_t *v) {
-  /* One index for every check here (the runtime is one thread): readers
-   * after the check jump over what it indexed. */
-  static kl_json_ctbuf_t ix;
   char err[256];
-  if (kl_json_check_indexed(s, n, v, &ix, err, sizeof err) == KL_OK)
+  if (kl_json_check_indexed(s, n, v, &check_ix, err, sizeof err) == KL_OK)
     return true;
   lua_pushnil(L);
   lua_pushfstring(L, "json: %s", err);
@@ -837,6 +838,18 @@ static bool push_meta_string(lua_State *L, kl_json_span_t v, int known) {
   return true;
 }
 
+/* The checked value v's member values that start at each of starts[0..n)
+ * (NULL: absent), as spans. */
+static void spans_at(const kl_json_value_t *v, const char *const *starts,
+                     kl_json_span_t *vals, int n) {
+  const char *end = v->json.p + v->json.n;
+  for (int i = 0; i < n; i++) {
+    const char *p = starts[i], *e = p ? kl_json_skip_in(v, p, end) : NULL;
+    vals[i] =
+        e ? (kl_json_span_t){p, (size_t)(e - p)} : (kl_json_span_t){NULL, 0};
+  }
+}
+
 /* json.meta(s [, ns, name]) -> namespace, name, resourceVersion: what a
  * store needs to file an object it is given as JSON, without building it.
  * s must be one JSON object (checked whole, as json.check does). ns and
@@ -849,12 +862,19 @@ static int l_meta(lua_State *L) {
   int known[3] = {lua_type(L, 2) == LUA_TSTRING ? 2 : 0,
                   lua_type(L, 3) == LUA_TSTRING ? 3 : 0, 0};
   kl_json_value_t v;
-  if (!check_object(L, s, n, &v)) return 2;
-  kl_json_span_t md, vals[3];
-  static const char *const top[] = {"metadata"};
-  kl_json_members_in(&v, v.json, top, 1, &md);
-  if (!md.p) md = (kl_json_span_t){"{}", 2};
-  kl_json_members_in(&v, md, keys, 3, vals);
+  kl_json_meta_t m;
+  kl_json_span_t vals[3];
+  if (kl_json_check_meta(s, n, &v, &check_ix, &m) && !m.unsure) {
+    const char *starts[3] = {m.ns, m.name, m.rv};
+    spans_at(&v, starts, vals, 3);
+  } else { /* an error to tell, or member names with escapes */
+    if (!check_object(L, s, n, &v)) return 2;
+    kl_json_span_t md;
+    static const char *const top[] = {"metadata"};
+    kl_json_members_in(&v, v.json, top, 1, &md);
+    if (!md.p) md = (kl_json_span_t){"{}", 2};
+    kl_json_members_in(&v, md, keys, 3, vals);
+  }
   for (int i = 0; i < 3; i++) {
     if (!push_meta_string(L, vals[i], known[i])) {
       lua_pushnil(L);

@@ -287,6 +287,11 @@ describe("kubelua.json", function()
       assert.same({ "", "n\"1", "" }, { json.meta(' {"metadata":{"name":"n\\"1","namespace":null}} ') })
       assert.same({ "", "", "" }, { json.meta('{"kind":"Status"}') })
       assert.same({ "", "", "" }, { json.meta('{"metadata":[1]}') })
+      -- the last "metadata" counts, and member names are compared decoded
+      assert.same({ "n", "", "" }, { json.meta('{"metadata":{"name":"a"},"metadata":{"namespace":"n"}}') })
+      assert.same({ "", "", "" }, { json.meta('{"metadata":{"name":"a"},"metadata":"b"}') })
+      assert.same({ "", "a", "7" }, { json.meta('{"metad\\u0061ta":{"n\\u0061me":"a","resourceVersion":"7"}}') })
+      assert.same({ "b", "a", "" }, { json.meta(' { "metadata" : { "name" : "a" ,\n "namespace" : "b" } } ') })
     end)
 
     it("returns the namespace and name it is given when the object's are the same", function()

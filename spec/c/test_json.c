@@ -1088,6 +1088,75 @@ static void test_check_indexed(void) {
   free(ix.ct);
 }
 
+/* What kl_json_check_meta finds at start (NULL: absent), as text up to
+ * the value's end, or "-". */
+static const char *meta_text(const kl_json_value_t *v, const char *start,
+                             char *out, size_t n) {
+  if (!start) return "-";
+  const char *e = kl_json_skip_in(v, start, v->json.p + v->json.n);
+  snprintf(out, n, "%.*s", (int)(e - start), start);
+  return out;
+}
+
+/* kl_json_check_meta answers as kl_json_check_whole does and finds
+ * metadata's namespace, name and resourceVersion where the two lookups of
+ * kl_json_members_in find them: the last of repeated names, only in the
+ * top level's last "metadata" when that is an object, never in other
+ * objects; a member name with an escape at either level leaves it unsure. */
+static void test_check_meta(void) {
+  static const struct {
+    const char *in, *ns, *name, *rv;
+    bool unsure;
+  } cases[] = {
+      /* clang-format off */
+      {"{\"kind\":\"Pod\",\"metadata\":{\"name\":\"x\",\"namespace\":\"ns\",\"labels\":{\"name\":\"y\"},\"resourceVersion\":\"12\",\"name\":\"a\"},\"spec\":{\"name\":\"z\"}}", "\"ns\"", "\"a\"", "\"12\"", false},
+      {" { \"metadata\" : { \"name\" : \"a\" ,\n\t\"namespace\" :\"b\" } } ", "\"b\"", "\"a\"", "-", false},
+      {"{\"metadata\":{\"name\":\"a\"},\"metadata\":{\"namespace\":\"n\"}}", "\"n\"", "-", "-", false},
+      {"{\"metadata\":{\"name\":\"a\"},\"metadata\":1}", "-", "-", "-", false},
+      {"{\"metadata\":[{\"name\":\"a\"}],\"spec\":{\"name\":\"b\"}}", "-", "-", "-", false},
+      {"{\"spec\":{\"name\":\"x\",\"metadata\":{\"name\":\"y\"}},\"metadata\":{}}", "-", "-", "-", false},
+      {"{\"name\":\"x\",\"metadata\":{\"name\":{\"a\":[1]},\"resourceVersion\":12,\"namespace\":null}}", "null", "{\"a\":[1]}", "12", false},
+      {"{\"metadata\":{\"name\":\"a\\\"b\",\"labels\":{\"\\u0061\":\"b\"}}}", "-", "\"a\\\"b\"", "-", false},
+      {"{\"metad\\u0061ta\":{\"name\":\"a\"}}", NULL, NULL, NULL, true},
+      {"{\"metadata\":{\"n\\u0061me\":\"a\"}}", NULL, NULL, NULL, true},
+      {"{\"a\\n\":1,\"metadata\":{\"name\":\"a\"}}", NULL, NULL, NULL, true},
+      /* clang-format on */
+  };
+  static const char *const top[] = {"metadata"};
+  static const char *const keys[] = {"namespace", "name", "resourceVersion"};
+  kl_json_ctbuf_t ix = {NULL, 0};
+  kl_json_value_t v, w;
+  kl_json_meta_t m;
+  char buf[64];
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    const char *in = cases[i].in;
+    KT_TRUE(kl_json_check_meta(in, strlen(in), &v, &ix, &m));
+    KT_EQ_INT(m.unsure, cases[i].unsure);
+    if (m.unsure) continue;
+    KT_EQ_STR(meta_text(&v, m.ns, buf, sizeof buf), cases[i].ns);
+    KT_EQ_STR(meta_text(&v, m.name, buf, sizeof buf), cases[i].name);
+    KT_EQ_STR(meta_text(&v, m.rv, buf, sizeof buf), cases[i].rv);
+    kl_json_span_t md, vals[3];
+    KT_TRUE(kl_json_members_in(&v, v.json, top, 1, &md));
+    if (!md.p || !kl_json_members_in(&v, md, keys, 3, vals))
+      memset(vals, 0, sizeof vals);
+    KT_TRUE(vals[0].p == m.ns && vals[1].p == m.name && vals[2].p == m.rv);
+  }
+  /* The same answer as kl_json_check_whole, for every text. */
+  for (size_t i = 0; i < sizeof valid_texts / sizeof valid_texts[0]; i++) {
+    size_t n = strlen(valid_texts[i]);
+    KT_EQ_INT(kl_json_check_meta(valid_texts[i], n, &v, &ix, &m),
+              kl_json_check_whole(valid_texts[i], n, &w, &ix));
+  }
+  for (size_t i = 0; i < sizeof bad_cases / sizeof bad_cases[0]; i++) {
+    if (bad_cases[i].mode != KL_JSON_VALUES || bad_cases[i].max_value) continue;
+    if (kl_json_check_meta(bad_cases[i].in, strlen(bad_cases[i].in), &v, &ix,
+                           &m))
+      KT_FAIL_("malformed case %zu taken: %s", i, bad_cases[i].in);
+  }
+  free(ix.ct);
+}
+
 static void test_validate_any_value(void) {
   static const char *const ok[] = {"0",     "-1.5e3",     " 12 ",    "\"x\"",
                                    "true",  "null",       "[1,[2]]", "{}",
@@ -1221,6 +1290,7 @@ int main(void) {
   KT_RUN(test_check);
   KT_RUN(test_check_indexed);
   KT_RUN(test_check_whole);
+  KT_RUN(test_check_meta);
   KT_RUN(test_validate_any_value);
   KT_RUN(test_readers);
   return KT_DONE();

@@ -7,6 +7,8 @@
  *     byte-exact, numbers equal) — spec/fuzz/fuzz_json.lua;
  *   - kl_json_check_whole accepts exactly the texts that are one object to
  *     the stream, and gives the same value and container index;
+ *     kl_json_check_meta gives the same answer and finds metadata's
+ *     namespace, name and resourceVersion where kl_json_members_in does;
  *   - an object the stream would yield parses as a kl_obj_t whose compact
  *     JSON decodes to the same value, whose fields read without fault and
  *     equal what Lua sees (name, namespace, uid, resourceVersion, kind,
@@ -94,6 +96,28 @@ static void touch(const kl_obj_t *o) {
   kl_obj_status_clear(&st);
 }
 
+/* kl_json_check_meta against kl_json_check_whole's answer (whole) and the
+ * two lookups of kl_json_members_in it stands in for. */
+static void check_meta_matches_members(const char *s, size_t size, bool whole,
+                                       kl_json_ctbuf_t *ix) {
+  static const char *const top[] = {"metadata"};
+  static const char *const keys[] = {"namespace", "name", "resourceVersion"};
+  kl_json_value_t v;
+  kl_json_meta_t m;
+  kl_json_span_t md, vals[3] = {{NULL, 0}, {NULL, 0}, {NULL, 0}};
+  if (kl_json_check_meta(s, size, &v, ix, &m) != whole) {
+    fprintf(stderr, "fuzz_json: kl_json_check_meta and _whole differ\n");
+    abort();
+  }
+  if (!whole || m.unsure) return;
+  if (kl_json_members_in(&v, v.json, top, 1, &md) && md.p)
+    kl_json_members_in(&v, md, keys, 3, vals);
+  if (vals[0].p != m.ns || vals[1].p != m.name || vals[2].p != m.rv) {
+    fprintf(stderr, "fuzz_json: kl_json_check_meta finds other members\n");
+    abort();
+  }
+}
+
 /* kl_json_check_whole against the stream it stands in for. */
 static void check_whole_matches_stream(const char *s, size_t size) {
   kl_json_ctbuf_t ix = {NULL, 0};
@@ -118,6 +142,7 @@ static void check_whole_matches_stream(const char *s, size_t size) {
     abort();
   }
   kl_json_stream_free(st);
+  check_meta_matches_members(s, size, whole, &ix);
   free(ix.ct);
 }
 
