@@ -908,6 +908,14 @@ static inline void whole_open(kl_json_ctbuf_t *ix, size_t *nct, uint32_t *at,
   at[depth] = (uint32_t)(*nct)++;
 }
 
+/* Notes where the container closing at p ends (as ct_close does). */
+static inline void whole_close(kl_json_ctbuf_t *ix, const uint32_t *at,
+                               const uint8_t *p, const uint8_t *start,
+                               unsigned depth) {
+  if (depth < KL_JSON_INDEX_DEPTH && at[depth] != NO_ENTRY)
+    ix->ct[at[depth]].close = (uint32_t)(p + 1 - start);
+}
+
 #define WHOLE_WS()                                                             \
   do {                                                                         \
     if (p < end && kl_json_ws_tab[*p]) {                                       \
@@ -963,20 +971,22 @@ static inline void meta_key(kl_json_meta_t *m, int *md, unsigned depth,
 /* kl_json_check_indexed's fast path, for a text that is all there: the
  * stream's grammar, limits and index without its suspend points and
  * state. It answers only yes or no; for no, the stream reads the text
- * again and says where and why. With m, it also finds metadata's members
- * (kl_json_check_meta); inlined twice, the check without m does not pay
- * for them. */
+ * again and says where and why. With m, it finds metadata's members
+ * instead of indexing (kl_json_check_meta); inlined twice, each check
+ * pays only for its own. */
 static inline __attribute__((always_inline)) bool
 check_whole(const void *buf, size_t len, kl_json_value_t *v,
             kl_json_ctbuf_t *ix, kl_json_meta_t *m) {
   const uint8_t *base = buf, *p = base, *end = base + len, *start, *ks;
-  uint8_t stk[KL_JSON_MAX_DEPTH]; /* each open container's closer */
-  uint32_t at[KL_JSON_INDEX_DEPTH];
+  uint8_t stk[KL_JSON_MAX_DEPTH];   /* each open container's closer */
+  uint32_t at[KL_JSON_INDEX_DEPTH]; /* each indexed container's entry */
   unsigned depth = 0;
   size_t nct = 0;
   uint8_t cl; /* the innermost container's closer: '}' or ']' */
   bool ws = false, esc = false;
   int md = MD_OUT;
+  for (unsigned i = 0; i < KL_JSON_INDEX_DEPTH; i++)
+    at[i] = NO_ENTRY; /* whole_open sets each before use: for the compiler */
   if (m) *m = (kl_json_meta_t){NULL, NULL, NULL, false};
   if (len > KL_JSON_MAX_VALUE || len >= UINT32_MAX) return false;
   while (p < end && kl_json_ws_tab[*p])
@@ -986,7 +996,7 @@ check_whole(const void *buf, size_t len, kl_json_value_t *v,
 open:
   if (depth >= KL_JSON_MAX_DEPTH) return false;
   if (m && depth == 1) md = md == MD_KEY && *p == '{' ? MD_IN : MD_OUT;
-  whole_open(ix, &nct, at, p, start, depth);
+  if (!m) whole_open(ix, &nct, at, p, start, depth);
   cl = *p == '{' ? '}' : ']';
   stk[depth++] = cl;
   p++;
@@ -1056,8 +1066,7 @@ after:
   }
 close:
   depth--;
-  if (depth < KL_JSON_INDEX_DEPTH && at[depth] != NO_ENTRY)
-    ix->ct[at[depth]].close = (uint32_t)(p + 1 - start);
+  if (!m) whole_close(ix, at, p, start, depth);
   p++;
   if (depth) {
     cl = stk[depth - 1];
@@ -1081,8 +1090,8 @@ bool kl_json_check_whole(const void *buf, size_t len, kl_json_value_t *v,
 }
 
 bool kl_json_check_meta(const void *buf, size_t len, kl_json_value_t *v,
-                        kl_json_ctbuf_t *ix, kl_json_meta_t *m) {
-  return check_whole(buf, len, v, ix, m);
+                        kl_json_meta_t *m) {
+  return check_whole(buf, len, v, NULL, m);
 }
 
 int kl_json_check_indexed(const void *buf, size_t len, kl_json_value_t *v,

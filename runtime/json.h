@@ -154,11 +154,12 @@ typedef struct kl_json_meta {
   bool unsure;
 } kl_json_meta_t;
 
-/* kl_json_check_whole that also finds, on its way, where metadata's
- * members start (in *m, when it returns true): one walk of the text where
- * a check and a lookup would make two. */
+/* kl_json_check_whole that, instead of indexing the containers
+ * (v->containers is NULL), finds on its way where metadata's members start
+ * (in *m, when it returns true): one walk of the text where a check and a
+ * lookup would make two. */
 bool kl_json_check_meta(const void *buf, size_t len, kl_json_value_t *v,
-                        kl_json_ctbuf_t *ix, kl_json_meta_t *m);
+                        kl_json_meta_t *m);
 
 /* Checks that buf holds exactly one JSON value of any type (whitespace
  * around it allowed), nested at most max_depth deep (0: the default).

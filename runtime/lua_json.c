@@ -864,7 +864,7 @@ static int l_meta(lua_State *L) {
   kl_json_value_t v;
   kl_json_meta_t m;
   kl_json_span_t vals[3];
-  if (kl_json_check_meta(s, n, &v, &check_ix, &m) && !m.unsure) {
+  if (kl_json_check_meta(s, n, &v, &m) && !m.unsure) {
     const char *starts[3] = {m.ns, m.name, m.rv};
     spans_at(&v, starts, vals, 3);
   } else { /* an error to tell, or member names with escapes */
