@@ -93,12 +93,17 @@ static size_t req_waiters(const lreq_t *lr) {
 #define UV_BYTES_MT lua_upvalueindex(1)
 #define UV_OWN_MT lua_upvalueindex(2)
 
-/* Whether the value at idx is a userdata with the metatable at mt. */
-static int is_udata(lua_State *L, int idx, int mt) {
-  if (lua_type(L, idx) != LUA_TUSERDATA || !lua_getmetatable(L, idx)) return 0;
-  int is = lua_rawequal(L, -1, mt);
+/* Whether the value at idx has the metatable at mt. */
+static int has_mt(lua_State *L, int idx, int mt) {
+  if (!lua_getmetatable(L, idx)) return 0;
+  int is = lua_rawequal(L, -1, mt); /* mt: absolute or an upvalue */
   lua_pop(L, 1);
   return is;
+}
+
+/* Whether the value at idx is a userdata with the metatable at mt. */
+static int is_udata(lua_State *L, int idx, int mt) {
+  return lua_type(L, idx) == LUA_TUSERDATA && has_mt(L, idx, mt);
 }
 
 static lreq_t *check_req(lua_State *L, const char *fn) {
@@ -523,13 +528,18 @@ static void join_gather(lua_State *L, int t, lua_Integer i, lua_Integer j,
     if (k > i && seplen) spans_add(s, sep, seplen);
     lua_rawgeti(L, t, (int)k);
     const char *d;
-    if (lua_type(L, -1) == LUA_TTABLE && depth < 8) {
+    int type = lua_type(L, -1); /* asked once: each API call costs */
+    if (type == LUA_TSTRING) {
+      d = lua_tolstring(L, -1, &len);
+      if (len) spans_add(s, d, len);
+    } else if (type == LUA_TUSERDATA && has_mt(L, -1, UV_BYTES_MT)) {
+      const lbytes_t *b = lua_touserdata(L, -1);
+      if (b->len) spans_add(s, b->data, b->len);
+    } else if (type == LUA_TNUMBER) {
+      spans_add_number(s, lua_tonumber(L, -1));
+    } else if (type == LUA_TTABLE && depth < 8) {
       join_gather(L, lua_gettop(L), 1, (lua_Integer)lua_objlen(L, -1), NULL, 0,
                   depth + 1, s);
-    } else if ((d = to_bytes(L, -1, UV_BYTES_MT, &len))) {
-      if (len) spans_add(s, d, len);
-    } else if (lua_type(L, -1) == LUA_TNUMBER) {
-      spans_add_number(s, lua_tonumber(L, -1));
     } else {
       if (s->v != s->fixed) free(s->v);
       s->v = s->fixed;
