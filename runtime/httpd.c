@@ -29,6 +29,12 @@
  *     h2_pump moves into c->out as frames) and written before the loop
  *     next blocks (the connection's defer node, or the end of its io
  *     callback); a write that leaves 64 KiB queued is attempted at once.
+ *   - With opts.send_thread, the bursts of a plain HTTP/1.1 stream are
+ *     written by a thread of the server's instead (c->job, "the send
+ *     thread" below): while a job is out, the socket is the thread's, the
+ *     loop neither writes to nor closes it, and c->out waits behind the
+ *     job. Everything else, the thread's jobs' lifetimes included, stays
+ *     on the loop's one thread.
  * The server owns its connections, their buffers, streams and requests,
  * the listening socket and the SSL_CTX; request bodies given to
  * kl_httpd_reply and stream data stay the caller's. */
@@ -45,9 +51,14 @@
 #include <nghttp2/nghttp2.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -65,6 +76,11 @@
  * simulator delivers about a tenth more events a second than at 256 KiB. */
 #define HTTPD_SYNC_FLUSH (1024 * 1024)
 #define HTTPD_ZEROCOPY_MIN (64 * 1024)
+/* A stream's output the loop would send itself goes to the send thread
+ * from this size. */
+#define HTTPD_SEND_THREAD_MIN (64 * 1024)
+/* How long a burst waits for its previous job (sendjob_burst). */
+#define HTTPD_SEND_WAIT 0.02
 #define HTTPD_CHUNK_LINE_MAX 4096
 #define HTTPD_LINGER_TIMEOUT 2.0
 #define HTTPD_LINGER_BYTES (1024 * 1024)
@@ -218,8 +234,26 @@ struct conn {
   size_t h2_ready; /* streams whose request waits for the handler */
   size_t h2_body;  /* bytes of request bodies still arriving */
   int goaway;
+  struct sendjob *job; /* out with the send thread: the socket is its */
+  hbuf spare;          /* a sent job's buffer, for the next burst */
   char peer[INET6_ADDRSTRLEN + 8];
 };
+
+/* A burst of a stream's bytes for the send thread (opts.send_thread):
+ * the thread's from sendq_push until it has sent them all, or a send
+ * failed, and set state to SJ_BACK; then the loop's again. */
+enum { SJ_QUEUED, SJ_BACK };
+typedef struct sendjob {
+  struct sendjob *qnext; /* h->sendq (under h->sendmu), then the thread's */
+  struct sendjob *lnext; /* h->jobs: every job out, the loop's */
+  conn *c;               /* NULL once the connection died: an orphan */
+  int fd;
+  hbuf b;              /* the bytes, b.p + b.off, b.len of them */
+  _Atomic size_t sent; /* how many are out: the thread's progress */
+  _Atomic int moved;   /* a full socket took more: progress to note */
+  int err;             /* errno of the send that failed, by the thread */
+  _Atomic int state;
+} sendjob;
 
 struct kl_httpd {
   kl_loop_t *loop;
@@ -238,12 +272,29 @@ struct kl_httpd {
   double accept_err_logged;
   time_t date_sec;
   char date[40];
+  /* The send thread, started by the first burst handed to it. */
+  int sender_state; /* 0: not started, 1: running, -1: could not start */
+  int sender_stop;
+  pthread_t sender;
+  pthread_mutex_t sendmu;
+  pthread_cond_t sendcv;        /* a job is back (sendjob_wait) */
+  int sendwake;                 /* an eventfd: the queue has jobs, or stop */
+  sendjob *sendq, **sendq_tail; /* the thread's queue, under sendmu */
+  sendjob *jobs;                /* every job out (the loop's list) */
+  ev_async sendback;            /* the thread has given a job back */
+  uint64_t thread_sent;         /* bytes of the jobs taken back */
 };
 
 static void conn_kill(conn *c, int reason);
 static void conn_kick(conn *c);
 static void conn_update(conn *c);
 static int conn_flush(conn *c, int callbacks);
+static void sendjob_drop(conn *c);
+static void sendq_push(kl_httpd_t *h, sendjob *j);
+static void on_sendback(struct ev_loop *ev, ev_async *w, int revents);
+static void sender_stop(kl_httpd_t *h);
+static int send_thread_serves(conn *c);
+static void sendjob_hand(conn *c);
 static void h1_process(conn *c);
 static void accept_resume(kl_httpd_t *h);
 
@@ -1537,7 +1588,7 @@ static double conn_deadline(conn *c) {
   const kl_httpd_opts_t *o = &c->h->o;
   if (c->lingering) return c->linger_since + HTTPD_LINGER_TIMEOUT;
   double d = INFINITY;
-  if (c->blocked) d = c->wprogress + o->write_timeout;
+  if (c->blocked || c->job) d = c->wprogress + o->write_timeout;
   if (c->h2) { /* a request still arriving has read_timeout from HEADERS,
                   a response waiting for its window write_timeout */
     for (const h2s *s = c->streams; s; s = s->next) {
@@ -1551,9 +1602,9 @@ static double conn_deadline(conn *c) {
     return !c->streams && !c->out.len && idle < d ? idle : d;
   }
   if (!c->req || c->req->phase == RQ_BODY || c->handshake) {
-    double x = c->started > 0 ? c->started + o->read_timeout
-               : !c->out.len  ? c->idle_since + o->idle_timeout
-                              : INFINITY;
+    double x = c->started > 0           ? c->started + o->read_timeout
+               : !c->out.len && !c->job ? c->idle_since + o->idle_timeout
+                                        : INFINITY;
     if (x < d) d = x;
   }
   return d;
@@ -1578,7 +1629,7 @@ static void conn_update(conn *c) {
     ev = c->hs_write ? EV_WRITE : EV_READ;
   } else {
     if (c->lingering || c->in.len < in_limit(c->h)) ev |= EV_READ;
-    if (c->out.len && !c->tls_wr) ev |= EV_WRITE;
+    if (c->out.len && !c->tls_wr && !c->job) ev |= EV_WRITE;
     if (c->tls_wr) ev |= EV_READ;
     if (c->tls_rw) ev |= EV_WRITE;
   }
@@ -1626,7 +1677,16 @@ static void conn_kill(conn *c, int reason) {
   kl_timers_stop(kl_loop_timers(h->loop), &c->timer);
   if (c->ssl) SSL_free(c->ssl);
   c->ssl = NULL;
-  close(c->fd);
+  if (c->job && atomic_load(&c->job->state) != SJ_BACK) {
+    /* The thread may be writing to it: it fails at once and the job,
+     * given back, closes the socket (no other may take its number). */
+    shutdown(c->fd, SHUT_RDWR);
+    c->job->c = NULL;
+    c->job = NULL;
+  } else {
+    sendjob_drop(c);
+    close(c->fd);
+  }
   c->fd = -1;
   list_unlink(&h->live, c);
   list_push(&h->dead, c);
@@ -1635,6 +1695,7 @@ static void conn_kill(conn *c, int reason) {
   if (c->h2) h2_detach_all(c, reason);
   hbuf_free(&c->in);
   hbuf_free(&c->out);
+  hbuf_free(&c->spare);
   kl_loop_defer(h->loop, &c->defer);
   accept_resume(h);
 }
@@ -1660,6 +1721,11 @@ static void conn_shutdown(conn *c) {
 static int conn_flush(conn *c, int callbacks) {
   kl_httpd_t *h = c->h;
   if (c->dead || c->lingering || c->handshake) return -1;
+  if (c->job) return 0; /* the send thread's socket: c->out waits */
+  if (c->out.len >= HTTPD_SEND_THREAD_MIN && send_thread_serves(c)) {
+    sendjob_hand(c);
+    return 0;
+  }
   for (;;) {
     if (c->h2 && c->out.len < HTTPD_H2_OUT_HIGH && h2_pump(c) < 0) {
       conn_kill(c, KL_EIO);
@@ -1700,8 +1766,10 @@ static int conn_flush(conn *c, int callbacks) {
    * now (thousands of watches sit idle most of the time), but not in the
    * middle of a burst of writes (callbacks == 0), which would refill it. */
   if (callbacks &&
-      (c->out.cap > HTTPD_KEEP_BUF || (c->req && c->req->phase == RQ_STREAM)))
+      (c->out.cap > HTTPD_KEEP_BUF || (c->req && c->req->phase == RQ_STREAM))) {
     hbuf_free(&c->out);
+    hbuf_free(&c->spare);
+  }
   if (c->h2 ? h2_finished(c) : c->cut || (c->close_after && !c->req)) {
     conn_shutdown(c);
     return -1;
@@ -1850,7 +1918,9 @@ static void conn_on_io(struct ev_loop *ev, ev_io *w, int revents) {
   if (c->handshake) {
     conn_handshake(c);
   } else {
-    if ((revents & EV_WRITE) || (c->tls_wr && (revents & EV_READ))) {
+    if (c->job) {
+      /* the send thread's socket: c->out waits for the job */
+    } else if ((revents & EV_WRITE) || (c->tls_wr && (revents & EV_READ))) {
       c->tls_wr = 0;
       conn_flush(c, 1);
     }
@@ -1927,7 +1997,7 @@ static void conn_on_timer(kl_timer_t *t, void *ud) {
     conn_arm(c);
   } else if (c->lingering) {
     conn_kill(c, 0);
-  } else if (c->blocked) {
+  } else if (c->blocked || c->job) {
     kl_log(KL_LOG_DEBUG, "httpd: %s: write timeout", c->peer);
     conn_kill(c, KL_EIO);
   } else if (c->h2 && h2_expire(c, tnow)) {
@@ -2218,6 +2288,8 @@ kl_httpd_t *kl_httpd_new(kl_loop_t *loop, const kl_httpd_opts_t *opts,
   if (h->o.write_timeout <= 0) h->o.write_timeout = 60;
   h->lfd = -1;
   h->accept_err_logged = -1e9;
+  ev_async_init(&h->sendback, on_sendback);
+  h->sendback.data = h;
   kl_timer_init(&h->accept_timer, on_accept_timer, h);
   if (opts->tls_cert_file) {
     h->ssl_ctx = tls_ctx_new(opts, err, errlen);
@@ -2285,6 +2357,7 @@ void kl_httpd_free(kl_httpd_t *h) {
     list_unlink(&h->dead, c);
     conn_free(c);
   }
+  sender_stop(h);
   if (h->ssl_ctx) SSL_CTX_free(h->ssl_ctx);
   nghttp2_session_callbacks_del(h->h2cb);
   error_pages_free(h);
@@ -2299,6 +2372,7 @@ void kl_httpd_get_stats(const kl_httpd_t *h, kl_httpd_stats_t *st) {
   st->streams = h->nstreams;
   st->accepted = h->accepted;
   st->responses = h->responses;
+  st->thread_sent = h->thread_sent;
 }
 
 /* kl_httpd_close_streams on one HTTP/2 connection: each stream is ended
@@ -2488,7 +2562,7 @@ int kl_httpd_reply(kl_httpd_req_t *r, int status, const void *body,
   if (r->head || nobody) len = 0;
   /* The body may be the request's own memory: send or copy it before the
    * request is freed. A large one goes out from that memory when it can. */
-  if (len >= HTTPD_ZEROCOPY_MIN && !c->ssl && !c->blocked) {
+  if (len >= HTTPD_ZEROCOPY_MIN && !c->ssl && !c->blocked && !c->job) {
     struct iovec iov[2] = {{hbuf_data(&c->out), c->out.len},
                            {(void *)(uintptr_t)body, len}};
     ssize_t n;
@@ -2601,6 +2675,301 @@ static int h2_writev(kl_httpd_req_t *r, const struct iovec *iov, int n,
   return 0;
 }
 
+/* ---- the send thread ----
+ * With opts.send_thread, a producer that writes a long burst to a plain
+ * HTTP/1.1 stream (a simulator's writer, a watch catching up) hands each
+ * sync_flush() of it to a thread of the server's, which copies it into the
+ * socket while the loop goes on producing: where a core is free, the
+ * kernel's send (a copy of every byte, and the reader's wakeups) leaves the
+ * producer's. A connection has at most one job out; c->out fills behind
+ * it and goes out after it, so the bytes keep their order. The thread
+ * waits for all the sockets its jobs wait on at once, so a slow client
+ * holds up no other; the loop's write timeout watches its progress. */
+
+/* Sends what j's socket takes now; gives j back and returns 1 when all is
+ * sent or a send failed, returns 0 when the socket is full. */
+static int sendjob_try(kl_httpd_t *h, sendjob *j) {
+  size_t sent = atomic_load(&j->sent);
+  while (sent < j->b.len) {
+    ssize_t n = send(j->fd, j->b.p + j->b.off + sent, j->b.len - sent,
+                     MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      sent += (size_t)n;
+      atomic_store(&j->sent, sent);
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      return 0;
+    } else {
+      j->err = n < 0 ? errno : EPIPE;
+      break;
+    }
+  }
+  pthread_mutex_lock(&h->sendmu); /* for sendjob_wait */
+  atomic_store(&j->state, SJ_BACK);
+  pthread_cond_broadcast(&h->sendcv);
+  pthread_mutex_unlock(&h->sendmu);
+  ev_async_send(h->ev, &h->sendback);
+  return 1;
+}
+
+/* The thread: takes the queued jobs, sends each as far as its socket
+ * takes it, and waits (poll) for the queue and the full sockets. */
+static void *sender_main(void *arg) {
+  kl_httpd_t *h = arg;
+  size_t nwait = 0, cap = 16;
+  sendjob **wait = kl_xmalloc(cap * sizeof *wait); /* full sockets' jobs */
+  struct pollfd *pf = kl_xmalloc((cap + 1) * sizeof *pf); /* 0: sendwake */
+  for (;;) {
+    pthread_mutex_lock(&h->sendmu);
+    sendjob *q = h->sendq;
+    h->sendq = NULL;
+    h->sendq_tail = &h->sendq;
+    int stop = h->sender_stop;
+    pthread_mutex_unlock(&h->sendmu);
+    for (sendjob *next; q; q = next) {
+      next = q->qnext;
+      if (sendjob_try(h, q)) continue;
+      if (nwait == cap) {
+        cap *= 2;
+        wait = kl_xrealloc(wait, cap * sizeof *wait);
+        pf = kl_xrealloc(pf, (cap + 1) * sizeof *pf);
+      }
+      wait[nwait++] = q;
+    }
+    if (stop && !nwait) break; /* stopping: every socket is shut down */
+    pf[0] = (struct pollfd){h->sendwake, POLLIN, 0};
+    for (size_t i = 0; i < nwait; i++)
+      pf[1 + i] = (struct pollfd){wait[i]->fd, POLLOUT, 0};
+    if (poll(pf, (nfds_t)(1 + nwait), -1) < 0) continue; /* EINTR */
+    if (pf[0].revents) {
+      uint64_t n;
+      ssize_t rc = read(h->sendwake, &n, sizeof n);
+      (void)rc; /* nonblocking: at worst, awake once more */
+    }
+    for (size_t i = nwait; i-- > 0;) { /* from the end: removal swaps */
+      if (!pf[1 + i].revents) continue;
+      size_t before = atomic_load(&wait[i]->sent);
+      if (sendjob_try(h, wait[i])) {
+        wait[i] = wait[--nwait];
+      } else if (atomic_load(&wait[i]->sent) != before) {
+        atomic_store(&wait[i]->moved, 1); /* for the write timeout */
+        ev_async_send(h->ev, &h->sendback);
+      }
+    }
+  }
+  free(wait);
+  free(pf);
+  return NULL;
+}
+
+static void sender_wake(kl_httpd_t *h) {
+  uint64_t one = 1;
+  ssize_t rc = write(h->sendwake, &one, sizeof one);
+  (void)rc; /* full (never at 2^64 - 2): the thread is awake anyway */
+}
+
+/* Starts the thread; returns 0 when it cannot (bursts are then sent
+ * from the loop, as without opts.send_thread). */
+static int sender_start(kl_httpd_t *h) {
+  if (h->sender_state) return h->sender_state > 0;
+  h->sender_state = -1;
+  h->sendwake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (h->sendwake < 0) {
+    kl_log(KL_LOG_WARN,
+           "httpd: no send thread (eventfd: %s): streams are "
+           "sent from the loop",
+           strerror(errno));
+    return 0;
+  }
+  pthread_mutex_init(&h->sendmu, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&h->sendcv, &ca);
+  pthread_condattr_destroy(&ca);
+  h->sendq = NULL;
+  h->sendq_tail = &h->sendq;
+  sigset_t all, old; /* signals are the loop's */
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  int rc = pthread_create(&h->sender, NULL, sender_main, h);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (rc != 0) {
+    kl_log(KL_LOG_WARN,
+           "httpd: no send thread (%s): streams are sent from "
+           "the loop",
+           strerror(rc));
+    pthread_cond_destroy(&h->sendcv);
+    pthread_mutex_destroy(&h->sendmu);
+    close(h->sendwake);
+    return 0;
+  }
+  ev_async_start(h->ev, &h->sendback);
+  h->sender_state = 1;
+  return 1;
+}
+
+/* Stops the thread, which ends once its jobs are done (every connection
+ * is gone, and their sockets shut down: each fails at once), and frees
+ * the jobs. */
+static void sender_stop(kl_httpd_t *h) {
+  if (h->sender_state > 0) {
+    pthread_mutex_lock(&h->sendmu);
+    h->sender_stop = 1;
+    pthread_mutex_unlock(&h->sendmu);
+    sender_wake(h);
+    pthread_join(h->sender, NULL);
+    ev_async_stop(h->ev, &h->sendback);
+    pthread_cond_destroy(&h->sendcv);
+    pthread_mutex_destroy(&h->sendmu);
+    close(h->sendwake);
+  }
+  h->sender_state = 0;
+  while (h->jobs) { /* orphans only */
+    sendjob *j = h->jobs;
+    h->jobs = j->lnext;
+    close(j->fd);
+    hbuf_free(&j->b);
+    free(j);
+  }
+}
+
+static void sendq_push(kl_httpd_t *h, sendjob *j) {
+  atomic_store(&j->state, SJ_QUEUED);
+  pthread_mutex_lock(&h->sendmu);
+  j->qnext = NULL;
+  *h->sendq_tail = j;
+  h->sendq_tail = &j->qnext;
+  pthread_mutex_unlock(&h->sendmu);
+  sender_wake(h);
+}
+
+static void jobs_unlink(kl_httpd_t *h, sendjob *j) {
+  sendjob **pp = &h->jobs;
+  while (*pp != j)
+    pp = &(*pp)->lnext;
+  *pp = j->lnext;
+}
+
+/* Hands c->out to the thread (c->out takes the spare buffer). */
+static void sendjob_hand(conn *c) {
+  kl_httpd_t *h = c->h;
+  sendjob *j = kl_xcalloc(1, sizeof *j);
+  j->c = c;
+  j->fd = c->fd;
+  j->b = c->out;
+  c->out = c->spare;
+  c->out.off = c->out.len = 0;
+  memset(&c->spare, 0, sizeof c->spare);
+  j->lnext = h->jobs;
+  h->jobs = j;
+  c->job = j;
+  c->blocked = 0;
+  c->wprogress = now(h); /* the write timeout runs while it is out */
+  sendq_push(h, j);
+}
+
+/* Frees c's job, which the loop holds. */
+static void sendjob_drop(conn *c) {
+  sendjob *j = c->job;
+  if (!j) return;
+  jobs_unlink(c->h, j);
+  hbuf_free(&j->b);
+  free(j);
+  c->job = NULL;
+}
+
+/* Takes back c's job, given back by the thread: kills c when a send
+ * failed, keeps the job's buffer for the next burst when it went out
+ * whole. Returns 0 when c died. */
+static int sendjob_back(conn *c) {
+  sendjob *j = c->job;
+  c->wprogress = now(c->h);
+  c->h->thread_sent += atomic_load(&j->sent);
+  if (j->err) {
+    kl_log(KL_LOG_DEBUG, "httpd: %s: write: %s", c->peer, strerror(j->err));
+    conn_kill(c, KL_EIO);
+    return 0;
+  }
+  hbuf_free(&c->spare);
+  c->spare = j->b;
+  j->b = (hbuf){NULL, 0, 0, 0};
+  sendjob_drop(c);
+  return 1;
+}
+
+/* The thread has given jobs back: orphans close their sockets; the
+ * connections of the others go on from their defer nodes. Each job taken
+ * back leaves the list, and the search starts over: taking one back may
+ * kill a connection, whose owner may write to others and hand over or
+ * take back their jobs. */
+static void on_sendback(struct ev_loop *ev, ev_async *w, int revents) {
+  kl_httpd_t *h = w->data;
+  (void)ev;
+  (void)revents;
+  for (sendjob *j = h->jobs; j; j = j->lnext)
+    if (atomic_exchange(&j->moved, 0) && j->c) j->c->wprogress = now(h);
+  for (;;) {
+    sendjob *j = h->jobs;
+    while (j && atomic_load(&j->state) != SJ_BACK)
+      j = j->lnext;
+    if (!j) break;
+    if (!j->c) {
+      jobs_unlink(h, j);
+      close(j->fd);
+      hbuf_free(&j->b);
+      free(j);
+      continue;
+    }
+    conn *c = j->c;
+    if (sendjob_back(c)) conn_kick(c);
+  }
+}
+
+/* Waits at most HTTPD_SEND_WAIT for c's job to come back. */
+static void sendjob_wait(conn *c) {
+  kl_httpd_t *h = c->h;
+  struct timespec until;
+  clock_gettime(CLOCK_MONOTONIC, &until);
+  until.tv_nsec += (long)(HTTPD_SEND_WAIT * 1e9);
+  if (until.tv_nsec >= 1000000000L) {
+    until.tv_sec++;
+    until.tv_nsec -= 1000000000L;
+  }
+  pthread_mutex_lock(&h->sendmu);
+  while (atomic_load(&c->job->state) != SJ_BACK &&
+         pthread_cond_timedwait(&h->sendcv, &h->sendmu, &until) == 0)
+    ;
+  pthread_mutex_unlock(&h->sendmu);
+}
+
+/* A burst's sync_flush() point on a plain HTTP/1.1 stream: hands c->out
+ * to the thread. A job still out is waited for a moment first: the burst
+ * goes at the pace its client reads, with one sync_flush() out while the
+ * next is written, as the loop's own sends would pace it; one that does not
+ * come back leaves c->out to grow (toward the cap, if the client reads no
+ * more). Returns 0 when c died. */
+static int sendjob_burst(conn *c) {
+  if (c->job && atomic_load(&c->job->state) != SJ_BACK) sendjob_wait(c);
+  if (c->job && atomic_load(&c->job->state) == SJ_BACK && !sendjob_back(c))
+    return 0;
+  if (!c->job) sendjob_hand(c);
+  return 1;
+}
+
+/* Whether the send thread takes c's bursts: a plain HTTP/1.1 stream of
+ * a server with opts.send_thread whose thread runs. */
+static int send_thread_serves(conn *c) {
+  return c->h->o.send_thread && !c->ssl && !c->h2 && c->req &&
+         c->req->phase == RQ_STREAM && sender_start(c->h);
+}
+
+/* Bytes of c's stream not yet sent. */
+static size_t conn_unsent(const conn *c) {
+  return c->out.len + (c->job ? c->job->b.len : 0);
+}
+
 int kl_httpd_stream_writev(kl_httpd_req_t *r, const struct iovec *iov, int n) {
   if (!r || r->phase != RQ_STREAM || n < 0) return KL_EINVAL;
   if (r->dead) return KL_ESHUTDOWN;
@@ -2611,8 +2980,8 @@ int kl_httpd_stream_writev(kl_httpd_req_t *r, const struct iovec *iov, int n) {
     total += iov[i].iov_len;
   if (r->s) return h2_writev(r, iov, n, total);
   if (!total || r->head || c->cut) return 0;
-  if (c->out.len + total + 32 > h->o.max_stream_buffer) {
-    log_over_cap(r, "closing a", c->out.len + total);
+  if (conn_unsent(c) + total + 32 > h->o.max_stream_buffer) {
+    log_over_cap(r, "closing a", conn_unsent(c) + total);
     conn_kill(c, KL_ELIMIT);
     return KL_ELIMIT;
   }
@@ -2637,8 +3006,12 @@ int kl_httpd_stream_writev(kl_httpd_req_t *r, const struct iovec *iov, int n) {
    * a socket that is full is tried again only after as many more bytes,
    * not on every write (each try would be a failed send). */
   if (c->out.len >= sync_flush(h) && c->out.len >= c->flush_at) {
-    conn_flush(c, 0);
-    if (c->dead) return KL_ESHUTDOWN;
+    if (send_thread_serves(c)) {
+      if (!sendjob_burst(c)) return KL_ESHUTDOWN;
+    } else {
+      conn_flush(c, 0);
+      if (c->dead) return KL_ESHUTDOWN;
+    }
     c->flush_at = c->out.len + sync_flush(h);
   }
   conn_kick(c);
@@ -2652,7 +3025,7 @@ int kl_httpd_stream_write(kl_httpd_req_t *r, const void *data, size_t len) {
 
 size_t kl_httpd_buffered(const kl_httpd_req_t *r) {
   if (r && r->s) return r->s->out.len;
-  return r && r->c ? r->c->out.len : 0;
+  return r && r->c ? conn_unsent(r->c) : 0;
 }
 
 int kl_httpd_stream_end(kl_httpd_req_t *r) {

@@ -80,6 +80,11 @@ typedef struct kl_httpd_opts {
   double idle_timeout;  /* keep-alive wait for the next request [90 s] */
   double write_timeout; /* unsent output and no progress [60 s] */
   int send_date;        /* add a Date header to every response */
+  /* Send long bursts of plain HTTP/1.1 stream writes from a thread of the
+   * server's (started on first use) while the loop goes on: for a process
+   * that streams much (the simulator's watches) on a machine with a core
+   * to spare. */
+  int send_thread;
   /* Error pages by status (copied); others get "<status> <reason>". */
   const kl_httpd_error_page_t *error_pages;
   size_t nerror_pages;
@@ -93,11 +98,12 @@ enum {
 };
 
 typedef struct kl_httpd_stats {
-  size_t connections; /* open */
-  size_t requests;    /* alive: being read, handled or streamed */
-  size_t streams;     /* streaming responses in progress */
-  uint64_t accepted;  /* connections, since the start */
-  uint64_t responses; /* responses started, since the start */
+  size_t connections;   /* open */
+  size_t requests;      /* alive: being read, handled or streamed */
+  size_t streams;       /* streaming responses in progress */
+  uint64_t accepted;    /* connections, since the start */
+  uint64_t responses;   /* responses started, since the start */
+  uint64_t thread_sent; /* bytes the send thread sent, since the start */
 } kl_httpd_stats_t;
 
 /* Listens on opts->host:port and serves on loop. Returns NULL and a message

@@ -892,7 +892,9 @@ static int l_listen(lua_State *L) {
   o.write_timeout = opt_number(L, 1, "write_timeout");
   lua_getfield(L, 1, "send_date");
   o.send_date = lua_toboolean(L, -1);
-  lua_pop(L, 1);
+  lua_getfield(L, 1, "send_thread");
+  o.send_thread = lua_toboolean(L, -1);
+  lua_pop(L, 2);
   /* error_pages = { [status] = { content_type, body } } */
   kl_httpd_error_page_t pages[16];
   lua_getfield(L, 1, "error_pages");

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -299,9 +300,13 @@ static void reset(void) {
   nheld = nhandled = ncloses = last_reason = ndrains = 0;
 }
 
+/* Servers start with opts.send_thread set to this. */
+static int thread_mode;
+
 static void start_opts(kl_httpd_opts_t *o) {
   char err[256];
   reset();
+  o->send_thread = thread_mode;
   kt_now = 1000.0;
   loop = kl_loop_new(&kt_clock);
   EV = kl_loop_ev(loop);
@@ -1202,6 +1207,163 @@ static void test_free_with_requests_in_flight(void) {
   stop();
 }
 
+/* ---- the send thread (opts.send_thread) ---- */
+
+static int open_fds(void) {
+  int n = 0;
+  DIR *d = opendir("/proc/self/fd");
+  if (!d) return -1;
+  while (readdir(d))
+    n++;
+  closedir(d);
+  return n;
+}
+
+/* Writes event i of a numbered stream (sz bytes, "%06d" then a letter)
+ * and appends the chunk the client must read to want. */
+static void numbered_event(kl_httpd_req_t *r, int i, size_t sz, char *want,
+                           size_t *wl) {
+  static char ev[8192];
+  memset(ev, 'a' + i % 26, sz);
+  snprintf(ev, 16, "%06d", i);
+  ev[6] = '-';
+  KT_EQ_INT(kl_httpd_stream_write(r, ev, sz), 0);
+  *wl += (size_t)sprintf(want + *wl, "%zx\r\n", sz);
+  memcpy(want + *wl, ev, sz);
+  *wl += sz;
+  memcpy(want + *wl, "\r\n", 2);
+  *wl += 2;
+}
+
+/* Bursts far longer than sync_flush go out through the thread to a client
+ * that reads slower than they are written: every byte arrives, in order,
+ * the stream's end after them, and the connection serves the next
+ * request; the thread sent most of it. */
+static void test_send_thread_bursts_arrive_in_order(void) {
+  thread_mode = 1;
+  kl_httpd_opts_t o = {0};
+  o.max_stream_buffer = 1 << 20; /* sync_flush: 256 KiB */
+  start_opts(&o);
+  tc *t = tc_open_at("127.0.0.1", kl_httpd_port(srv), 0, 8192);
+  tc_send(t, "GET /stream HTTP/1.1\r\nHost: x\r\n\r\n");
+  UNTIL(nhandled == 1);
+  enum { N = 2400, SZ = 2500 };
+  char *want = kl_xmalloc((size_t)N * (SZ + 16) + 16);
+  size_t wl = 0;
+  kl_httpd_req_t *r = held[0];
+  for (int i = 0; i < N; i++) {
+    numbered_event(r, i, SZ, want, &wl);
+    if (i % 64 == 0) spin(1); /* the client reads a little */
+    if (kl_httpd_buffered(r) > 512 * 1024) {
+      int drains = ndrains;
+      UNTIL(ndrains > drains); /* a producer that respects backpressure */
+    }
+  }
+  KT_EQ_INT(kl_httpd_stream_end(r), 0);
+  held[0] = NULL;
+  memcpy(want + wl, "0\r\n\r\n", 5);
+  wl += 5;
+  UNTIL(t->len >= strlen(STREAM_HEAD) + wl);
+  KT_EQ_INT((long long)t->len, (long long)(strlen(STREAM_HEAD) + wl));
+  KT_TRUE(memcmp(t->buf + strlen(STREAM_HEAD), want, wl) == 0);
+  KT_TRUE(stats().thread_sent > wl / 2 && stats().thread_sent <= wl);
+  KT_EQ_INT(ncloses, 0);
+  tc_clear(t);
+  tc_send(t, "GET /hello HTTP/1.1\r\nHost: x\r\n\r\n");
+  UNTIL(t->len >= strlen(HELLO));
+  KT_EQ_MEM(t->buf, t->len, HELLO);
+  free(want);
+  tc_close(t);
+  stop();
+  thread_mode = 0;
+}
+
+/* A client of /stream that reads nothing (a 4 KiB receive buffer), the
+ * server's n-th request. */
+static tc *stuck_stream(int n) {
+  tc *t = tc_open_at("127.0.0.1", kl_httpd_port(srv), 0, 4096);
+  t->noread = 1;
+  tc_send(t, "GET /stream HTTP/1.1\r\nHost: x\r\n\r\n");
+  UNTIL(nhandled == n);
+  return t;
+}
+
+/* Writes up to n chunks of 64 KiB in one burst, stopping at the first
+ * that fails; returns how many were taken. */
+static int write_chunks(kl_httpd_req_t *r, int n) {
+  static char chunk[65536];
+  memset(chunk, 'q', sizeof chunk);
+  for (int i = 0; i < n; i++)
+    if (kl_httpd_stream_write(r, chunk, sizeof chunk) != 0) return i;
+  return n;
+}
+
+/* A client that stops reading while the thread holds its bytes: it goes
+ * away (the thread's send fails: on_close with KL_EIO), it is closed by
+ * the cap or the write timeout, or the server is freed under it. Each
+ * time the socket is closed once the thread lets go of it, and no
+ * descriptor is left behind. */
+static void test_send_thread_lets_go_of_dead_clients(void) {
+  thread_mode = 1;
+  int fds = open_fds();
+  kl_httpd_opts_t o = {0};
+  o.max_stream_buffer = 1 << 20;
+  start_opts(&o);
+
+  /* The client goes. */
+  tc *t = stuck_stream(1);
+  KT_EQ_INT(write_chunks(held[0], 8), 8); /* a job out, waiting */
+  KT_TRUE(kl_httpd_buffered(held[0]) > 256 * 1024);
+  tc_close(t);
+  UNTIL(ncloses == 1);
+  KT_EQ_INT(last_reason, KL_EIO);
+
+  /* The cap: writes go on past it. */
+  t = stuck_stream(2);
+  KT_TRUE(write_chunks(held[1], 100) < 100);
+  UNTIL(ncloses == 2);
+  KT_EQ_INT(last_reason, KL_ELIMIT);
+  tc_close(t);
+
+  /* The write timeout, while the thread waits on the socket. */
+  t = stuck_stream(3);
+  KT_EQ_INT(write_chunks(held[2], 8), 8);
+  spin(5);
+  kt_now += 59;
+  spin(5);
+  KT_EQ_INT(ncloses, 2);
+  kt_now += 2;
+  UNTIL(ncloses == 3);
+  KT_EQ_INT(last_reason, KL_EIO);
+  tc_close(t);
+  UNTIL(stats().connections == 0);
+
+  /* The server freed with a job out. */
+  t = stuck_stream(4);
+  KT_EQ_INT(write_chunks(held[3], 8), 8);
+  kl_httpd_free(srv);
+  srv = NULL;
+  KT_EQ_INT(ncloses, 4);
+  KT_EQ_INT(last_reason, KL_ESHUTDOWN);
+  tc_close(t);
+  stop();
+  KT_EQ_INT(open_fds(), fds);
+  thread_mode = 0;
+}
+
+/* The stream tests whose writes come in bursts, again with the thread:
+ * the same bytes, drains, cap, timeout and order. */
+static void test_stream_bursts_again_with_the_send_thread(void) {
+  thread_mode = 1;
+  test_backpressure_drain_cap_and_write_timeout();
+  test_burst_sent_before_a_small_cap();
+  test_backlog_sent_while_it_grows();
+  test_abort_after_n_bytes();
+  test_close_streams_end_and_drop();
+  test_free_with_requests_in_flight();
+  thread_mode = 0;
+}
+
 static void test_ipv6_and_bad_options(void) {
   char err[256];
   kl_httpd_opts_t o = {0};
@@ -1574,5 +1736,8 @@ int main(void) {
   KT_RUN(test_max_connections_and_date_header);
   KT_RUN(test_ipv6_and_bad_options);
   KT_RUN(test_tls_round_trip);
+  KT_RUN(test_send_thread_bursts_arrive_in_order);
+  KT_RUN(test_send_thread_lets_go_of_dead_clients);
+  KT_RUN(test_stream_bursts_again_with_the_send_thread);
   return KT_DONE();
 }

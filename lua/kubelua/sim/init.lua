@@ -762,6 +762,7 @@ function Sim:listen(opts)
   local srv, err = httpd.listen {
     host = opts.host, port = opts.port or 0, tls_cert = opts.tls_cert, tls_key = opts.tls_key,
     send_date = true, max_body_bytes = max_body,
+    send_thread = true, -- watches' bursts leave the writer's core
     error_pages = { [413] = { "application/json", too_large } },
     handler = function(req)
       local ok, e = pcall(self.handle, self, req)
