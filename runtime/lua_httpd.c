@@ -825,7 +825,7 @@ static int srv_stats(lua_State *L) {
   lsrv_t *s = check_srv(L, "srv:stats");
   kl_httpd_stats_t st = {0};
   if (s->h) kl_httpd_get_stats(s->h, &st);
-  lua_createtable(L, 0, 5);
+  lua_createtable(L, 0, 6);
   lua_pushnumber(L, (double)st.connections);
   lua_setfield(L, -2, "connections");
   lua_pushnumber(L, (double)st.requests);
@@ -836,6 +836,8 @@ static int srv_stats(lua_State *L) {
   lua_setfield(L, -2, "accepted");
   lua_pushnumber(L, (double)st.responses);
   lua_setfield(L, -2, "responses");
+  lua_pushnumber(L, (double)st.thread_sent);
+  lua_setfield(L, -2, "thread_sent");
   return 1;
 }
 

@@ -10,8 +10,8 @@ local SERVER = [[
 local kube = require "kubelua"
 local httpd = require "kubelua.httpd"
 local closed = "none"
-local srv
-srv = assert(httpd.listen { host = "127.0.0.1", port = 0, handler = function(req)
+local srv, tsrv
+local function handler(req)
   local path = req:path()
   if path == "/echo" then
     local h = {}
@@ -55,16 +55,26 @@ srv = assert(httpd.listen { host = "127.0.0.1", port = 0, handler = function(req
     req:reply(200, nil, closed)
   elseif path == "/drop" then
     req:reply(200, nil, tostring(srv:close_streams("drop")))
+  elseif path == "/burst" then -- 3,000 lines of 1,000 bytes, written at once
+    req:stream_begin(200)
+    local pad = ("x"):rep(992)
+    for i = 1, 3000 do req:write(("%06d "):format(i), pad, "\n") end
+    req:finish()
+  elseif path == "/thread_sent" then
+    req:reply(200, nil, srv:stats().thread_sent .. " " .. tsrv:stats().thread_sent)
   else
     req:reply(404, nil, "no\n")
   end
-end })
+end
+srv = assert(httpd.listen { host = "127.0.0.1", port = 0, handler = handler })
+tsrv = assert(httpd.listen { host = "127.0.0.1", port = 0, handler = handler, send_thread = true })
+print("tport " .. tsrv:port())
 print("port " .. srv:port())
 io.stdout:flush()
 ]]
 
 describe("kubelua.httpd", function()
-  local pid, port, log, script
+  local pid, port, tport, log, script
 
   setup(function()
     script = support.tempfile(SERVER, ".lua")
@@ -74,7 +84,8 @@ describe("kubelua.httpd", function()
     pid = p:read("*l")
     p:close()
     for _ = 1, 500 do
-      port = (H.read_file(log) or ""):match("port (%d+)")
+      port = (H.read_file(log) or ""):match("\nport (%d+)")
+      tport = (H.read_file(log) or ""):match("tport (%d+)")
       if port then break end
       H.sleep(0.01)
     end
@@ -146,6 +157,21 @@ describe("kubelua.httpd", function()
     local out = curl("-N " .. url("/abort"))
     assert.matches("^0123456789abc", out)
     assert.is_nil(out:find("abcd", 1, true))
+  end)
+
+  it("sends a long burst through the send thread when asked to, in order", function()
+    local pad, want = ("x"):rep(992), {}
+    for i = 1, 3000 do want[i] = ("%06d "):format(i) .. pad .. "\n" end
+    want = table.concat(want)
+    assert.equal("0 0", curl(url("/thread_sent")))
+    assert.equal(want, curl("-N " .. url("/burst")))
+    assert.equal("0 0", curl(url("/thread_sent"))) -- no thread for srv
+    assert.equal(want, curl("-N " .. H.quote("http://127.0.0.1:" .. tport .. "/burst")))
+    local plain, threaded = curl(url("/thread_sent")):match("^(%d+) (%d+)$")
+    assert.equal("0", plain)
+    -- the burst's chunks, but the last sync_flush()'s worth, went by the thread
+    assert.is_true(tonumber(threaded) >= 2 * 1024 * 1024, threaded)
+    assert.is_true(tonumber(threaded) <= #want + 3000 * 10, threaded)
   end)
 
   it("tells the owner when the server closes a stream", function()
