@@ -872,8 +872,9 @@ static double opt_number(lua_State *L, int idx, const char *k) {
   return v;
 }
 
-/* httpd.listen{host, port, handler, tls_cert, tls_key, limits...}
- *   -> server | nil, message */
+/* httpd.listen{host, port, handler, tls_cert, tls_key, limits...,
+ *   send_date, send_thread, error_pages} -> server | nil, message
+ * (send_thread: see kl_httpd_opts_t) */
 static int l_listen(lua_State *L) {
   kl_rt_t *rt = kl_rt_from(L);
   if (lua_type(L, 1) != LUA_TTABLE)
