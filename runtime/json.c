@@ -949,18 +949,17 @@ static inline void meta_key(kl_json_meta_t *m, int *md, unsigned depth,
                             const uint8_t *ks, const uint8_t *q,
                             const uint8_t *end, bool esc) {
   size_t n = (size_t)(q - ks);
-  if (esc) {
-    m->unsure = true;
-    return;
-  }
   if (depth == 1) {
-    *md = n == 8 && !memcmp(ks, "metadata", 8) ? MD_KEY : MD_OUT;
+    *md = !esc && n == 8 && !memcmp(ks, "metadata", 8) ? MD_KEY : MD_OUT;
     if (*md == MD_KEY) /* a repeated "metadata": the last one wins */
       m->ns = m->name = m->rv = NULL;
+    m->unsure |= esc;
     return;
   }
   if (*md != MD_IN) return;
-  if (n == 4 && !memcmp(ks, "name", 4))
+  if (esc)
+    m->unsure = true;
+  else if (n == 4 && !memcmp(ks, "name", 4))
     m->name = (const char *)after_colon(q, end);
   else if (n == 9 && !memcmp(ks, "namespace", 9))
     m->ns = (const char *)after_colon(q, end);

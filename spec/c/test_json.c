@@ -1102,7 +1102,8 @@ static const char *meta_text(const kl_json_value_t *v, const char *start,
  * and finds metadata's namespace, name and resourceVersion where the two
  * lookups of kl_json_members_in find them: the last of repeated names, only in
  * the top level's last "metadata" when that is an object, never in other
- * objects; a member name with an escape at either level leaves it unsure. */
+ * objects; a member name with an escape at the top level or in metadata
+ * leaves it unsure (not one in another object). */
 static void test_check_meta(void) {
   static const struct {
     const char *in, *ns, *name, *rv;
@@ -1120,6 +1121,7 @@ static void test_check_meta(void) {
       {"{\"metad\\u0061ta\":{\"name\":\"a\"}}", NULL, NULL, NULL, true},
       {"{\"metadata\":{\"n\\u0061me\":\"a\"}}", NULL, NULL, NULL, true},
       {"{\"a\\n\":1,\"metadata\":{\"name\":\"a\"}}", NULL, NULL, NULL, true},
+      {"{\"spec\":{\"\\u0061\":1},\"metadata\":{\"labels\":{\"\\u0062\":\"\"},\"name\":\"a\"}}", "-", "\"a\"", "-", false},
       /* clang-format on */
   };
   static const char *const top[] = {"metadata"};
