@@ -1796,7 +1796,7 @@ static void conn_eof(conn *c) {
     conn_kill(c, KL_EIO); /* the client went away */
     return;
   }
-  if (c->out.len) {
+  if (c->out.len || c->job) {
     /* Complete responses are still queued: send them, then close. */
     if (c->req) {
       kl_httpd_req_t *r = c->req;

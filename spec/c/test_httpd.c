@@ -1351,6 +1351,35 @@ static void test_send_thread_lets_go_of_dead_clients(void) {
   thread_mode = 0;
 }
 
+/* An HTTP/1.0 stream (its end is the close) whose client half-closes
+ * while the thread holds all the bytes: they still arrive, then the
+ * close. */
+static void test_send_thread_finishes_for_a_half_closed_client(void) {
+  thread_mode = 1;
+  start();
+  tc *t = tc_open_at("127.0.0.1", kl_httpd_port(srv), 0, 4096);
+  t->noread = 1;
+  tc_send(t, "GET /stream HTTP/1.0\r\n\r\n");
+  UNTIL(nhandled == 1);
+  UNTIL(t->woff == t->wlen);
+  KT_EQ_INT(write_chunks(held[0], 16), 16); /* 1 MiB: all in one job */
+  KT_EQ_INT(kl_httpd_stream_end(held[0]), 0);
+  held[0] = NULL;
+  shutdown(t->fd, SHUT_WR);
+  spin(20); /* the server reads the end of the request side */
+  t->noread = 0;
+  tc_update(t);
+  UNTIL(t->eof);
+  const char *head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                     "Connection: close\r\n\r\n";
+  KT_EQ_INT((long long)t->len, (long long)(strlen(head) + 16 * 65536));
+  KT_TRUE(memcmp(t->buf, head, strlen(head)) == 0);
+  KT_EQ_INT(ncloses, 0);
+  tc_close(t);
+  stop();
+  thread_mode = 0;
+}
+
 /* The stream tests whose writes come in bursts, again with the thread:
  * the same bytes, drains, cap, timeout and order. */
 static void test_stream_bursts_again_with_the_send_thread(void) {
@@ -1738,6 +1767,7 @@ int main(void) {
   KT_RUN(test_tls_round_trip);
   KT_RUN(test_send_thread_bursts_arrive_in_order);
   KT_RUN(test_send_thread_lets_go_of_dead_clients);
+  KT_RUN(test_send_thread_finishes_for_a_half_closed_client);
   KT_RUN(test_stream_bursts_again_with_the_send_thread);
   return KT_DONE();
 }
