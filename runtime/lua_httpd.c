@@ -441,8 +441,9 @@ void kl_lua_push_bytes_mt(lua_State *L) {
 /* The bytes of a string or bytes value at idx, or NULL; mt: the stack
  * index of the bytes metatable. */
 static const char *to_bytes(lua_State *L, int idx, int mt, size_t *len) {
-  if (lua_type(L, idx) == LUA_TSTRING) return lua_tolstring(L, idx, len);
-  if (!is_udata(L, idx, mt)) return NULL;
+  int type = lua_type(L, idx);
+  if (type == LUA_TSTRING) return lua_tolstring(L, idx, len);
+  if (type != LUA_TUSERDATA || !has_mt(L, idx, mt)) return NULL;
   lbytes_t *b = lua_touserdata(L, idx);
   *len = b->len;
   return b->data;
