@@ -227,6 +227,7 @@ struct conn {
   double wprogress; /* last write progress while blocked */
   double linger_since;
   int dead, in_io, close_after, cut, lingering, handshake, blocked;
+  int rd_eof; /* the client ended its side; output still to go */
   int tls_rw, tls_wr, hs_write;
   nghttp2_session *h2; /* ALPN chose h2: c->req and the h1_* codec unused */
   h2s *streams;        /* open streams */
@@ -251,6 +252,8 @@ typedef struct sendjob {
   hbuf b;              /* the bytes, b.p + b.off, b.len of them */
   _Atomic size_t sent; /* how many are out: the thread's progress */
   _Atomic int moved;   /* a full socket took more: progress to note */
+  size_t seen;         /* sent at the last burst point (sendjob_burst) */
+  _Atomic int tried;   /* the thread has tried its socket */
   int err;             /* errno of the send that failed, by the thread */
   _Atomic int state;
 } sendjob;
@@ -295,6 +298,8 @@ static void on_sendback(struct ev_loop *ev, ev_async *w, int revents);
 static void sender_stop(kl_httpd_t *h);
 static int send_thread_serves(conn *c);
 static void sendjob_hand(conn *c);
+static int sendjob_back(conn *c);
+static void sendjob_free(kl_httpd_t *h, sendjob *j);
 static void h1_process(conn *c);
 static void accept_resume(kl_httpd_t *h);
 
@@ -1628,7 +1633,8 @@ static void conn_update(conn *c) {
   if (c->handshake) {
     ev = c->hs_write ? EV_WRITE : EV_READ;
   } else {
-    if (c->lingering || c->in.len < in_limit(c->h)) ev |= EV_READ;
+    if (c->lingering || (!c->rd_eof && c->in.len < in_limit(c->h)))
+      ev |= EV_READ;
     if (c->out.len && !c->tls_wr && !c->job) ev |= EV_WRITE;
     if (c->tls_wr) ev |= EV_READ;
     if (c->tls_rw) ev |= EV_WRITE;
@@ -1804,6 +1810,7 @@ static void conn_eof(conn *c) {
       req_free(r);
     }
     c->close_after = 1;
+    c->rd_eof = 1; /* a socket at its end reads as ready: stop asking */
     c->started = 0;
     hbuf_free(&c->in);
     return;
@@ -1992,7 +1999,18 @@ static void conn_on_timer(kl_timer_t *t, void *ud) {
   kl_httpd_t *h = c->h;
   (void)t;
   h_enter(h);
-  double d = conn_deadline(c), tnow = now(h);
+  double tnow = now(h);
+  if (c->job) { /* what the thread has done since the loop last looked */
+    if (atomic_exchange(&c->job->moved, 0)) c->wprogress = tnow;
+    if (atomic_load(&c->job->state) == SJ_BACK) {
+      if (sendjob_back(c)) conn_kick(c);
+      if (c->dead) {
+        h_leave(h);
+        return;
+      }
+    }
+  }
+  double d = conn_deadline(c);
   if (tnow < d) {
     conn_arm(c);
   } else if (c->lingering) {
@@ -2690,6 +2708,7 @@ static int h2_writev(kl_httpd_req_t *r, const struct iovec *iov, int n,
  * sent or a send failed, returns 0 when the socket is full. */
 static int sendjob_try(kl_httpd_t *h, sendjob *j) {
   size_t sent = atomic_load(&j->sent);
+  atomic_store(&j->tried, 1);
   while (sent < j->b.len) {
     ssize_t n = send(j->fd, j->b.p + j->b.off + sent, j->b.len - sent,
                      MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -2830,8 +2849,7 @@ static void sender_stop(kl_httpd_t *h) {
     sendjob *j = h->jobs;
     h->jobs = j->lnext;
     close(j->fd);
-    hbuf_free(&j->b);
-    free(j);
+    sendjob_free(h, j);
   }
 }
 
@@ -2866,8 +2884,16 @@ static void sendjob_hand(conn *c) {
   h->jobs = j;
   c->job = j;
   c->blocked = 0;
+  c->flush_at = 0;       /* a burst from here is sent at sync_flush() again */
   c->wprogress = now(h); /* the write timeout runs while it is out */
   sendq_push(h, j);
+}
+
+/* Frees job j, which the loop holds, counting what the thread sent. */
+static void sendjob_free(kl_httpd_t *h, sendjob *j) {
+  h->thread_sent += atomic_load(&j->sent);
+  hbuf_free(&j->b);
+  free(j);
 }
 
 /* Frees c's job, which the loop holds. */
@@ -2875,8 +2901,7 @@ static void sendjob_drop(conn *c) {
   sendjob *j = c->job;
   if (!j) return;
   jobs_unlink(c->h, j);
-  hbuf_free(&j->b);
-  free(j);
+  sendjob_free(c->h, j);
   c->job = NULL;
 }
 
@@ -2886,7 +2911,6 @@ static void sendjob_drop(conn *c) {
 static int sendjob_back(conn *c) {
   sendjob *j = c->job;
   c->wprogress = now(c->h);
-  c->h->thread_sent += atomic_load(&j->sent);
   if (j->err) {
     kl_log(KL_LOG_DEBUG, "httpd: %s: write: %s", c->peer, strerror(j->err));
     conn_kill(c, KL_EIO);
@@ -2918,8 +2942,7 @@ static void on_sendback(struct ev_loop *ev, ev_async *w, int revents) {
     if (!j->c) {
       jobs_unlink(h, j);
       close(j->fd);
-      hbuf_free(&j->b);
-      free(j);
+      sendjob_free(h, j);
       continue;
     }
     conn *c = j->c;
@@ -2945,13 +2968,21 @@ static void sendjob_wait(conn *c) {
 }
 
 /* A burst's sync_flush() point on a plain HTTP/1.1 stream: hands c->out
- * to the thread. A job still out is waited for a moment first: the burst
- * goes at the pace its client reads, with one sync_flush() out while the
- * next is written, as the loop's own sends would pace it; one that does not
- * come back leaves c->out to grow (toward the cap, if the client reads no
- * more). Returns 0 when c died. */
+ * to the thread. A job still out that the thread has not tried yet, or
+ * whose client has read since the last such point, is waited for a moment
+ * first: the burst goes at the pace its client reads, with one
+ * sync_flush() out while the next is written, as the loop's own sends
+ * would pace it. A client that reads nothing costs the loop one wait at
+ * most: then its c->out grows toward the cap. Returns 0 when c died. */
 static int sendjob_burst(conn *c) {
-  if (c->job && atomic_load(&c->job->state) != SJ_BACK) sendjob_wait(c);
+  if (c->job && atomic_load(&c->job->state) != SJ_BACK) {
+    size_t sent = atomic_load(&c->job->sent);
+    /* new to the thread, or its client reads: keep the client's pace */
+    if (!atomic_load(&c->job->tried) || sent != c->job->seen) {
+      c->job->seen = sent;
+      sendjob_wait(c);
+    }
+  }
   if (c->job && atomic_load(&c->job->state) == SJ_BACK && !sendjob_back(c))
     return 0;
   if (!c->job) sendjob_hand(c);
@@ -2967,7 +2998,7 @@ static int send_thread_serves(conn *c) {
 
 /* Bytes of c's stream not yet sent. */
 static size_t conn_unsent(const conn *c) {
-  return c->out.len + (c->job ? c->job->b.len : 0);
+  return c->out.len + (c->job ? c->job->b.len - atomic_load(&c->job->sent) : 0);
 }
 
 int kl_httpd_stream_writev(kl_httpd_req_t *r, const struct iovec *iov, int n) {

@@ -1380,6 +1380,96 @@ static void test_send_thread_finishes_for_a_half_closed_client(void) {
   thread_mode = 0;
 }
 
+/* What the thread has sent is no longer unsent: kl_httpd_buffered (and
+ * the cap) count only the bytes still to go, also before the loop takes
+ * the job back. The client's receive buffer holds the whole burst, so the
+ * thread sends it all while the loop sleeps. */
+static void test_send_thread_counts_only_unsent_bytes(void) {
+  thread_mode = 1;
+  kl_httpd_opts_t o = {0};
+  o.max_stream_buffer = 4 << 20; /* sync_flush: 1 MiB */
+  start_opts(&o);
+  tc *t = tc_open_at("127.0.0.1", kl_httpd_port(srv), 0, 4 << 20);
+  tc_send(t, "GET /stream HTTP/1.1\r\nHost: x\r\n\r\n");
+  UNTIL(nhandled == 1);
+  UNTIL(t->len >= strlen(STREAM_HEAD));
+  KT_EQ_INT(write_chunks(held[0], 16), 16); /* 1 MiB and its framing */
+  KT_TRUE(kl_httpd_buffered(held[0]) >= 16 * 65536);
+  struct timespec ms5 = {0, 5000000};
+  for (int i = 0; i < 400 && kl_httpd_buffered(held[0]) > 0; i++)
+    nanosleep(&ms5, NULL); /* the loop sleeps; the thread sends */
+  KT_EQ_INT(kl_httpd_buffered(held[0]), 0);
+  UNTIL(t->len >= strlen(STREAM_HEAD) + 16 * (65536 + 9));
+  KT_EQ_INT(kl_httpd_stream_end(held[0]), 0);
+  held[0] = NULL;
+  UNTIL(t->len == strlen(STREAM_HEAD) + 16 * (65536 + 9) + 5);
+  tc_close(t);
+  stop();
+  thread_mode = 0;
+}
+
+/* A stream whose client reads only once it is over, ended by how: 0 an
+ * abort 100 bytes into the next write, 1 kl_httpd_close_streams (the
+ * terminating chunk), 2 the same dropping it. Returns what the client
+ * got, head and all, up to the close or the end. */
+static char *ended_stream(int how, size_t *len) {
+  start();
+  tc *t = tc_open_at("127.0.0.1", kl_httpd_port(srv), 0, 4096);
+  t->noread = 1;
+  tc_send(t, "GET /stream HTTP/1.1\r\nHost: x\r\n\r\n");
+  UNTIL(nhandled == 1);
+  kl_httpd_req_t *r = held[0];
+  KT_EQ_INT(write_chunks(r, 20), 20); /* with the thread: a job is out */
+  if (how == 0) {
+    KT_EQ_INT(kl_httpd_stream_abort(r, 100), 0);
+    KT_EQ_INT(write_chunks(r, 2), 2);
+  } else {
+    KT_EQ_INT(
+        kl_httpd_close_streams(srv, how == 1 ? KL_HTTPD_END : KL_HTTPD_DROP),
+        1);
+  }
+  spin(5);
+  t->noread = 0;
+  tc_update(t);
+  if (how == 1) {
+    UNTIL(t->len >= strlen(STREAM_HEAD) + 20 * (65536 + 9) + 5);
+    spin(20);
+  } else {
+    UNTIL(t->eof);
+  }
+  char *got = kl_xmalloc(t->len + 1);
+  memcpy(got, t->buf, t->len);
+  *len = t->len;
+  tc_close(t);
+  stop();
+  return got;
+}
+
+/* Ending a stream while the thread holds part of it (an abort N bytes on,
+ * close_streams ending it) gives the client exactly what the loop's own
+ * sends give it; dropping it (unsent bytes discarded) gives a part of
+ * that, from its start. */
+static void test_send_thread_ends_streams_as_the_loop_does(void) {
+  size_t whole = strlen(STREAM_HEAD) + 20 * (65536 + 9);
+  size_t want[2] = {whole + 7 + 100, whole + 5}; /* "10000\r\n", "0\r\n\r\n" */
+  for (int how = 0; how < 3; how++) {
+    size_t n0, n1;
+    char *loop_got = ended_stream(how, &n0);
+    thread_mode = 1;
+    char *thread_got = ended_stream(how, &n1);
+    thread_mode = 0;
+    if (how < 2) {
+      KT_EQ_INT((long long)n0, (long long)want[how]);
+      KT_EQ_INT((long long)n1, (long long)n0);
+    } else {
+      KT_TRUE(n1 >= strlen(STREAM_HEAD) && n1 <= n0);
+    }
+    KT_TRUE(n1 <= n0 && memcmp(loop_got, thread_got, n1) == 0);
+    free(loop_got);
+    free(thread_got);
+  }
+}
+
 /* The stream tests whose writes come in bursts, again with the thread:
  * the same bytes, drains, cap, timeout and order. */
 static void test_stream_bursts_again_with_the_send_thread(void) {
@@ -1768,6 +1858,8 @@ int main(void) {
   KT_RUN(test_send_thread_bursts_arrive_in_order);
   KT_RUN(test_send_thread_lets_go_of_dead_clients);
   KT_RUN(test_send_thread_finishes_for_a_half_closed_client);
+  KT_RUN(test_send_thread_counts_only_unsent_bytes);
+  KT_RUN(test_send_thread_ends_streams_as_the_loop_does);
   KT_RUN(test_stream_bursts_again_with_the_send_thread);
   return KT_DONE();
 }
