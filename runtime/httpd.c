@@ -298,7 +298,7 @@ static void on_sendback(struct ev_loop *ev, ev_async *w, int revents);
 static void sender_stop(kl_httpd_t *h);
 static int send_thread_serves(conn *c);
 static void sendjob_hand(conn *c);
-static int sendjob_back(conn *c);
+static int sendjob_news(conn *c);
 static void sendjob_free(kl_httpd_t *h, sendjob *j);
 static void h1_process(conn *c);
 static void accept_resume(kl_httpd_t *h);
@@ -2000,15 +2000,9 @@ static void conn_on_timer(kl_timer_t *t, void *ud) {
   (void)t;
   h_enter(h);
   double tnow = now(h);
-  if (c->job) { /* what the thread has done since the loop last looked */
-    if (atomic_exchange(&c->job->moved, 0)) c->wprogress = tnow;
-    if (atomic_load(&c->job->state) == SJ_BACK) {
-      if (sendjob_back(c)) conn_kick(c);
-      if (c->dead) {
-        h_leave(h);
-        return;
-      }
-    }
+  if (c->job && !sendjob_news(c)) { /* the timeout sees the thread's news */
+    h_leave(h);
+    return;
   }
   double d = conn_deadline(c);
   if (tnow < d) {
@@ -2923,6 +2917,18 @@ static int sendjob_back(conn *c) {
   return 1;
 }
 
+/* What the thread has done with c's job since the loop last looked: its
+ * progress on a full socket moves the write timeout, and a job it gave
+ * back is taken back, c going on from its defer node. Returns 0 when c
+ * died. */
+static int sendjob_news(conn *c) {
+  if (atomic_exchange(&c->job->moved, 0)) c->wprogress = now(c->h);
+  if (atomic_load(&c->job->state) != SJ_BACK) return 1;
+  if (!sendjob_back(c)) return 0;
+  conn_kick(c);
+  return 1;
+}
+
 /* The thread has given jobs back: orphans close their sockets; the
  * connections of the others go on from their defer nodes. Each job taken
  * back leaves the list, and the search starts over: taking one back may
@@ -2945,8 +2951,7 @@ static void on_sendback(struct ev_loop *ev, ev_async *w, int revents) {
       sendjob_free(h, j);
       continue;
     }
-    conn *c = j->c;
-    if (sendjob_back(c)) conn_kick(c);
+    sendjob_news(j->c);
   }
 }
 
@@ -2983,8 +2988,7 @@ static int sendjob_burst(conn *c) {
       sendjob_wait(c);
     }
   }
-  if (c->job && atomic_load(&c->job->state) == SJ_BACK && !sendjob_back(c))
-    return 0;
+  if (c->job && !sendjob_news(c)) return 0;
   if (!c->job) sendjob_hand(c);
   return 1;
 }

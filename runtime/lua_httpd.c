@@ -438,15 +438,20 @@ void kl_lua_push_bytes_mt(lua_State *L) {
   }
 }
 
-/* The bytes of a string or bytes value at idx, or NULL; mt: the stack
- * index of the bytes metatable. */
-static const char *to_bytes(lua_State *L, int idx, int mt, size_t *len) {
-  int type = lua_type(L, idx);
+/* to_bytes for a value whose type (lua_type) the caller has asked. */
+static const char *typed_bytes(lua_State *L, int idx, int type, int mt,
+                               size_t *len) {
   if (type == LUA_TSTRING) return lua_tolstring(L, idx, len);
   if (type != LUA_TUSERDATA || !has_mt(L, idx, mt)) return NULL;
   lbytes_t *b = lua_touserdata(L, idx);
   *len = b->len;
   return b->data;
+}
+
+/* The bytes of a string or bytes value at idx, or NULL; mt: the stack
+ * index of the bytes metatable. */
+static const char *to_bytes(lua_State *L, int idx, int mt, size_t *len) {
+  return typed_bytes(L, idx, lua_type(L, idx), mt, len);
 }
 
 const char *kl_lua_bytes(lua_State *L, int idx, int mt, size_t *len) {
@@ -530,12 +535,8 @@ static void join_gather(lua_State *L, int t, lua_Integer i, lua_Integer j,
     lua_rawgeti(L, t, (int)k);
     const char *d;
     int type = lua_type(L, -1); /* asked once: each API call costs */
-    if (type == LUA_TSTRING) {
-      d = lua_tolstring(L, -1, &len);
+    if ((d = typed_bytes(L, -1, type, UV_BYTES_MT, &len))) {
       if (len) spans_add(s, d, len);
-    } else if (type == LUA_TUSERDATA && has_mt(L, -1, UV_BYTES_MT)) {
-      const lbytes_t *b = lua_touserdata(L, -1);
-      if (b->len) spans_add(s, b->data, b->len);
     } else if (type == LUA_TNUMBER) {
       spans_add_number(s, lua_tonumber(L, -1));
     } else if (type == LUA_TTABLE && depth < 8) {
