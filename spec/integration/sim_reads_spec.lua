@@ -145,6 +145,8 @@ describe("kubelua sim reads and bodies", function()
     code, t = api(sim, "GET", CMS .. "/snap-a?includeObject=Object", nil, { Accept = TABLE })
     assert.equal(200, code)
     assert.equal(1, #t.rows)
+    -- a get's Table carries the object's resourceVersion
+    assert.equal(t.rows[1].object.metadata.resourceVersion, t.metadata.resourceVersion)
     assert.same({ "snap-a", 1 }, { t.rows[1].cells[1], t.rows[1].cells[2] })
     assert.equal("ConfigMap", t.rows[1].object.kind)
     code, t = api(sim, "GET", CMS .. "?includeObject=None", nil, { Accept = TABLE })
@@ -171,6 +173,96 @@ describe("kubelua sim reads and bodies", function()
     assert.equal(200, code)
     assert.equal("WidgetList", t.kind)
     assert.is_true(json.is_array(t.items))
+  end)
+end)
+
+describe("kubelua sim watches as Tables", function()
+  local sim
+  setup(function() sim = H.start() end)
+  teardown(function() H.stop(sim) end)
+
+  -- The columns a Table event defines.
+  local function columns(t)
+    local cols = {}
+    for i, c in ipairs(t.columnDefinitions) do cols[i] = c.name end
+    return cols
+  end
+
+  it("sends kubectl get --watch a Table of one row per event, columns first only", function()
+    local NS = "/api/v1/namespaces/tw/configmaps"
+    assert.equal(201, (api(sim, "POST", "/api/v1/namespaces", { metadata = { name = "tw" } })))
+    local code, a = api(sim, "POST", NS, { metadata = { name = "a" }, data = { x = "1" } })
+    assert.equal(201, code)
+    local w = H.watch_start(sim, NS .. "?watch=true&sendInitialEvents=true"
+      .. "&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&timeoutSeconds=5",
+      { Accept = TABLE })
+    H.wait_watches(sim, 1)
+    local _, b = api(sim, "POST", NS, { metadata = { name = "b" } })
+    local _, a2 = api(sim, "PUT", NS .. "/a", { metadata = { name = "a",
+      resourceVersion = a.metadata.resourceVersion }, data = { x = "1", y = "2" } })
+    assert.equal(200, (api(sim, "DELETE", NS .. "/b")))
+    local lines = H.watch_lines(w, 5)
+    H.watch_stop(w)
+    local got = {}
+    for i, ev in ipairs(lines) do
+      local t = ev.object
+      assert.equal("Table", t.kind)
+      assert.equal("meta.k8s.io/v1", t.apiVersion)
+      assert.equal(1, #t.rows)
+      got[i] = { ev.type, t.rows[1].cells[1], t.rows[1].cells[2], t.metadata.resourceVersion,
+        t.rows[1].object.kind }
+    end
+    local bm = lines[2].object.rows[1].object
+    assert.same({
+      { "ADDED", "a", 1, a.metadata.resourceVersion, "PartialObjectMetadata" },
+      { "BOOKMARK", "", 0, bm.metadata.resourceVersion, "PartialObjectMetadata" },
+      { "ADDED", "b", 0, b.metadata.resourceVersion, "PartialObjectMetadata" },
+      { "MODIFIED", "a", 2, a2.metadata.resourceVersion, "PartialObjectMetadata" },
+      { "DELETED", "b", 0, lines[5].object.rows[1].object.metadata.resourceVersion,
+        "PartialObjectMetadata" },
+    }, got)
+    assert.same({ ["k8s.io/initial-events-end"] = "true" }, bm.metadata.annotations)
+    assert.same({ "Name", "Data", "Age" }, columns(lines[1].object))
+    for i = 2, 5 do assert.equal(json.null, lines[i].object.columnDefinitions) end
+    assert.is_true(tonumber(lines[5].object.metadata.resourceVersion)
+      > tonumber(a2.metadata.resourceVersion))
+  end)
+
+  it("gives each watch its own column definitions and keeps includeObject", function()
+    local NS = "/api/v1/namespaces/tw/configmaps"
+    local w1 = H.watch_start(sim, NS .. "?watch=true&includeObject=Object&timeoutSeconds=5"
+      .. "&resourceVersion=" .. select(2, api(sim, "GET", NS)).metadata.resourceVersion,
+      { Accept = TABLE })
+    local w2 = H.watch_start(sim, NS .. "?watch=true&includeObject=None&timeoutSeconds=5"
+      .. "&resourceVersion=" .. select(2, api(sim, "GET", NS)).metadata.resourceVersion,
+      { Accept = TABLE })
+    H.wait_watches(sim, 2)
+    api(sim, "POST", NS, { metadata = { name = "c" } })
+    api(sim, "POST", NS, { metadata = { name = "d" } })
+    local l1, l2 = H.watch_lines(w1, 2), H.watch_lines(w2, 2)
+    H.watch_stop(w1)
+    H.watch_stop(w2)
+    assert.equal(2, #l1)
+    assert.equal(2, #l2)
+    assert.same({ "Name", "Data", "Age" }, columns(l1[1].object))
+    assert.same({ "Name", "Data", "Age" }, columns(l2[1].object))
+    assert.equal(json.null, l1[2].object.columnDefinitions)
+    assert.equal(json.null, l2[2].object.columnDefinitions)
+    assert.same({ "ConfigMap", "d" }, { l1[2].object.rows[1].object.kind,
+      l1[2].object.rows[1].object.metadata.name })
+    assert.is_nil(l2[1].object.rows[1].object)
+    assert.equal("d", l2[2].object.rows[1].cells[1])
+  end)
+
+  it("sends the 410 of a watch from too old a resourceVersion as a Status", function()
+    api(sim, "POST", "/_sim/faults", { compact = true })
+    local w = H.watch_start(sim, "/api/v1/namespaces/tw/configmaps?watch=true&resourceVersion=1",
+      { Accept = TABLE })
+    local lines = H.watch_lines(w, 1)
+    H.watch_stop(w)
+    assert.equal("ERROR", lines[1].type)
+    assert.same({ "Status", 410, "Expired" }, { lines[1].object.kind, lines[1].object.code,
+      lines[1].object.reason })
   end)
 end)
 

@@ -327,8 +327,7 @@ function Sim:serve_resource(req, r, user)
     local e, err = s:get(res, ns, r.name)
     if not e then return reply_status(req, err) end
     if as_table then
-      return reply_json(req, 200, tables.build(res, { e.obj }, nil, params.includeObject,
-        os.time()))
+      return reply_json(req, 200, tables.one(res, e.obj, params.includeObject, os.time()))
     end
     return reply_json(req, 200, e.json)
   elseif verb == "list" then
@@ -472,6 +471,9 @@ function Sim:watch(req, res, ns, params, r)
   end
   w.req = req
   w.bookmarks = params.allowWatchBookmarks == "true"
+  if tables.wanted(req:header("Accept")) then -- kubectl get --watch
+    w.table = tables.watch_encoder(res, params.includeObject)
+  end
   -- A resourceVersion that has not happened yet: as the watch cache does,
   -- the watch starts and stays quiet (no bookmarks either) until changes
   -- pass it.
@@ -495,7 +497,7 @@ function Sim:watch(req, res, ns, params, r)
     for i, key in ipairs(s:sorted_keys(res)) do snap[i] = res.objects[key] end
     for _, e in ipairs(snap) do
       if w.simple or store.matches(w, e) then
-        if not req:write(store.heads.ADDED, e.json, store.TAIL) then return end
+        if not store.write_event(w, "ADDED", e.json) then return end
         if not keep_up(req) then return end
       end
     end
@@ -504,7 +506,7 @@ function Sim:watch(req, res, ns, params, r)
       if not catch_up(s, res, w, req, rv0) then return end
     end
     if initial then
-      req:write(s:bookmark_line(res, { ["k8s.io/initial-events-end"] = "true" }))
+      store.write_event(w, "BOOKMARK", s:bookmark(res, { ["k8s.io/initial-events-end"] = "true" }))
     end
   elseif not catch_up(s, res, w, req, n) then
     return
@@ -536,7 +538,7 @@ function Sim:watch(req, res, ns, params, r)
         and (now >= next_bookmark or (final_bookmark and now >= final_bookmark)) then
       if final_bookmark and now >= final_bookmark then final_bookmark = nil end
       next_bookmark = now + self.bookmark_interval
-      req:write(s:bookmark_line(res))
+      store.write_event(w, "BOOKMARK", s:bookmark(res))
     end
     local wake = deadline
     if w.bookmarks then

@@ -335,9 +335,17 @@ end
 -- A watch event is written as three pieces in one chunk: the envelope's
 -- head, the object's JSON as stored, and its tail; no copy of the object.
 local heads = { ADDED = '{"type":"ADDED","object":', MODIFIED = '{"type":"MODIFIED","object":',
-  DELETED = '{"type":"DELETED","object":' }
+  DELETED = '{"type":"DELETED","object":', BOOKMARK = '{"type":"BOOKMARK","object":' }
 local TAIL = "}\n"
-_M.heads, _M.TAIL = heads, TAIL
+
+-- Writes the event etype of the object whose JSON is body to watcher w
+-- (as a Table when it asked for one: w.table); false when its request
+-- has ended.
+local function write_event(w, etype, body)
+  if w.table then body = w.table(body) end
+  return w.req:write(heads[etype], body, TAIL)
+end
+_M.write_event = write_event
 
 -- The filters of a watcher or a list: namespace, label and field selectors.
 local function matches(f, e)
@@ -375,9 +383,8 @@ function _M.unwatch(res, w)
 end
 local unwatch = _M.unwatch
 
-local function send(res, w, head, body, tail)
-  local ok = w.req:write(head, body, tail)
-  if not ok then unwatch(res, w) end
+local function send(res, w, etype, body)
+  if not write_event(w, etype, body) then unwatch(res, w) end
 end
 
 -- Sends the event of entry e (e.etype, e.prev: every stored version is
@@ -390,21 +397,21 @@ local function deliver(res, w, e)
     if e.rv <= after then return end
     w.after = nil
   end
-  if w.simple then return send(res, w, heads[e.etype], e.json, TAIL) end
+  if w.simple then return send(res, w, e.etype, e.json) end
   local now = matches(w, e)
   if e.etype == "MODIFIED" then
     local before = e.prev and matches(w, e.prev)
     if now and before then
-      send(res, w, heads.MODIFIED, e.json, TAIL)
+      send(res, w, "MODIFIED", e.json)
     elseif now then
-      send(res, w, heads.ADDED, e.json, TAIL)
+      send(res, w, "ADDED", e.json)
     elseif before then
       local o = copy(e.prev.obj)
       o.metadata.resourceVersion = tostring(e.rv)
-      send(res, w, heads.DELETED, encode(o), TAIL)
+      send(res, w, "DELETED", encode(o))
     end
   elseif now then
-    send(res, w, heads[e.etype], e.json, TAIL)
+    send(res, w, e.etype, e.json)
   end
 end
 _M.deliver = deliver
@@ -1533,11 +1540,13 @@ function _M.join(lb)
   return lb.head .. tostring(join_bytes(lb.items, 1, lb.n, ",")) .. lb.tail
 end
 
-function Store:bookmark_line(res, annotations)
+-- The object of a BOOKMARK event now: the resource's kind with only a
+-- resourceVersion (and the annotations given) in its metadata.
+function Store:bookmark(res, annotations)
   local md = '{"resourceVersion":"' .. res.last_rv .. '","creationTimestamp":null'
   if annotations then md = md .. ',"annotations":' .. encode(annotations) end
-  return '{"type":"BOOKMARK","object":{"kind":"' .. res.kind .. '","apiVersion":"'
-    .. res.api_version .. '","metadata":' .. md .. "}}}\n"
+  return '{"kind":"' .. res.kind .. '","apiVersion":"' .. res.api_version .. '","metadata":'
+    .. md .. "}}"
 end
 
 -- CRDs ------------------------------------------------------------------------------

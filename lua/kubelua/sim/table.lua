@@ -226,4 +226,25 @@ function _M.build(res, objects, rv, include, now)
     columnDefinitions = json.array(p.cols), rows = rows }
 end
 
+-- The Table of one object, as a get answers it: its metadata carries the
+-- object's resourceVersion.
+function _M.one(res, o, include, now)
+  return _M.build(res, { o }, o.metadata and o.metadata.resourceVersion, include, now)
+end
+
+-- watch_encoder(res, include) -> function(json) -> the JSON text of the
+-- Table that a watch asking for one sends in place of an event's object
+-- (a bookmark's too; an ERROR's Status stays as it is). The column
+-- definitions come with the first event only: the later ones carry null,
+-- as kube-apiserver's watch encoder sets NoHeaders after its first object.
+function _M.watch_encoder(res, include)
+  local headers = true
+  return function(text)
+    local t = _M.one(res, assert(json.decode(text)), include, os.time())
+    if not headers then t.columnDefinitions = null end
+    headers = false
+    return json.encode(t)
+  end
+end
+
 return _M
