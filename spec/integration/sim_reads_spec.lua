@@ -254,6 +254,24 @@ describe("kubelua sim watches as Tables", function()
     assert.equal("d", l2[2].object.rows[1].cells[1])
   end)
 
+  it("refuses an includeObject that is none of the three, as the real server words it", function()
+    local NS = "/api/v1/namespaces/tw/configmaps"
+    local want = { kind = "Status", apiVersion = "v1", metadata = {}, status = "Failure",
+      message = "Unable to convert to Table as requested: includeObject: Invalid value: "
+        .. [["Full": must be 'Metadata', 'Object', 'None', or empty]],
+      reason = "BadRequest", code = 400 }
+    for _, path in ipairs { NS, NS .. "/c", NS .. "?watch=true" } do
+      local sep = path:find("?", 1, true) and "&" or "?"
+      local code, st = api(sim, "GET", path .. sep .. "includeObject=Full", nil, { Accept = TABLE })
+      assert.equal(400, code, path)
+      assert.same(want, st, path)
+    end
+    -- a missing object is still a 404 first
+    assert.equal(404, (api(sim, "GET", NS .. "/nope?includeObject=Full", nil, { Accept = TABLE })))
+    -- and without a Table, includeObject means nothing
+    assert.equal(200, (api(sim, "GET", NS .. "/c?includeObject=Full")))
+  end)
+
   it("sends the 410 of a watch from too old a resourceVersion as a Status", function()
     api(sim, "POST", "/_sim/faults", { compact = true })
     local w = H.watch_start(sim, "/api/v1/namespaces/tw/configmaps?watch=true&resourceVersion=1",

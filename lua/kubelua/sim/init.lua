@@ -323,10 +323,13 @@ function Sim:serve_resource(req, r, user)
   local ctx = ctx_of(req, params, r)
   local ns = r.ns
   local as_table = tables.wanted(req:header("Accept"))
+  -- a Table's options are read once the objects are there, as the real server does
+  local bad_table = as_table and tables.options_error(params.includeObject)
   if verb == "get" then
     local e, err = s:get(res, ns, r.name)
     if not e then return reply_status(req, err) end
     if as_table then
+      if bad_table then return reply_status(req, store.bad_request(bad_table)) end
       return reply_json(req, 200, tables.one(res, e.obj, params.includeObject, os.time()))
     end
     return reply_json(req, 200, e.json)
@@ -337,6 +340,7 @@ function Sim:serve_resource(req, r, user)
       return reply_status(req, err, retry and { ["Retry-After"] = tostring(retry) } or nil)
     end
     if as_table then
+      if bad_table then return reply_status(req, store.bad_request(bad_table)) end
       local objs = {}
       for i = 1, lb.n do objs[i] = lb.entries[i].obj end
       local t = tables.build(res, objs, nil, params.includeObject, os.time())
@@ -472,6 +476,8 @@ function Sim:watch(req, res, ns, params, r)
   w.req = req
   w.bookmarks = params.allowWatchBookmarks == "true"
   if tables.wanted(req:header("Accept")) then -- kubectl get --watch
+    local bad = tables.options_error(params.includeObject)
+    if bad then return reply_status(req, store.bad_request(bad)) end
     w.table = tables.watch_encoder(res, params.includeObject)
   end
   -- A resourceVersion that has not happened yet: as the watch cache does,

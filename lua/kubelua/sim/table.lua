@@ -193,6 +193,16 @@ function _M.wanted(accept)
     and accept:find("g=meta.k8s.io", 1, true) ~= nil
 end
 
+local INCLUDE = { Metadata = true, Object = true, None = true, [""] = true }
+
+-- The message of the 400 a request for a Table gets when its
+-- includeObject is none of the three, or nil.
+function _M.options_error(include)
+  if include == nil or INCLUDE[include] then return nil end
+  return format("Unable to convert to Table as requested: includeObject: Invalid value: %s: "
+    .. "must be 'Metadata', 'Object', 'None', or empty", json.encode(include))
+end
+
 -- The PartialObjectMetadata of an object.
 local function partial(o)
   return { kind = "PartialObjectMetadata", apiVersion = "meta.k8s.io/v1", metadata = o.metadata }
