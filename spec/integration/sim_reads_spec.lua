@@ -284,7 +284,98 @@ describe("kubelua sim watches as Tables", function()
   end)
 end)
 
+describe("kubelua sim metadata-only reads", function()
+  local sim
+  setup(function() sim = H.start() end)
+  teardown(function() H.stop(sim) end)
+
+  -- What client-go's metadata client sends (protobuf first, which the
+  -- simulator does not serve).
+  local function accept(as)
+    return { Accept = "application/vnd.kubernetes.protobuf;as=" .. as .. ";g=meta.k8s.io;v=v1,"
+      .. "application/json;as=" .. as .. ";g=meta.k8s.io;v=v1,application/json" }
+  end
+  local NS = "/api/v1/namespaces/pm/configmaps"
+
+  it("answers gets, lists and watches with the objects' metadata alone", function()
+    assert.equal(201, (api(sim, "POST", "/api/v1/namespaces", { metadata = { name = "pm" } })))
+    local _, a = api(sim, "POST", NS, { metadata = { name = "a", labels = { x = "1" } },
+      data = { k = "v" } })
+    local code, got, raw = api(sim, "GET", NS .. "/a", nil, accept("PartialObjectMetadata"))
+    assert.equal(200, code, raw)
+    assert.same({ kind = "PartialObjectMetadata", apiVersion = "meta.k8s.io/v1",
+      metadata = a.metadata }, got)
+    local list
+    code, list, raw = api(sim, "GET", NS, nil, accept("PartialObjectMetadataList"))
+    assert.equal(200, code, raw)
+    assert.same({ kind = "PartialObjectMetadataList", apiVersion = "meta.k8s.io/v1",
+      metadata = { resourceVersion = list.metadata.resourceVersion },
+      items = { { kind = "PartialObjectMetadata", apiVersion = "meta.k8s.io/v1",
+        metadata = a.metadata } } }, list)
+    assert.is_true(json.is_array(list.items))
+    local w = H.watch_start(sim, NS .. "?watch=true&sendInitialEvents=true"
+      .. "&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&timeoutSeconds=5",
+      accept("PartialObjectMetadata"))
+    H.wait_watches(sim, 1)
+    local _, b = api(sim, "POST", NS, { metadata = { name = "b" }, data = { big = "x" } })
+    local lines = H.watch_lines(w, 3)
+    H.watch_stop(w)
+    assert.equal(3, #lines)
+    assert.same({ type = "ADDED", object = got }, lines[1])
+    assert.same({ type = "BOOKMARK", object = { kind = "PartialObjectMetadata",
+      apiVersion = "meta.k8s.io/v1", metadata = { resourceVersion = a.metadata.resourceVersion,
+        creationTimestamp = json.null,
+        annotations = { ["k8s.io/initial-events-end"] = "true" } } } }, lines[2])
+    assert.same({ type = "ADDED", object = { kind = "PartialObjectMetadata",
+      apiVersion = "meta.k8s.io/v1", metadata = b.metadata } }, lines[3])
+  end)
+
+  it("refuses a form that does not fit the answer with the real server's 406", function()
+    local code, st = api(sim, "GET", NS, nil, accept("PartialObjectMetadata"))
+    assert.equal(406, code)
+    assert.same({ kind = "Status", apiVersion = "v1", metadata = {}, status = "Failure",
+      message = "you requested PartialObjectMetadata, but the requested object is a list "
+        .. "(*core.ConfigMapList)", reason = "NotAcceptable", code = 406 }, st)
+    code, st = api(sim, "GET", NS .. "/a", nil, accept("PartialObjectMetadataList"))
+    assert.equal(406, code)
+    assert.equal("you requested PartialObjectMetadataList, but the requested object is not a "
+      .. "list (*core.ConfigMap)", st.message)
+    code, st = api(sim, "GET", "/apis/apps/v1/namespaces/pm/deployments", nil,
+      accept("PartialObjectMetadata"))
+    assert.equal(406, code)
+    assert.equal("you requested PartialObjectMetadata, but the requested object is a list "
+      .. "(*apps.DeploymentList)", st.message)
+    -- a watch asking for lists gets the objects: the server's transform fails for each
+    local w = H.watch_start(sim, NS .. "?watch=true&timeoutSeconds=5&resourceVersion="
+      .. select(2, api(sim, "GET", NS)).metadata.resourceVersion,
+      accept("PartialObjectMetadataList"))
+    H.wait_watches(sim, 1)
+    api(sim, "POST", NS, { metadata = { name = "c" } })
+    local lines = H.watch_lines(w, 1)
+    H.watch_stop(w)
+    assert.same({ "ADDED", "ConfigMap", "c" }, { lines[1].type, lines[1].object.kind,
+      lines[1].object.metadata.name })
+  end)
+end)
+
 describe("kubelua.sim.table", function()
+  it("reads the form an Accept header asks for from its first JSON range", function()
+    local f = tables.form
+    assert.same({ "Table", "PartialObjectMetadata", "PartialObjectMetadataList", "Table" }, {
+      f("application/json;as=Table;v=v1;g=meta.k8s.io,application/json"),
+      f("application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,"
+        .. "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"),
+      f("application/json; as=PartialObjectMetadataList; g=meta.k8s.io; v=v1beta1"),
+      f("*/*;as=Table;g=meta.k8s.io;v=v1") })
+    assert.is_nil(f(nil))
+    assert.is_nil(f(""))
+    assert.is_nil(f("application/json"))
+    assert.is_nil(f("application/json,application/json;as=Table;v=v1;g=meta.k8s.io"))
+    assert.is_nil(f("application/json;as=Table;v=v1;g=example.com"))
+    assert.is_nil(f("application/json;as=Table;v=v2;g=meta.k8s.io"))
+    assert.is_nil(f("application/yaml;as=Table;v=v1;g=meta.k8s.io"))
+  end)
+
   it("shows ages as kubectl does", function()
     local d = tables.human_duration
     assert.same({ "0s", "59s", "119s", "2m", "2m5s", "10m", "179m", "3h", "3h20m", "8h",

@@ -322,14 +322,18 @@ function Sim:serve_resource(req, r, user)
   local s = self.store
   local ctx = ctx_of(req, params, r)
   local ns = r.ns
-  local as_table = tables.wanted(req:header("Accept"))
-  -- a Table's options are read once the objects are there, as the real server does
-  local bad_table = as_table and tables.options_error(params.includeObject)
+  local form = tables.form(req:header("Accept"))
+  -- a form's fit and a Table's options are checked once the objects are
+  -- there, as the real server does
+  local bad_table = form == "Table" and tables.options_error(params.includeObject)
   if verb == "get" then
     local e, err = s:get(res, ns, r.name)
     if not e then return reply_status(req, err) end
-    if as_table then
+    if form then
+      local misfit = tables.misfit(form, res, false)
+      if misfit then return reply_status(req, status(406, "NotAcceptable", misfit)) end
       if bad_table then return reply_status(req, store.bad_request(bad_table)) end
+      if form == "PartialObjectMetadata" then return reply_json(req, 200, tables.partial(e.obj)) end
       return reply_json(req, 200, tables.one(res, e.obj, params.includeObject, os.time()))
     end
     return reply_json(req, 200, e.json)
@@ -339,10 +343,15 @@ function Sim:serve_resource(req, r, user)
       if retry then kube.sleep(self.too_large_wait) end
       return reply_status(req, err, retry and { ["Retry-After"] = tostring(retry) } or nil)
     end
-    if as_table then
+    if form then
+      local misfit = tables.misfit(form, res, true)
+      if misfit then return reply_status(req, status(406, "NotAcceptable", misfit)) end
       if bad_table then return reply_status(req, store.bad_request(bad_table)) end
       local objs = {}
       for i = 1, lb.n do objs[i] = lb.entries[i].obj end
+      if form == "PartialObjectMetadataList" then
+        return reply_json(req, 200, tables.partial_list(objs, lb.meta))
+      end
       local t = tables.build(res, objs, nil, params.includeObject, os.time())
       t.metadata = lb.meta
       return reply_json(req, 200, t)
@@ -475,11 +484,12 @@ function Sim:watch(req, res, ns, params, r)
   end
   w.req = req
   w.bookmarks = params.allowWatchBookmarks == "true"
-  if tables.wanted(req:header("Accept")) then -- kubectl get --watch
+  local form = tables.form(req:header("Accept"))
+  if form == "Table" then -- kubectl get --watch
     local bad = tables.options_error(params.includeObject)
     if bad then return reply_status(req, store.bad_request(bad)) end
-    w.table = tables.watch_encoder(res, params.includeObject)
   end
+  w.transform = tables.watch_encoder(res, form, params.includeObject)
   -- A resourceVersion that has not happened yet: as the watch cache does,
   -- the watch starts and stays quiet (no bookmarks either) until changes
   -- pass it.

@@ -339,10 +339,10 @@ local heads = { ADDED = '{"type":"ADDED","object":', MODIFIED = '{"type":"MODIFI
 local TAIL = "}\n"
 
 -- Writes the event etype of the object whose JSON is body to watcher w
--- (as a Table when it asked for one: w.table); false when its request
--- has ended.
+-- (in the form it asked for, Table or PartialObjectMetadata: w.transform);
+-- false when its request has ended.
 local function write_event(w, etype, body)
-  if w.table then body = w.table(body) end
+  if w.transform then body = w.transform(body) end
   return w.req:write(heads[etype], body, TAIL)
 end
 _M.write_event = write_event

@@ -1,9 +1,13 @@
--- kubelua.sim.table: the meta.k8s.io/v1 Table a real apiserver answers
--- when a client asks for one (Accept: application/json;as=Table;v=v1;
--- g=meta.k8s.io, what kubectl get sends): column definitions and one row
--- per object, each row's object a PartialObjectMetadata
--- (includeObject=Metadata, the default), or the whole object (Object) or
--- nothing (None).
+-- kubelua.sim.table: the meta.k8s.io/v1 forms a real apiserver answers
+-- reads in when a client asks for one by its Accept header:
+--   - Table (as=Table;v=v1;g=meta.k8s.io, what kubectl get sends): column
+--     definitions and one row per object, each row's object a
+--     PartialObjectMetadata (includeObject=Metadata, the default), or the
+--     whole object (Object) or nothing (None);
+--   - PartialObjectMetadata and PartialObjectMetadataList (what
+--     metadata-only informers ask for: client-go's metadata client,
+--     controller-runtime's OnlyMetadata, kube-rs's metadata watcher): kind,
+--     apiVersion and the object's metadata alone.
 --
 -- The columns are the real server's printers for the kinds where they are
 -- cheap to compute (ConfigMap, Secret, Namespace, ServiceAccount, Lease,
@@ -187,10 +191,52 @@ local printers = {
 local plain = { cols = { NAME, AGE }, cells = function() return {} end }
 local custom = { cols = { NAME, col("Created At", AGE_DESC, "date") } }
 
--- The Accept header asks for a Table.
-function _M.wanted(accept)
-  return type(accept) == "string" and accept:find("as=Table", 1, true) ~= nil
-    and accept:find("g=meta.k8s.io", 1, true) ~= nil
+local FORMS = { Table = true, PartialObjectMetadata = true, PartialObjectMetadataList = true }
+
+-- form(accept) -> "Table", "PartialObjectMetadata",
+-- "PartialObjectMetadataList" or nil (the object as it is): what the first
+-- JSON media range of an Accept header that the simulator serves asks for
+-- (a range of another type, protobuf among them, is passed over; a plain
+-- application/json or */* first means the object itself).
+function _M.form(accept)
+  if type(accept) ~= "string" then return nil end
+  for range in accept:gmatch("[^,]+") do
+    local mt = (range:match("^%s*([^;%s]+)") or ""):lower()
+    if mt == "application/json" or mt == "*/*" or mt == "application/*" then
+      local p = {}
+      for k, v in range:gmatch(";%s*([^=;%s]+)%s*=%s*([^;%s]*)") do p[k] = v end
+      if not p.as then return nil end
+      if FORMS[p.as] and p.g == "meta.k8s.io" and (p.v == "v1" or p.v == "v1beta1") then
+        return p.as
+      end
+    end
+  end
+  return nil
+end
+
+-- The type the real server names in the 406 for a form that does not fit
+-- the answer: its internal object's Go type (%T), "*core.ConfigMap" or
+-- "*unstructured.UnstructuredList".
+local PACKAGES = { [""] = "core", apps = "apps", ["coordination.k8s.io"] = "coordination",
+  ["events.k8s.io"] = "core", ["apiextensions.k8s.io"] = "apiextensions" }
+
+local function go_type(res, list)
+  local t = res.builtin and "*" .. (PACKAGES[res.group] or res.group:match("^[^.]*")) .. "."
+    .. res.kind or "*unstructured.Unstructured"
+  return list and t .. "List" or t
+end
+
+-- The message of the 406 NotAcceptable a read gets when the form it asks
+-- for does not fit its answer (`list`: the answer is a list), or nil.
+function _M.misfit(form, res, list)
+  if form == "PartialObjectMetadata" and list then
+    return "you requested PartialObjectMetadata, but the requested object is a list ("
+      .. go_type(res, true) .. ")"
+  elseif form == "PartialObjectMetadataList" and not list then
+    return "you requested PartialObjectMetadataList, but the requested object is not a list ("
+      .. go_type(res, false) .. ")"
+  end
+  return nil
 end
 
 local INCLUDE = { Metadata = true, Object = true, None = true, [""] = true }
@@ -206,6 +252,16 @@ end
 -- The PartialObjectMetadata of an object.
 local function partial(o)
   return { kind = "PartialObjectMetadata", apiVersion = "meta.k8s.io/v1", metadata = o.metadata }
+end
+_M.partial = partial
+
+-- The PartialObjectMetadataList of a list's objects (meta: the list's
+-- metadata).
+function _M.partial_list(objects, meta)
+  local items = json.array {}
+  for i, o in ipairs(objects) do items[i] = partial(o) end
+  return { kind = "PartialObjectMetadataList", apiVersion = "meta.k8s.io/v1", metadata = meta,
+    items = items }
 end
 
 -- build(res, objects, rv, include, now) -> the Table (a table to encode).
@@ -242,12 +298,20 @@ function _M.one(res, o, include, now)
   return _M.build(res, { o }, o.metadata and o.metadata.resourceVersion, include, now)
 end
 
--- watch_encoder(res, include) -> function(json) -> the JSON text of the
--- Table that a watch asking for one sends in place of an event's object
--- (a bookmark's too; an ERROR's Status stays as it is). The column
--- definitions come with the first event only: the later ones carry null,
--- as kube-apiserver's watch encoder sets NoHeaders after its first object.
-function _M.watch_encoder(res, include)
+-- watch_encoder(res, form, include) -> function(json) -> the JSON text
+-- that a watch asking for a form sends in place of an event's object (a
+-- bookmark's too; an ERROR's Status stays as it is), or nil when it sends
+-- the objects as they are. A Table's column definitions come with the
+-- first event only: the later ones carry null, as kube-apiserver's watch
+-- encoder sets NoHeaders after its first object. A watch that asks for a
+-- PartialObjectMetadataList gets the objects: the real server's encoder
+-- logs its failed transform and sends each object untransformed.
+function _M.watch_encoder(res, form, include)
+  if form == "PartialObjectMetadata" then
+    return function(text) return json.encode(partial(assert(json.decode(text)))) end
+  elseif form ~= "Table" then
+    return nil
+  end
   local headers = true
   return function(text)
     local t = _M.one(res, assert(json.decode(text)), include, os.time())
