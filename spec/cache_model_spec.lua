@@ -34,12 +34,7 @@ local function sorted(t)
   return c
 end
 
-local function sorted_keys(map)
-  local ks = {}
-  for k in pairs(map) do ks[#ks + 1] = k end
-  table.sort(ks)
-  return ks
-end
+local sorted_keys = require("spec.support").sorted_keys
 
 -- The custom indexer: the comma-separated tags annotation.
 local function tags_of(o)

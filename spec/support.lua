@@ -26,6 +26,14 @@ function _M.eventually(fn, secs)
   return fn() and true or false
 end
 
+-- The keys of table t, sorted.
+function _M.sorted_keys(t)
+  local ks = {}
+  for k in pairs(t) do ks[#ks + 1] = k end
+  table.sort(ks)
+  return ks
+end
+
 -- The whole of file path (raises when it cannot be read).
 function _M.read(path)
   local f = assert(io.open(path, "rb"))

@@ -34,6 +34,31 @@ describe("kubelua sim reads and bodies", function()
     assert.equal(200, (api(sim, "GET", CMS)))
   end)
 
+  it("refuses a body type it does not read with the real server's 415", function()
+    local want = { kind = "Status", apiVersion = "v1", metadata = {}, status = "Failure",
+      message = "the body of the request was in an unknown format - accepted media types "
+        .. "include: application/json, application/yaml", reason = "UnsupportedMediaType",
+      code = 415 }
+    local PUB = "/api/v1/namespaces/kube-public/configmaps" -- the other cases' stay as they are
+    -- what kubectl create configmap sends: protobuf
+    local code, st = api(sim, "POST", PUB, "k8s\0\n\15\n\2v1\18\9ConfigMap",
+      { ["Content-Type"] = "application/vnd.kubernetes.protobuf" })
+    assert.equal(415, code)
+    assert.same(want, st)
+    code, st = api(sim, "PUT", PUB .. "/x", '{"metadata":{"name":"x"}}',
+      { ["Content-Type"] = "text/plain" })
+    assert.equal(415, code)
+    assert.same(want, st)
+    assert.equal(404, (api(sim, "GET", PUB .. "/x")))
+    -- JSON with a charset, and a body with no type at all, are read as JSON
+    code = api(sim, "POST", PUB, '{"metadata":{"name":"typed"}}',
+      { ["Content-Type"] = "application/json; charset=utf-8" })
+    assert.equal(201, code)
+    local _, _, raw = H.request(sim, "POST", PUB, { body = '{"metadata":{"name":"untyped"}}',
+      headers = { "Content-Type:" }, curl = true })
+    assert.equal("untyped", json.decode(raw).metadata.name)
+  end)
+
   it("sends curl a pretty-printed list larger than a stream's buffer cap", function()
     local big = ("x"):rep(1024 * 1024)
     for i = 1, 10 do

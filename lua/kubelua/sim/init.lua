@@ -15,6 +15,7 @@ local store = require "kubelua.sim.store"
 local util = require "kubelua.sim.util"
 local yaml = require "kubelua.sim.yaml"
 local tables = require "kubelua.sim.table"
+local openapi = require "kubelua.sim.openapi"
 
 local type, pairs, ipairs, tostring, tonumber, setmetatable, pcall =
   type, pairs, ipairs, tostring, tonumber, setmetatable, pcall
@@ -145,11 +146,18 @@ end
 
 -- The object of a create or update body: JSON, or YAML when the request
 -- says so (Content-Type application/yaml), as a real server accepts both.
+-- Another type gets the real server's 415 listing what the simulator
+-- reads: protobuf, which kubectl's generators (kubectl create configmap)
+-- send, is not among them. A body without a type is read as JSON.
 local yaml_types = { ["application/yaml"] = true, ["application/x-yaml"] = true,
   ["text/yaml"] = true }
 local function body_object(res, req)
   local ct = lower((req:header("Content-Type") or ""):match("^[^;%s]*"))
   if yaml_types[ct] then return store.decode_yaml_body(res, req:body()) end
+  if ct ~= "" and ct ~= "application/json" then
+    return nil, status(415, "UnsupportedMediaType", "the body of the request was in an unknown "
+      .. "format - accepted media types include: application/json, application/yaml")
+  end
   return store.decode_body(res, req:body())
 end
 
@@ -208,6 +216,40 @@ function Sim:resource_list(gv)
   local body = { kind = "APIResourceList", groupVersion = gv, resources = list }
   if gv ~= "v1" then body.apiVersion = "v1" end
   return body
+end
+
+-- OpenAPI v3: the index of the group versions, then each one's document
+-- at the URL the index gives; a stale hash is redirected to the current
+-- one, as the real server does (a CRD changes its group version's).
+function Sim:openapi(req, path)
+  local gvs = self.store.gvs
+  local function doc(gv)
+    local text = openapi.document(gvs[gv], version_info.gitVersion)
+    return text, "/openapi/v3/" .. openapi.gv_path(gv) .. "?hash=" .. openapi.hash(text)
+  end
+  if path == "/openapi/v3" then
+    local paths = {}
+    for gv in pairs(gvs) do
+      local _, url = doc(gv)
+      paths[openapi.gv_path(gv)] = { serverRelativeURL = url }
+    end
+    return reply_json(req, 200, { paths = paths })
+  end
+  local want = path:sub(#"/openapi/v3/" + 1)
+  for gv in pairs(gvs) do
+    if openapi.gv_path(gv) == want then
+      local text, url = doc(gv)
+      local hash, asked = url:match("hash=(.*)$"), req:param("hash")
+      if asked and asked ~= hash then
+        return req:reply(301, { Location = url, ["Content-Type"] = "text/html; charset=utf-8" },
+          '<a href="' .. url:gsub("&", "&amp;") .. '">Moved Permanently</a>.\n\n')
+      end
+      local h = { Etag = '"' .. hash .. '"' }
+      if asked then h["Cache-Control"], h.Vary = "public, immutable", "Accept" end
+      return reply_json(req, 200, text, h)
+    end
+  end
+  return reply_text_404(req)
 end
 
 -- Auth ------------------------------------------------------------------------------
@@ -729,6 +771,9 @@ function Sim:handle(req)
       ["Cache-Control"] = "no-cache, private" }, "ok")
   end
   local anonymous_api = user == "system:anonymous"
+  if path == "/openapi/v3" or sub(path, 1, 12) == "/openapi/v3/" then
+    return self:openapi(req, path)
+  end
   if path == "/api" then
     if anonymous_api then
       return reply_status(req, status(403, "Forbidden",

@@ -1,0 +1,157 @@
+-- kubelua.sim.openapi: the OpenAPI v3 documents of the simulator's group
+-- versions (GET /openapi/v3, then each group version's serverRelativeURL),
+-- as far as clients act on them: the operations of every path with their
+-- x-kubernetes-group-version-kind and x-kubernetes-action, their query
+-- parameters (fieldValidation among them) and the patch types each PATCH
+-- takes (built-in kinds: strategic merge too; custom resources: not).
+--
+-- That is what kubectl reads before it applies or creates: a kind whose
+-- PATCH takes fieldValidation is validated by the server (the simulator
+-- does it, fieldValidation=Strict included), so kubectl needs no schema;
+-- without the documents it falls back to OpenAPI v2, which the simulator
+-- does not serve, and refuses ("failed to download openapi"). No object
+-- schemas are published (components.schemas is empty): kubectl then
+-- builds its strategic merge patches from its own built-in types, and
+-- `kubectl explain` finds nothing to explain.
+
+local json = require "kubelua.json"
+local bit = require "bit"
+
+local ipairs, byte, upper = ipairs, string.byte, string.upper
+
+local _M = {}
+
+-- The path of a group version's document: "api/v1", "apis/apps/v1".
+local function gv_path(gv)
+  return gv == "v1" and "api/v1" or "apis/" .. gv
+end
+_M.gv_path = gv_path
+
+-- A query parameter; a path parameter when `path`.
+local function param(name, typ, path)
+  return { name = name, ["in"] = path and "path" or "query", required = path or nil,
+    schema = { type = typ, uniqueItems = not path or nil } }
+end
+
+local P = {
+  name = param("name", "string", true), namespace = param("namespace", "string", true),
+  pretty = param("pretty", "string"), dryRun = param("dryRun", "string"),
+  fieldManager = param("fieldManager", "string"),
+  fieldValidation = param("fieldValidation", "string"), force = param("force", "boolean"),
+  labelSelector = param("labelSelector", "string"),
+  fieldSelector = param("fieldSelector", "string"),
+  limit = param("limit", "integer"), continue = param("continue", "string"),
+  resourceVersion = param("resourceVersion", "string"),
+  resourceVersionMatch = param("resourceVersionMatch", "string"),
+  timeoutSeconds = param("timeoutSeconds", "integer"), watch = param("watch", "boolean"),
+  allowWatchBookmarks = param("allowWatchBookmarks", "boolean"),
+  sendInitialEvents = param("sendInitialEvents", "boolean"),
+  propagationPolicy = param("propagationPolicy", "string"),
+  gracePeriodSeconds = param("gracePeriodSeconds", "integer"),
+}
+
+-- The parameters named in list `names`.
+local function params(names)
+  local t = json.array {}
+  for i, n in ipairs(names) do t[i] = P[n] end
+  return t
+end
+
+local LIST = { "allowWatchBookmarks", "continue", "fieldSelector", "labelSelector", "limit",
+  "resourceVersion", "resourceVersionMatch", "sendInitialEvents", "timeoutSeconds", "watch" }
+local WRITE = { "dryRun", "fieldManager", "fieldValidation" }
+local PATCH = { "dryRun", "fieldManager", "fieldValidation", "force" }
+local DELETE = { "dryRun", "gracePeriodSeconds", "propagationPolicy" }
+local DELETE_ALL = { "dryRun", "gracePeriodSeconds", "propagationPolicy", "labelSelector",
+  "fieldSelector", "limit", "continue", "resourceVersion" }
+
+local OBJECT = { schema = { type = "object" } }
+local JSON_BODY = { ["application/json"] = OBJECT }
+local OK = { ["200"] = { description = "OK" } }
+local CREATED = { ["200"] = { description = "OK" }, ["201"] = { description = "Created" },
+  ["202"] = { description = "Accepted" } }
+
+-- The media types a PATCH takes: strategic merge for built-in kinds only.
+local function patch_types(builtin)
+  local t = { ["application/apply-patch+yaml"] = OBJECT,
+    ["application/json-patch+json"] = OBJECT, ["application/merge-patch+json"] = OBJECT }
+  if builtin then t["application/strategic-merge-patch+json"] = OBJECT end
+  return t
+end
+
+-- The operationId the real server gives: verb, group, version, scope,
+-- kind and subresource (patchAppsV1NamespacedDeploymentStatus,
+-- deleteCoreV1CollectionNamespacedConfigMap).
+local function op_id(verb, gvk, e, sub, collection)
+  local g = gvk.group:gsub("%.k8s%.io$", ""):gsub("[.-](%a)", upper):gsub("^%l", upper)
+  return verb .. (g == "" and "Core" or g) .. gvk.version:gsub("^%l", upper)
+    .. (collection and "Collection" or "") .. (e.namespaced and "Namespaced" or "") .. e.kind
+    .. sub:gsub("^%l", upper)
+end
+
+-- An operation: its id, action (x-kubernetes-action), what it acts on
+-- (gvk), its query parameters, and the media types of its body.
+local function op(id, action, gvk, names, body)
+  return { operationId = id, ["x-kubernetes-action"] = action,
+    ["x-kubernetes-group-version-kind"] = gvk, parameters = params(names),
+    requestBody = body and { content = body, required = true } or nil,
+    responses = (action == "post" or action == "put") and CREATED or OK }
+end
+
+-- Adds the paths of one discovery entry (a resource or a subresource) of
+-- res to paths.
+local function entry_paths(paths, res, e)
+  local plural, sub = e.name:match("^([^/]+)/?(.*)$")
+  local base = "/" .. gv_path(res.gv) .. (e.namespaced and "/namespaces/{namespace}/" or "/")
+    .. plural
+  local gvk = { group = e.group or res.group, version = e.version or res.version, kind = e.kind }
+  local can = {}
+  for _, v in ipairs(e.verbs) do can[v] = true end
+  local scope = e.namespaced and P.namespace or nil
+  if sub == "" and (can.list or can.create or can.deletecollection) then
+    local item = { parameters = json.array { scope, P.pretty } }
+    if not scope then item.parameters = json.array { P.pretty } end
+    if can.list then item.get = op(op_id("list", gvk, e, ""), "list", gvk, LIST) end
+    if can.create then
+      item.post = op(op_id("create", gvk, e, ""), "post", gvk, WRITE, JSON_BODY)
+    end
+    if can.deletecollection then
+      item.delete = op(op_id("delete", gvk, e, "", true), "deletecollection", gvk, DELETE_ALL,
+        JSON_BODY)
+    end
+    paths[base] = item
+  end
+  local item = { parameters = json.array { P.name, scope, P.pretty } }
+  if not scope then item.parameters = json.array { P.name, P.pretty } end
+  if can.get then item.get = op(op_id("read", gvk, e, sub), "get", gvk, {}) end
+  if can.update then item.put = op(op_id("replace", gvk, e, sub), "put", gvk, WRITE, JSON_BODY) end
+  if can.patch then
+    item.patch = op(op_id("patch", gvk, e, sub), "patch", gvk, PATCH, patch_types(res.builtin))
+  end
+  if can.delete then
+    item.delete = op(op_id("delete", gvk, e, sub), "delete", gvk, DELETE, JSON_BODY)
+  end
+  paths[base .. "/{name}" .. (sub ~= "" and "/" .. sub or "")] = item
+end
+
+-- The document of a group version as JSON text (g: the store's entry for
+-- it, its resources in g.list); server_version goes in its info.
+function _M.document(g, server_version)
+  local paths = {}
+  for _, res in ipairs(g.list) do
+    for _, e in ipairs(res.disco) do entry_paths(paths, res, e) end
+  end
+  return json.encode { openapi = "3.0.0",
+    info = { title = "Kubernetes", version = server_version },
+    paths = paths, components = { schemas = {} } }
+end
+
+-- The hash a document's serverRelativeURL carries: its 64-bit FNV-1a, in
+-- the uppercase hex the real server writes its own in.
+function _M.hash(text)
+  local h = 0xcbf29ce484222325ULL
+  for i = 1, #text do h = bit.bxor(h, byte(text, i)) * 0x100000001b3ULL end
+  return bit.tohex(h, -16)
+end
+
+return _M
