@@ -79,9 +79,20 @@ describe("kubelua sim OpenAPI v3", function()
         .get["x-kubernetes-group-version-kind"])
     assert.is_nil(doc.paths["/api/v1/namespaces/{namespace}/leases/{name}"])
     assert.same({}, doc.components.schemas)
+    assert.is_false(json.is_array(doc.components.schemas)) -- an object, as kubectl decodes it
+    assert.same({ "*/*" }, keys(coll.post.requestBody.content))
+    local del = doc.paths["/api/v1/namespaces/{namespace}/configmaps/{name}"].delete
+    assert.same({ "dryRun", "gracePeriodSeconds", "orphanDependents", "propagationPolicy" },
+      query_params(del))
+    assert.is_nil(del.requestBody.required)
+    -- a year's caching for a hashed URL, and a 304 for the Etag the client holds
+    assert.matches("^%a%a%a, %d%d %a%a%a %d%d%d%d %d%d:%d%d:%d%d GMT$", h.expires)
+    local code, h304, body = H.request(sim, "GET", paths["api/v1"].serverRelativeURL,
+      { headers = { ["If-None-Match"] = h.etag } })
+    assert.same({ 304, h.etag, "" }, { code, h304.etag, body })
   end)
 
-  it("publishes a CRD's kinds once it is established, without strategic merge", function()
+  it("publishes a CRD's kinds, without strategic merge", function()
     assert.is_nil(index()["apis/example.com/v1"])
     local crd = H.fixture("09").request.body
     assert.equal(201, (H.request(sim, "POST",
@@ -104,6 +115,7 @@ describe("kubelua sim OpenAPI v3", function()
 
   it("redirects a stale hash to the current document and 404s what it does not serve", function()
     local url = index()["api/v1"].serverRelativeURL
+    assert.equal(200, (H.request(sim, "GET", "/openapi/v3/api/v1?hash="))) -- empty: no hash
     local code, h, body = H.request(sim, "GET", "/openapi/v3/api/v1?hash=0123ABCD")
     assert.equal(301, code)
     assert.equal(url, h.location)

@@ -370,16 +370,84 @@ describe("kubelua sim metadata-only reads", function()
     assert.equal(406, code)
     assert.equal("you requested PartialObjectMetadata, but the requested object is a list "
       .. "(*apps.DeploymentList)", st.message)
-    -- a watch asking for lists gets the objects: the server's transform fails for each
+    -- a watch asking for lists starts, and ends at its first event, which
+    -- the real server's encoder cannot write in that form
     local w = H.watch_start(sim, NS .. "?watch=true&timeoutSeconds=5&resourceVersion="
       .. select(2, api(sim, "GET", NS)).metadata.resourceVersion,
       accept("PartialObjectMetadataList"))
     H.wait_watches(sim, 1)
     api(sim, "POST", NS, { metadata = { name = "c" } })
+    H.watch_done(w)
+    local lines = H.watch_lines(w, 0)
+    H.watch_stop(w)
+    assert.same({}, lines)
+    assert.equal(200, (api(sim, "GET", NS .. "/c"))) -- the write itself went through
+  end)
+
+  it("answers in the version asked for, v1beta1 too", function()
+    local v1b1 = { Accept = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1beta1" }
+    local code, got = api(sim, "GET", NS .. "/a", nil, v1b1)
+    assert.equal(200, code)
+    assert.same({ "PartialObjectMetadata", "meta.k8s.io/v1beta1" }, { got.kind, got.apiVersion })
+    local list
+    code, list = api(sim, "GET", NS, nil, { Accept = "application/json;as="
+      .. "PartialObjectMetadataList;g=meta.k8s.io;v=v1beta1" })
+    assert.equal(200, code)
+    assert.same({ "meta.k8s.io/v1beta1", "meta.k8s.io/v1beta1" },
+      { list.apiVersion, list.items[1].apiVersion })
+    local t
+    code, t = api(sim, "GET", NS, nil, { Accept = "application/json;as=Table;g=meta.k8s.io;"
+      .. "v=v1beta1" })
+    assert.equal(200, code)
+    assert.same({ "Table", "meta.k8s.io/v1beta1", "meta.k8s.io/v1beta1" },
+      { t.kind, t.apiVersion, t.rows[1].object.apiVersion })
+  end)
+
+  it("sends a metadata watch with a selector the object that left it, as metadata", function()
+    local _, d = api(sim, "POST", NS, { metadata = { name = "d", labels = { tier = "web" } } })
+    local w = H.watch_start(sim, NS .. "?watch=true&labelSelector=tier%3Dweb&timeoutSeconds=5"
+      .. "&resourceVersion=" .. d.metadata.resourceVersion, accept("PartialObjectMetadata"))
+    H.wait_watches(sim, 1)
+    local code, d2 = api(sim, "PUT", NS .. "/d", { metadata = { name = "d",
+      resourceVersion = d.metadata.resourceVersion, labels = { tier = "db" } } })
+    assert.equal(200, code)
     local lines = H.watch_lines(w, 1)
     H.watch_stop(w)
-    assert.same({ "ADDED", "ConfigMap", "c" }, { lines[1].type, lines[1].object.kind,
-      lines[1].object.metadata.name })
+    assert.equal(1, #lines)
+    assert.equal("DELETED", lines[1].type)
+    assert.same({ "PartialObjectMetadata", "web", d2.metadata.resourceVersion },
+      { lines[1].object.kind, lines[1].object.metadata.labels.tier,
+        lines[1].object.metadata.resourceVersion })
+  end)
+end)
+
+describe("kubelua sim watches in a form its objects do not fit", function()
+  local sim
+  setup(function() sim = H.start() end)
+  teardown(function() H.stop(sim) end)
+
+  it("sends the object as it is, and every other watcher its event", function()
+    local PODS = "/api/v1/namespaces/default/pods"
+    local plain = H.watch_start(sim, PODS .. "?watch=true&timeoutSeconds=5")
+    local tab = H.watch_start(sim, PODS .. "?watch=true&timeoutSeconds=5", { Accept = TABLE })
+    local plain2 = H.watch_start(sim, PODS .. "?watch=true&timeoutSeconds=5")
+    H.wait_watches(sim, 3)
+    -- containers that are no list: the Pod printer cannot show it
+    local code, p, raw = api(sim, "POST", PODS, { metadata = { name = "odd" },
+      spec = { containers = "oops" } })
+    assert.equal(201, code, raw)
+    local _, q = api(sim, "POST", PODS, { metadata = { name = "even" },
+      spec = { containers = { { name = "c", image = "x" } } } })
+    local a, t, b = H.watch_lines(plain, 2), H.watch_lines(tab, 2), H.watch_lines(plain2, 2)
+    for _, w in ipairs { plain, tab, plain2 } do H.watch_stop(w) end
+    for _, lines in ipairs { a, b } do
+      assert.same({ p.metadata.resourceVersion, q.metadata.resourceVersion },
+        { lines[1].object.metadata.resourceVersion, lines[2].object.metadata.resourceVersion })
+    end
+    assert.same({ "Pod", "odd" }, { t[1].object.kind, t[1].object.metadata.name })
+    assert.same({ "Table", "even" }, { t[2].object.kind, t[2].object.rows[1].cells[1] })
+    assert.matches("sim: failed to transform object", H.stop(sim))
+    sim = H.start()
   end)
 end)
 
@@ -387,11 +455,13 @@ describe("kubelua.sim.table", function()
   it("reads the form an Accept header asks for from its first JSON range", function()
     local f = tables.form
     assert.same({ "Table", "PartialObjectMetadata", "PartialObjectMetadataList", "Table" }, {
-      f("application/json;as=Table;v=v1;g=meta.k8s.io,application/json"),
-      f("application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,"
-        .. "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"),
-      f("application/json; as=PartialObjectMetadataList; g=meta.k8s.io; v=v1beta1"),
-      f("*/*;as=Table;g=meta.k8s.io;v=v1") })
+      (f("application/json;as=Table;v=v1;g=meta.k8s.io,application/json")),
+      (f("application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,"
+        .. "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1")),
+      (f("application/json; as=PartialObjectMetadataList; g=meta.k8s.io; v=v1beta1")),
+      (f("*/*;as=Table;g=meta.k8s.io;v=v1")) })
+    assert.same({ "Table", "meta.k8s.io/v1beta1" },
+      { f("application/json;as=Table;v=v1beta1;g=meta.k8s.io") })
     assert.is_nil(f(nil))
     assert.is_nil(f(""))
     assert.is_nil(f("application/json"))

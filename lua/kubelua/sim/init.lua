@@ -240,12 +240,17 @@ function Sim:openapi(req, path)
     if openapi.gv_path(gv) == want then
       local text, url = doc(gv)
       local hash, asked = url:match("hash=(.*)$"), req:param("hash")
+      if asked == "" then asked = nil end
       if asked and asked ~= hash then
         return req:reply(301, { Location = url, ["Content-Type"] = "text/html; charset=utf-8" },
           '<a href="' .. url:gsub("&", "&amp;") .. '">Moved Permanently</a>.\n\n')
       end
       local h = { Etag = '"' .. hash .. '"' }
-      if asked then h["Cache-Control"], h.Vary = "public, immutable", "Accept" end
+      if asked then -- cached for a year: the hash changes with the document
+        h["Cache-Control"], h.Vary = "public, immutable", "Accept"
+        h.Expires = os.date("!%a, %d %b %Y %H:%M:%S GMT", os.time() + 365 * 86400)
+      end
+      if req:header("If-None-Match") == h.Etag then return req:reply(304, h, "") end
       return reply_json(req, 200, text, h)
     end
   end
@@ -353,7 +358,10 @@ function Sim:serve_resource(req, r, user)
   local params = query_params(req)
   if not r.res then return reply_status(req, not_found_resource()) end
   local res = r.res
-  if r.sub and r.sub ~= "status" then return reply_status(req, not_found_resource()) end
+  if r.sub == "scale" and not res.scale then return reply_status(req, not_found_resource()) end
+  if r.sub and r.sub ~= "status" and r.sub ~= "scale" then
+    return reply_status(req, not_found_resource())
+  end
   if r.sub == "status" and not res.status then return reply_status(req, not_found_resource()) end
   local verb = verb_of(method, r, params)
   if not verb or (r.sub and verb ~= "get" and verb ~= "update" and verb ~= "patch") then
@@ -364,10 +372,15 @@ function Sim:serve_resource(req, r, user)
   local s = self.store
   local ctx = ctx_of(req, params, r)
   local ns = r.ns
-  local form = tables.form(req:header("Accept"))
+  local form, api = tables.form(req:header("Accept"))
   -- a form's fit and a Table's options are checked once the objects are
   -- there, as the real server does
   local bad_table = form == "Table" and tables.options_error(params.includeObject)
+  if r.sub == "scale" then
+    local sc, err = s:scale(res, ns, r.name, verb, req:header("Content-Type"), req:body(), ctx)
+    if not sc then return reply_status(req, err) end
+    return reply_json(req, 200, sc, nil, nil, ctx.warnings)
+  end
   if verb == "get" then
     local e, err = s:get(res, ns, r.name)
     if not e then return reply_status(req, err) end
@@ -375,8 +388,10 @@ function Sim:serve_resource(req, r, user)
       local misfit = tables.misfit(form, res, false)
       if misfit then return reply_status(req, status(406, "NotAcceptable", misfit)) end
       if bad_table then return reply_status(req, store.bad_request(bad_table)) end
-      if form == "PartialObjectMetadata" then return reply_json(req, 200, tables.partial(e.obj)) end
-      return reply_json(req, 200, tables.one(res, e.obj, params.includeObject, os.time()))
+      if form == "PartialObjectMetadata" then
+        return reply_json(req, 200, tables.partial(e.obj, api))
+      end
+      return reply_json(req, 200, tables.one(res, e.obj, params.includeObject, os.time(), api))
     end
     return reply_json(req, 200, e.json)
   elseif verb == "list" then
@@ -392,9 +407,9 @@ function Sim:serve_resource(req, r, user)
       local objs = {}
       for i = 1, lb.n do objs[i] = lb.entries[i].obj end
       if form == "PartialObjectMetadataList" then
-        return reply_json(req, 200, tables.partial_list(objs, lb.meta))
+        return reply_json(req, 200, tables.partial_list(objs, lb.meta, api))
       end
-      local t = tables.build(res, objs, nil, params.includeObject, os.time())
+      local t = tables.build(res, objs, nil, params.includeObject, os.time(), api)
       t.metadata = lb.meta
       return reply_json(req, 200, t)
     end
@@ -526,12 +541,12 @@ function Sim:watch(req, res, ns, params, r)
   end
   w.req = req
   w.bookmarks = params.allowWatchBookmarks == "true"
-  local form = tables.form(req:header("Accept"))
+  local form, api = tables.form(req:header("Accept"))
   if form == "Table" then -- kubectl get --watch
     local bad = tables.options_error(params.includeObject)
     if bad then return reply_status(req, store.bad_request(bad)) end
   end
-  w.transform = tables.watch_encoder(res, form, params.includeObject)
+  w.transform = tables.watch_encoder(res, form, params.includeObject, api)
   -- A resourceVersion that has not happened yet: as the watch cache does,
   -- the watch starts and stays quiet (no bookmarks either) until changes
   -- pass it.
@@ -555,7 +570,7 @@ function Sim:watch(req, res, ns, params, r)
     for i, key in ipairs(s:sorted_keys(res)) do snap[i] = res.objects[key] end
     for _, e in ipairs(snap) do
       if w.simple or store.matches(w, e) then
-        if not store.write_event(w, "ADDED", e.json) then return end
+        if not store.write_event(w, "ADDED", e.json, e) then return end
         if not keep_up(req) then return end
       end
     end

@@ -48,6 +48,7 @@ local P = {
   sendInitialEvents = param("sendInitialEvents", "boolean"),
   propagationPolicy = param("propagationPolicy", "string"),
   gracePeriodSeconds = param("gracePeriodSeconds", "integer"),
+  orphanDependents = param("orphanDependents", "boolean"),
 }
 
 -- The parameters named in list `names`.
@@ -61,12 +62,12 @@ local LIST = { "allowWatchBookmarks", "continue", "fieldSelector", "labelSelecto
   "resourceVersion", "resourceVersionMatch", "sendInitialEvents", "timeoutSeconds", "watch" }
 local WRITE = { "dryRun", "fieldManager", "fieldValidation" }
 local PATCH = { "dryRun", "fieldManager", "fieldValidation", "force" }
-local DELETE = { "dryRun", "gracePeriodSeconds", "propagationPolicy" }
-local DELETE_ALL = { "dryRun", "gracePeriodSeconds", "propagationPolicy", "labelSelector",
-  "fieldSelector", "limit", "continue", "resourceVersion" }
+local DELETE = { "dryRun", "gracePeriodSeconds", "orphanDependents", "propagationPolicy" }
+local DELETE_ALL = { "dryRun", "gracePeriodSeconds", "orphanDependents", "propagationPolicy",
+  "labelSelector", "fieldSelector", "limit", "continue", "resourceVersion" }
 
 local OBJECT = { schema = { type = "object" } }
-local JSON_BODY = { ["application/json"] = OBJECT }
+local ANY_BODY = { ["*/*"] = OBJECT } -- what create, replace and delete take
 local OK = { ["200"] = { description = "OK" } }
 local CREATED = { ["200"] = { description = "OK" }, ["201"] = { description = "Created" },
   ["202"] = { description = "Accepted" } }
@@ -92,9 +93,10 @@ end
 -- An operation: its id, action (x-kubernetes-action), what it acts on
 -- (gvk), its query parameters, and the media types of its body.
 local function op(id, action, gvk, names, body)
+  local optional = action == "delete" or action == "deletecollection"
   return { operationId = id, ["x-kubernetes-action"] = action,
     ["x-kubernetes-group-version-kind"] = gvk, parameters = params(names),
-    requestBody = body and { content = body, required = true } or nil,
+    requestBody = body and { content = body, required = not optional or nil } or nil,
     responses = (action == "post" or action == "put") and CREATED or OK }
 end
 
@@ -113,23 +115,23 @@ local function entry_paths(paths, res, e)
     if not scope then item.parameters = json.array { P.pretty } end
     if can.list then item.get = op(op_id("list", gvk, e, ""), "list", gvk, LIST) end
     if can.create then
-      item.post = op(op_id("create", gvk, e, ""), "post", gvk, WRITE, JSON_BODY)
+      item.post = op(op_id("create", gvk, e, ""), "post", gvk, WRITE, ANY_BODY)
     end
     if can.deletecollection then
       item.delete = op(op_id("delete", gvk, e, "", true), "deletecollection", gvk, DELETE_ALL,
-        JSON_BODY)
+        ANY_BODY)
     end
     paths[base] = item
   end
   local item = { parameters = json.array { P.name, scope, P.pretty } }
   if not scope then item.parameters = json.array { P.name, P.pretty } end
   if can.get then item.get = op(op_id("read", gvk, e, sub), "get", gvk, {}) end
-  if can.update then item.put = op(op_id("replace", gvk, e, sub), "put", gvk, WRITE, JSON_BODY) end
+  if can.update then item.put = op(op_id("replace", gvk, e, sub), "put", gvk, WRITE, ANY_BODY) end
   if can.patch then
     item.patch = op(op_id("patch", gvk, e, sub), "patch", gvk, PATCH, patch_types(res.builtin))
   end
   if can.delete then
-    item.delete = op(op_id("delete", gvk, e, sub), "delete", gvk, DELETE, JSON_BODY)
+    item.delete = op(op_id("delete", gvk, e, sub), "delete", gvk, DELETE, ANY_BODY)
   end
   paths[base .. "/{name}" .. (sub ~= "" and "/" .. sub or "")] = item
 end

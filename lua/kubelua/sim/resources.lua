@@ -81,6 +81,7 @@ function _M.builtins()
         local r = byname[base]
         r.disco[#r.disco + 1] = e
         if sub == "status" then r.status = true end
+        if sub == "scale" then r.scale = true end
       end
     end
   end

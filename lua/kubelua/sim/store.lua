@@ -15,6 +15,7 @@
 
 -- luacheck: ignore 212/self
 
+local kube = require "kubelua"
 local json = require "kubelua.json"
 local util = require "kubelua.sim.util"
 local patchlib = require "kubelua.sim.patch"
@@ -59,8 +60,8 @@ local function res_details(res, name, extra)
   return d
 end
 
-local function not_found(res, name)
-  return status(404, "NotFound", format('%s "%s" not found', res.name, name),
+local function not_found(res, name) -- "deployments.apps": the group resource, as AlreadyExists
+  return status(404, "NotFound", format('%s "%s" not found', res.gr, name),
     res_details(res, name))
 end
 
@@ -338,11 +339,25 @@ local heads = { ADDED = '{"type":"ADDED","object":', MODIFIED = '{"type":"MODIFI
   DELETED = '{"type":"DELETED","object":', BOOKMARK = '{"type":"BOOKMARK","object":' }
 local TAIL = "}\n"
 
--- Writes the event etype of the object whose JSON is body to watcher w
--- (in the form it asked for, Table or PartialObjectMetadata: w.transform);
--- false when its request has ended.
-local function write_event(w, etype, body)
-  if w.transform then body = w.transform(body) end
+-- Writes the event etype of the object whose JSON is body (e: its entry,
+-- when there is one) to watcher w, in the form it asked for (a Table or
+-- PartialObjectMetadata: w.transform); false when its request has ended.
+-- An object the form cannot show (a printer failing on it) goes as it is,
+-- logged, as the real server's watch encoder does; a form that can carry
+-- no object ends the watch.
+local function write_event(w, etype, body, e)
+  local t = w.transform
+  if t then
+    local ok, text = pcall(t, e and e.obj or body)
+    if not ok then
+      kube.log.warn("sim: failed to transform object", { error = tostring(text) })
+    elseif text == nil then
+      w.req:finish()
+      return false
+    else
+      body = text
+    end
+  end
   return w.req:write(heads[etype], body, TAIL)
 end
 _M.write_event = write_event
@@ -383,8 +398,8 @@ function _M.unwatch(res, w)
 end
 local unwatch = _M.unwatch
 
-local function send(res, w, etype, body)
-  if not write_event(w, etype, body) then unwatch(res, w) end
+local function send(res, w, etype, body, e)
+  if not write_event(w, etype, body, e) then unwatch(res, w) end
 end
 
 -- Sends the event of entry e (e.etype, e.prev: every stored version is
@@ -397,21 +412,21 @@ local function deliver(res, w, e)
     if e.rv <= after then return end
     w.after = nil
   end
-  if w.simple then return send(res, w, e.etype, e.json) end
+  if w.simple then return send(res, w, e.etype, e.json, e) end
   local now = matches(w, e)
   if e.etype == "MODIFIED" then
     local before = e.prev and matches(w, e.prev)
     if now and before then
-      send(res, w, "MODIFIED", e.json)
+      send(res, w, "MODIFIED", e.json, e)
     elseif now then
-      send(res, w, "ADDED", e.json)
+      send(res, w, "ADDED", e.json, e)
     elseif before then
       local o = copy(e.prev.obj)
       o.metadata.resourceVersion = tostring(e.rv)
       send(res, w, "DELETED", encode(o))
     end
   elseif now then
-    send(res, w, e.etype, e.json)
+    send(res, w, e.etype, e.json, e)
   end
 end
 _M.deliver = deliver
@@ -1123,6 +1138,40 @@ local patch_types = {
   ["application/apply-patch+json"] = "apply",
 }
 
+local function rejected()
+  return status(422, "Invalid", "the server rejected our request due to an error in our request",
+    {})
+end
+
+-- The object doc with the patch `body` of type ptype ("merge",
+-- "strategic" or "json") applied, or nil, the Status a real server sends.
+local function patched(doc, ptype, body)
+  local p, derr = decode(body)
+  if p == nil then
+    return nil, bad_request("error decoding patch: " .. tostring(derr))
+  end
+  local obj, why
+  if ptype == "merge" or ptype == "strategic" then
+    if not is_object(p) then return nil, bad_request("error decoding patch: not an object") end
+    obj = (ptype == "merge" and patchlib.merge or patchlib.strategic)(doc, p)
+  else
+    if not is_array(p) then
+      return nil, bad_request("error decoding patch: json: cannot unmarshal " .. value_type(p)
+        .. " into Go value of type []handlers.jsonPatchOp")
+    end
+    obj, why = patchlib.json_patch(doc, p)
+    if not obj then
+      if why == "malformed" then
+        return nil, bad_request("error decoding patch: json: cannot unmarshal into Go value of "
+          .. "type []handlers.jsonPatchOp")
+      end
+      return nil, rejected()
+    end
+  end
+  if not is_object(obj) or not is_object(obj.metadata) then return nil, rejected() end
+  return obj
+end
+
 -- patch(res, ns, name, content_type, body, ctx) -> entry, created | nil, status
 function Store:patch(res, ns, name, content_type, body, ctx)
   ctx = ctx or {}
@@ -1136,38 +1185,11 @@ function Store:patch(res, ns, name, content_type, body, ctx)
       .. "application/merge-patch+json, application/apply-patch+yaml")
   end
   if ptype == "apply" then return self:apply(res, ns, name, body, ctx) end
-  local p, derr = decode(body)
-  if p == nil then
-    return nil, bad_request("error decoding patch: " .. tostring(derr))
-  end
   local e, err = self:get(res, ns, name)
   if not e then return nil, err end
-  local obj, why
-  if ptype == "merge" then
-    if not is_object(p) then return nil, bad_request("error decoding patch: not an object") end
-    obj = patchlib.merge(e.obj, p)
-  elseif ptype == "strategic" then
-    if not is_object(p) then return nil, bad_request("error decoding patch: not an object") end
-    obj = patchlib.strategic(e.obj, p)
-  else
-    if not is_array(p) then
-      return nil, bad_request("error decoding patch: json: cannot unmarshal " .. value_type(p)
-        .. " into Go value of type []handlers.jsonPatchOp")
-    end
-    obj, why = patchlib.json_patch(e.obj, p)
-    if not obj then
-      if why == "malformed" then
-        return nil, bad_request("error decoding patch: json: cannot unmarshal into Go value of "
-          .. "type []handlers.jsonPatchOp")
-      end
-      return nil, status(422, "Invalid", "the server rejected our request due to an error in "
-        .. "our request", {})
-    end
-  end
-  if not is_object(obj) or not is_object(obj.metadata) then
-    return nil, status(422, "Invalid", "the server rejected our request due to an error in "
-      .. "our request", {})
-  end
+  local obj
+  obj, err = patched(e.obj, ptype, body)
+  if not obj then return nil, err end
   local md = obj.metadata
   if md.resourceVersion ~= nil and md.resourceVersion ~= e.obj.metadata.resourceVersion then
     return nil, conflict(res, name, "the object has been modified; please apply your changes "
@@ -1179,6 +1201,96 @@ function Store:patch(res, ns, name, content_type, body, ctx)
   cerr = validate(res, obj)
   if cerr then return nil, cerr end
   return self:commit(res, e, obj, ctx)
+end
+
+-- The scale subresource (autoscaling/v1 Scale) of the kinds that have one
+-- (Deployments, ReplicaSets, StatefulSets): what kubectl scale and the
+-- HorizontalPodAutoscaler read and write. Its metadata is the object's
+-- identity, spec.replicas the object's, status its replicas and its label
+-- selector as a selector string.
+local SCALE = { group = "autoscaling", kind = "Scale" } -- for invalid()
+
+-- metav1.LabelSelector as its selector string (labels.Selector.String):
+-- requirements sorted by key, "k=v", "k in (a,b)", "k notin (a,b)", "k",
+-- "!k".
+local function selector_string(sel)
+  if not is_object(sel) then return nil end
+  local reqs = {}
+  for k, v in pairs(is_object(sel.matchLabels) and sel.matchLabels or {}) do
+    reqs[#reqs + 1] = { k, k .. "=" .. tostring(v) }
+  end
+  for _, x in ipairs(is_array(sel.matchExpressions) and sel.matchExpressions or {}) do
+    local vals = {}
+    for i, v in ipairs(is_array(x.values) and x.values or {}) do vals[i] = tostring(v) end
+    sort(vals)
+    local op, k = x.operator, tostring(x.key)
+    reqs[#reqs + 1] = { k, op == "In" and k .. " in (" .. concat(vals, ",") .. ")"
+      or op == "NotIn" and k .. " notin (" .. concat(vals, ",") .. ")"
+      or op == "Exists" and k or "!" .. k }
+  end
+  sort(reqs, function(a, b) return a[1] < b[1] end)
+  local out = {}
+  for i, r in ipairs(reqs) do out[i] = r[2] end
+  return #out > 0 and concat(out, ",") or nil
+end
+
+local function to_scale(obj)
+  local md = obj.metadata
+  local spec = is_object(obj.spec) and obj.spec or {}
+  local st = is_object(obj.status) and obj.status or {}
+  return { kind = "Scale", apiVersion = "autoscaling/v1",
+    metadata = { name = md.name, namespace = md.namespace, uid = md.uid,
+      resourceVersion = md.resourceVersion, creationTimestamp = md.creationTimestamp },
+    spec = { replicas = spec.replicas ~= 0 and spec.replicas or nil },
+    status = { replicas = st.replicas or 0, selector = selector_string(spec.selector) } }
+end
+
+-- scale(res, ns, name, verb, content_type, body, ctx) -> Scale | nil,
+-- status: "get", "update" (body: a Scale) or "patch" (body: a patch of
+-- the Scale, of content_type). A Scale that names a resourceVersion is
+-- applied to that version only; replicas below 0 are invalid.
+function Store:scale(res, ns, name, verb, content_type, body, ctx)
+  local e, err = self:get(res, ns, name)
+  if not e then return nil, err end
+  local cur = to_scale(e.obj)
+  if verb == "get" then return cur end
+  local sc
+  if verb == "update" then
+    sc, err = decode(body)
+    if not is_object(sc) then
+      return nil, bad_request("the body of the request could not be read as a Scale: "
+        .. tostring(err or "not an object"))
+    end
+  else
+    local ptype = patch_types[(content_type or ""):match("^[^;%s]*")]
+    if ptype ~= "merge" and ptype ~= "strategic" and ptype ~= "json" then
+      return nil, status(415, "UnsupportedMediaType", "415: Unsupported Media Type", {})
+    end
+    sc, err = patched(cur, ptype, body)
+    if not sc then return nil, err end
+  end
+  local md = is_object(sc.metadata) and sc.metadata or {}
+  local spec = is_object(sc.spec) and sc.spec or {}
+  local replicas = spec.replicas or 0
+  if type(replicas) ~= "number" or replicas ~= floor(replicas) then
+    return nil, bad_request("the replicas of a Scale must be an integer")
+  end
+  if replicas < 0 then
+    return nil, invalid(SCALE, name, { { field = "spec.replicas", reason = "FieldValueInvalid",
+      message = format("Invalid value: %d: must be greater than or equal to 0", replicas) } })
+  end
+  local rv = md.resourceVersion
+  if rv ~= nil and rv ~= "" and rv ~= e.obj.metadata.resourceVersion then
+    return nil, conflict(res, name, "the object has been modified; please apply your changes "
+      .. "to the latest version and try again")
+  end
+  local obj = copy(e.obj)
+  obj.spec = is_object(obj.spec) and obj.spec or {}
+  obj.spec.replicas = replicas
+  local ne
+  ne, err = self:commit(res, e, obj, ctx)
+  if not ne then return nil, err end
+  return to_scale(ne.obj)
 end
 
 -- Server-side apply, simplified: the applied configuration is merged into

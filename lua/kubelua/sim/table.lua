@@ -193,8 +193,9 @@ local custom = { cols = { NAME, col("Created At", AGE_DESC, "date") } }
 
 local FORMS = { Table = true, PartialObjectMetadata = true, PartialObjectMetadataList = true }
 
--- form(accept) -> "Table", "PartialObjectMetadata",
--- "PartialObjectMetadataList" or nil (the object as it is): what the first
+-- form(accept) -> "Table", "PartialObjectMetadata" or
+-- "PartialObjectMetadataList", and its apiVersion ("meta.k8s.io/v1" or
+-- "meta.k8s.io/v1beta1"); or nil (the object as it is): what the first
 -- JSON media range of an Accept header that the simulator serves asks for
 -- (a range of another type, protobuf among them, is passed over; a plain
 -- application/json or */* first means the object itself).
@@ -207,7 +208,7 @@ function _M.form(accept)
       for k, v in range:gmatch(";%s*([^=;%s]+)%s*=%s*([^;%s]*)") do p[k] = v end
       if not p.as then return nil end
       if FORMS[p.as] and p.g == "meta.k8s.io" and (p.v == "v1" or p.v == "v1beta1") then
-        return p.as
+        return p.as, "meta.k8s.io/" .. p.v
       end
     end
   end
@@ -249,24 +250,28 @@ function _M.options_error(include)
     .. "must be 'Metadata', 'Object', 'None', or empty", json.encode(include))
 end
 
--- The PartialObjectMetadata of an object.
-local function partial(o)
-  return { kind = "PartialObjectMetadata", apiVersion = "meta.k8s.io/v1", metadata = o.metadata }
+local V1 = "meta.k8s.io/v1"
+
+-- The PartialObjectMetadata of an object (api: its apiVersion, the one
+-- asked for; meta.k8s.io/v1 by default).
+local function partial(o, api)
+  return { kind = "PartialObjectMetadata", apiVersion = api or V1, metadata = o.metadata }
 end
 _M.partial = partial
 
 -- The PartialObjectMetadataList of a list's objects (meta: the list's
 -- metadata).
-function _M.partial_list(objects, meta)
+function _M.partial_list(objects, meta, api)
   local items = json.array {}
-  for i, o in ipairs(objects) do items[i] = partial(o) end
-  return { kind = "PartialObjectMetadataList", apiVersion = "meta.k8s.io/v1", metadata = meta,
+  for i, o in ipairs(objects) do items[i] = partial(o, api) end
+  return { kind = "PartialObjectMetadataList", apiVersion = api or V1, metadata = meta,
     items = items }
 end
 
--- build(res, objects, rv, include, now) -> the Table (a table to encode).
--- include: "Metadata" (default), "Object" or "None"; now: epoch seconds.
-function _M.build(res, objects, rv, include, now)
+-- build(res, objects, rv, include, now, api) -> the Table (a table to
+-- encode). include: "Metadata" (default), "Object" or "None"; now: epoch
+-- seconds; api: the apiVersion asked for (meta.k8s.io/v1 by default).
+function _M.build(res, objects, rv, include, now, api)
   local p = res.builtin and (printers[res.name] or plain) or custom
   local rows = json.array {}
   for i, o in ipairs(objects) do
@@ -283,38 +288,42 @@ function _M.build(res, objects, rv, include, now)
     if include == "Object" then
       row.object = o
     elseif include ~= "None" then
-      row.object = partial(o)
+      row.object = partial(o, api)
     end
     rows[i] = row
   end
-  return { kind = "Table", apiVersion = "meta.k8s.io/v1",
+  return { kind = "Table", apiVersion = api or V1,
     metadata = { resourceVersion = rv and tostring(rv) or nil },
     columnDefinitions = json.array(p.cols), rows = rows }
 end
 
 -- The Table of one object, as a get answers it: its metadata carries the
 -- object's resourceVersion.
-function _M.one(res, o, include, now)
-  return _M.build(res, { o }, o.metadata and o.metadata.resourceVersion, include, now)
+function _M.one(res, o, include, now, api)
+  return _M.build(res, { o }, o.metadata and o.metadata.resourceVersion, include, now, api)
 end
 
--- watch_encoder(res, form, include) -> function(json) -> the JSON text
--- that a watch asking for a form sends in place of an event's object (a
--- bookmark's too; an ERROR's Status stays as it is), or nil when it sends
--- the objects as they are. A Table's column definitions come with the
--- first event only: the later ones carry null, as kube-apiserver's watch
--- encoder sets NoHeaders after its first object. A watch that asks for a
--- PartialObjectMetadataList gets the objects: the real server's encoder
--- logs its failed transform and sends each object untransformed.
-function _M.watch_encoder(res, form, include)
+-- watch_encoder(res, form, include, api) -> function(object) -> the JSON
+-- text that a watch asking for a form sends in place of an event's object
+-- (given as a table or as its JSON text; a bookmark's too, an ERROR's
+-- Status stays as it is), or nil when it sends the objects as they are.
+-- A Table's column definitions come with the first event only: the later
+-- ones carry null, as kube-apiserver's watch encoder sets NoHeaders after
+-- its first object. A watch that asks for a PartialObjectMetadataList can
+-- carry no object: the function returns nil, and the watch ends there, as
+-- the real server's does when its encoder fails.
+function _M.watch_encoder(res, form, include, api)
+  local function object(x) return type(x) == "table" and x or assert(json.decode(x)) end
   if form == "PartialObjectMetadata" then
-    return function(text) return json.encode(partial(assert(json.decode(text)))) end
+    return function(x) return json.encode(partial(object(x), api)) end
+  elseif form == "PartialObjectMetadataList" then
+    return function() return nil end
   elseif form ~= "Table" then
     return nil
   end
   local headers = true
-  return function(text)
-    local t = _M.one(res, assert(json.decode(text)), include, os.time())
+  return function(x)
+    local t = _M.one(res, object(x), include, os.time(), api)
     if not headers then t.columnDefinitions = null end
     headers = false
     return json.encode(t)

@@ -1,0 +1,101 @@
+-- The simulator's scale subresource (autoscaling/v1 Scale) of Deployments,
+-- ReplicaSets and StatefulSets: what kubectl scale (a merge patch, or a
+-- get and a conditional put with --current-replicas) and a
+-- HorizontalPodAutoscaler read and write.
+local H = require "spec.integration.sim_helper"
+
+local DEPLOYS = "/apis/apps/v1/namespaces/default/deployments"
+
+local function api(sim, method, path, body, headers)
+  local code, _, raw, obj = H.request(sim, method, path, { body = body, headers = headers,
+    user_agent = "kubectl/v1.32.4" })
+  return code, obj, raw
+end
+
+local MERGE = { ["Content-Type"] = "application/merge-patch+json" }
+
+describe("kubelua sim scale subresource", function()
+  local sim, dep
+  setup(function()
+    sim = H.start()
+    local code, raw
+    code, dep, raw = api(sim, "POST", DEPLOYS, { apiVersion = "apps/v1", kind = "Deployment",
+      metadata = { name = "web" }, spec = { replicas = 2,
+        selector = { matchLabels = { app = "web", tier = "front" },
+          matchExpressions = { { key = "env", operator = "In", values = { "prod", "dev" } },
+            { key = "canary", operator = "DoesNotExist" } } },
+        template = { metadata = { labels = { app = "web", tier = "front", env = "dev" } },
+          spec = { containers = { { name = "c", image = "nginx" } } } } } })
+    assert.equal(201, code, raw)
+  end)
+  teardown(function() H.stop(sim) end)
+
+  it("reads the object's replicas, identity and selector as a Scale", function()
+    local code, sc = api(sim, "GET", DEPLOYS .. "/web/scale")
+    assert.equal(200, code)
+    local md = dep.metadata
+    assert.same({ kind = "Scale", apiVersion = "autoscaling/v1",
+      metadata = { name = "web", namespace = "default", uid = md.uid,
+        resourceVersion = md.resourceVersion, creationTimestamp = md.creationTimestamp },
+      spec = { replicas = 2 },
+      status = { replicas = 0, selector = "app=web,!canary,env in (dev,prod),tier=front" } }, sc)
+  end)
+
+  it("scales by a merge patch, bumping the generation, as kubectl scale does", function()
+    local code, sc, raw = api(sim, "PATCH", DEPLOYS .. "/web/scale",
+      '{"spec":{"replicas":5}}', MERGE)
+    assert.equal(200, code, raw)
+    assert.equal(5, sc.spec.replicas)
+    local _, d = api(sim, "GET", DEPLOYS .. "/web")
+    assert.same({ 5, 2, sc.metadata.resourceVersion },
+      { d.spec.replicas, d.metadata.generation, d.metadata.resourceVersion })
+    local last = d.metadata.managedFields[#d.metadata.managedFields]
+    assert.same({ "kubectl", "Update", "scale", { ["f:spec"] = { ["f:replicas"] = {} } } },
+      { last.manager, last.operation, last.subresource, last.fieldsV1 })
+    -- to zero: the Scale's spec omits replicas, as its omitempty field does
+    code, sc = api(sim, "PATCH", DEPLOYS .. "/web/scale", '{"spec":{"replicas":0}}', MERGE)
+    assert.equal(200, code)
+    assert.same({}, sc.spec)
+    _, d = api(sim, "GET", DEPLOYS .. "/web")
+    assert.equal(0, d.spec.replicas)
+  end)
+
+  it("puts a Scale on the version it names only", function()
+    local _, sc = api(sim, "GET", DEPLOYS .. "/web/scale")
+    local stale = sc.metadata.resourceVersion
+    sc.spec.replicas = 3
+    local code, got = api(sim, "PUT", DEPLOYS .. "/web/scale", sc)
+    assert.equal(200, code)
+    assert.equal(3, got.spec.replicas)
+    sc.spec.replicas = 4 -- still carrying the version before the put
+    local st
+    code, st = api(sim, "PUT", DEPLOYS .. "/web/scale", sc)
+    assert.equal(409, code)
+    assert.same({ kind = "Status", apiVersion = "v1", metadata = {}, status = "Failure",
+      message = 'Operation cannot be fulfilled on deployments.apps "web": the object has been '
+        .. "modified; please apply your changes to the latest version and try again",
+      reason = "Conflict", details = { name = "web", group = "apps", kind = "deployments" },
+      code = 409 }, st)
+    assert.is_truthy(stale)
+    local _, d = api(sim, "GET", DEPLOYS .. "/web")
+    assert.equal(3, d.spec.replicas)
+  end)
+
+  it("refuses fewer than zero replicas, and a kind without a scale", function()
+    local code, st = api(sim, "PATCH", DEPLOYS .. "/web/scale", '{"spec":{"replicas":-1}}', MERGE)
+    assert.equal(422, code)
+    assert.same({ kind = "Status", apiVersion = "v1", metadata = {}, status = "Failure",
+      message = 'Scale.autoscaling "web" is invalid: spec.replicas: Invalid value: -1: must be '
+        .. "greater than or equal to 0", reason = "Invalid",
+      details = { name = "web", group = "autoscaling", kind = "Scale", causes = {
+        { reason = "FieldValueInvalid", message = "Invalid value: -1: must be greater than or "
+          .. "equal to 0", field = "spec.replicas" } } }, code = 422 }, st)
+    code = api(sim, "GET", "/api/v1/namespaces/default/configmaps/x/scale")
+    assert.equal(404, code)
+    code, st = api(sim, "GET", DEPLOYS .. "/nope/scale")
+    assert.equal(404, code)
+    assert.equal('deployments.apps "nope" not found', st.message)
+    code = api(sim, "POST", DEPLOYS .. "/web/scale", {})
+    assert.equal(405, code)
+  end)
+end)
