@@ -426,7 +426,7 @@ describe("kubelua sim watches in a form its objects do not fit", function()
   setup(function() sim = H.start() end)
   teardown(function() H.stop(sim) end)
 
-  it("sends the object as it is, and every other watcher its event", function()
+  it("ends that watch alone, and every other watcher gets its events", function()
     local PODS = "/api/v1/namespaces/default/pods"
     local plain = H.watch_start(sim, PODS .. "?watch=true&timeoutSeconds=5")
     local tab = H.watch_start(sim, PODS .. "?watch=true&timeoutSeconds=5", { Accept = TABLE })
@@ -438,14 +438,15 @@ describe("kubelua sim watches in a form its objects do not fit", function()
     assert.equal(201, code, raw)
     local _, q = api(sim, "POST", PODS, { metadata = { name = "even" },
       spec = { containers = { { name = "c", image = "x" } } } })
-    local a, t, b = H.watch_lines(plain, 2), H.watch_lines(tab, 2), H.watch_lines(plain2, 2)
+    local a, b = H.watch_lines(plain, 2), H.watch_lines(plain2, 2)
+    H.watch_done(tab) -- the real server's watch ends when its encoder fails
+    local t = H.watch_lines(tab, 0)
     for _, w in ipairs { plain, tab, plain2 } do H.watch_stop(w) end
     for _, lines in ipairs { a, b } do
       assert.same({ p.metadata.resourceVersion, q.metadata.resourceVersion },
         { lines[1].object.metadata.resourceVersion, lines[2].object.metadata.resourceVersion })
     end
-    assert.same({ "Pod", "odd" }, { t[1].object.kind, t[1].object.metadata.name })
-    assert.same({ "Table", "even" }, { t[2].object.kind, t[2].object.rows[1].cells[1] })
+    assert.same({}, t)
     assert.matches("sim: failed to transform object", H.stop(sim))
     sim = H.start()
   end)

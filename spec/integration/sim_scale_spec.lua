@@ -76,10 +76,72 @@ describe("kubelua sim scale subresource", function()
         .. "modified; please apply your changes to the latest version and try again",
       reason = "Conflict", details = { name = "web", group = "apps", kind = "deployments" },
       code = 409 }, st)
-    assert.is_truthy(stale)
     local _, d = api(sim, "GET", DEPLOYS .. "/web")
     assert.equal(3, d.spec.replicas)
+    -- a uid that is not the object's: the precondition fails
+    sc.metadata.resourceVersion, sc.metadata.uid = nil, "bogus"
+    code, st = api(sim, "PUT", DEPLOYS .. "/web/scale", sc)
+    assert.equal(409, code)
+    assert.equal('Operation cannot be fulfilled on deployments/scale.apps "web": Precondition '
+      .. "failed: UID in precondition: bogus, UID in object meta: " .. d.metadata.uid, st.message)
+    assert.same({ name = "web", group = "apps", kind = "deployments/scale" }, st.details)
+    assert.equal(stale ~= d.metadata.resourceVersion, true)
   end)
+
+  it("refuses a Scale of the wrong shape or name, leaving the object as it was", function()
+    local _, before = api(sim, "GET", DEPLOYS .. "/web")
+    local function bad(body, msg)
+      local code, st = api(sim, "PUT", DEPLOYS .. "/web/scale", body)
+      assert.equal(400, code, body)
+      assert.equal(msg, st.message)
+    end
+    local pre = 'Scale in version "v1" cannot be handled as a Scale: json: cannot unmarshal '
+    bad('{"metadata":{"name":"web"},"spec":"x"}',
+      pre .. "string into Go struct field Scale.spec of type v1.ScaleSpec")
+    bad('{"metadata":"x","spec":{"replicas":1}}',
+      pre .. "string into Go struct field Scale.metadata of type v1.ObjectMeta")
+    bad('{"metadata":{"name":"web"},"spec":{"replicas":"3"}}',
+      pre .. "string into Go struct field ScaleSpec.spec.replicas of type int32")
+    bad('{"metadata":{"name":"web"},"spec":{"replicas":1.5}}',
+      pre .. "number 1.5 into Go struct field ScaleSpec.spec.replicas of type int32")
+    bad('{"spec":{"replicas":2}}',
+      "the name of the object () does not match the name on the URL (web)")
+    bad('{"metadata":{"name":"other"},"spec":{"replicas":2}}',
+      "the name of the object (other) does not match the name on the URL (web)")
+    -- a JSON patch renaming it is refused as well
+    local code, st = api(sim, "PATCH", DEPLOYS .. "/web/scale",
+      '[{"op":"replace","path":"/metadata/name","value":"x"}]',
+      { ["Content-Type"] = "application/json-patch+json" })
+    assert.equal(400, code)
+    assert.equal("the name of the object (x) does not match the name on the URL (web)", st.message)
+    local _, after = api(sim, "GET", DEPLOYS .. "/web")
+    assert.same(before, after)
+  end)
+
+  it("scales by a JSON patch, leaves the object alone on a dry run, and serves ReplicaSets",
+    function()
+      local code, sc = api(sim, "PATCH", DEPLOYS .. "/web/scale",
+        '[{"op":"replace","path":"/spec/replicas","value":7}]',
+        { ["Content-Type"] = "application/json-patch+json" })
+      assert.equal(200, code)
+      assert.equal(7, sc.spec.replicas)
+      local _, before = api(sim, "GET", DEPLOYS .. "/web")
+      code, sc = api(sim, "PATCH", DEPLOYS .. "/web/scale?dryRun=All", '{"spec":{"replicas":9}}',
+        MERGE)
+      assert.equal(200, code)
+      assert.equal(9, sc.spec.replicas)
+      local _, after = api(sim, "GET", DEPLOYS .. "/web")
+      assert.same(before, after)
+      local RS = "/apis/apps/v1/namespaces/default/replicasets"
+      assert.equal(201, (api(sim, "POST", RS, { metadata = { name = "rs" }, spec = { replicas = 1,
+        selector = { matchLabels = { a = "b" } }, template = { metadata = { labels = { a = "b" } },
+          spec = { containers = { { name = "c", image = "x" } } } } } })))
+      code, sc = api(sim, "PATCH", RS .. "/rs/scale", '{"spec":{"replicas":4}}', MERGE)
+      assert.equal(200, code)
+      assert.same({ 4, "a=b" }, { sc.spec.replicas, sc.status.selector })
+      local _, rs = api(sim, "GET", RS .. "/rs")
+      assert.equal(4, rs.spec.replicas)
+    end)
 
   it("refuses fewer than zero replicas, and a kind without a scale", function()
     local code, st = api(sim, "PATCH", DEPLOYS .. "/web/scale", '{"spec":{"replicas":-1}}', MERGE)

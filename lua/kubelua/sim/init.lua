@@ -248,7 +248,7 @@ function Sim:openapi(req, path)
       local h = { Etag = '"' .. hash .. '"' }
       if asked then -- cached for a year: the hash changes with the document
         h["Cache-Control"], h.Vary = "public, immutable", "Accept"
-        h.Expires = os.date("!%a, %d %b %Y %H:%M:%S GMT", os.time() + 365 * 86400)
+        h.Expires = os.date("!%a, %d %b %Y %H:%M:%S UTC", os.time() + 365 * 86400)
       end
       if req:header("If-None-Match") == h.Etag then return req:reply(304, h, "") end
       return reply_json(req, 200, text, h)

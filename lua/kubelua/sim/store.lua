@@ -342,21 +342,21 @@ local TAIL = "}\n"
 -- Writes the event etype of the object whose JSON is body (e: its entry,
 -- when there is one) to watcher w, in the form it asked for (a Table or
 -- PartialObjectMetadata: w.transform); false when its request has ended.
--- An object the form cannot show (a printer failing on it) goes as it is,
--- logged, as the real server's watch encoder does; a form that can carry
--- no object ends the watch.
+-- An object the form cannot show (a printer failing on it) or cannot
+-- carry at all ends that watch, logged in the first case, as the real
+-- server's watch ends when its encoder fails; the other watchers go on.
 local function write_event(w, etype, body, e)
   local t = w.transform
   if t then
     local ok, text = pcall(t, e and e.obj or body)
-    if not ok then
-      kube.log.warn("sim: failed to transform object", { error = tostring(text) })
-    elseif text == nil then
+    if not ok or text == nil then
+      if not ok then
+        kube.log.warn("sim: failed to transform object", { error = tostring(text) })
+      end
       w.req:finish()
       return false
-    else
-      body = text
     end
+    body = text
   end
   return w.req:write(heads[etype], body, TAIL)
 end
@@ -1220,15 +1220,19 @@ local function selector_string(sel)
     reqs[#reqs + 1] = { k, k .. "=" .. tostring(v) }
   end
   for _, x in ipairs(is_array(sel.matchExpressions) and sel.matchExpressions or {}) do
-    local vals = {}
-    for i, v in ipairs(is_array(x.values) and x.values or {}) do vals[i] = tostring(v) end
-    sort(vals)
-    local op, k = x.operator, tostring(x.key)
-    reqs[#reqs + 1] = { k, op == "In" and k .. " in (" .. concat(vals, ",") .. ")"
-      or op == "NotIn" and k .. " notin (" .. concat(vals, ",") .. ")"
-      or op == "Exists" and k or "!" .. k }
+    if is_object(x) then
+      local vals = {}
+      for i, v in ipairs(is_array(x.values) and x.values or {}) do vals[i] = tostring(v) end
+      sort(vals)
+      local op, k = x.operator, tostring(x.key)
+      local r = op == "In" and k .. " in (" .. concat(vals, ",") .. ")"
+        or op == "NotIn" and k .. " notin (" .. concat(vals, ",") .. ")"
+        or op == "Exists" and k or op == "DoesNotExist" and "!" .. k
+      if r then reqs[#reqs + 1] = { k, r } end
+    end
   end
-  sort(reqs, function(a, b) return a[1] < b[1] end)
+  for i, r in ipairs(reqs) do r[3] = i end -- same keys keep their order, as Go's sort does here
+  sort(reqs, function(a, b) return a[1] < b[1] or a[1] == b[1] and a[3] < b[3] end)
   local out = {}
   for i, r in ipairs(reqs) do out[i] = r[2] end
   return #out > 0 and concat(out, ",") or nil
@@ -1243,6 +1247,36 @@ local function to_scale(obj)
       resourceVersion = md.resourceVersion, creationTimestamp = md.creationTimestamp },
     spec = { replicas = spec.replicas ~= 0 and spec.replicas or nil },
     status = { replicas = st.replicas or 0, selector = selector_string(spec.selector) } }
+end
+
+-- What Go's JSON decoder calls a value that does not fit a field.
+local function go_value(v)
+  if type(v) == "table" then return is_array(v) and "array" or "object" end
+  if type(v) == "boolean" then return "bool" end
+  if type(v) == "number" then return "number " .. format("%.17g", v) end
+  return type(v)
+end
+
+-- The 400 of a Scale whose metadata, spec or replicas has the wrong JSON
+-- type (or replicas no int32), as the real server's decoder words it.
+local function scale_type_error(sc)
+  local function bad(v, field, typ)
+    return bad_request(format('Scale in version "v1" cannot be handled as a Scale: json: cannot '
+      .. "unmarshal %s into Go struct field %s of type %s", go_value(v), field, typ))
+  end
+  local md, spec = sc.metadata, sc.spec
+  if md ~= nil and md ~= null and not is_object(md) then
+    return bad(md, "Scale.metadata", "v1.ObjectMeta")
+  end
+  if spec ~= nil and spec ~= null and not is_object(spec) then
+    return bad(spec, "Scale.spec", "v1.ScaleSpec")
+  end
+  local r = is_object(spec) and spec.replicas
+  if r and r ~= null and (type(r) ~= "number" or r ~= floor(r) or r < -2147483648
+      or r > 2147483647) then
+    return bad(r, "ScaleSpec.spec.replicas", "int32")
+  end
+  return nil
 end
 
 -- scale(res, ns, name, verb, content_type, body, ctx) -> Scale | nil,
@@ -1269,15 +1303,25 @@ function Store:scale(res, ns, name, verb, content_type, body, ctx)
     sc, err = patched(cur, ptype, body)
     if not sc then return nil, err end
   end
+  err = scale_type_error(sc)
+  if err then return nil, err end
   local md = is_object(sc.metadata) and sc.metadata or {}
   local spec = is_object(sc.spec) and sc.spec or {}
-  local replicas = spec.replicas or 0
-  if type(replicas) ~= "number" or replicas ~= floor(replicas) then
-    return nil, bad_request("the replicas of a Scale must be an integer")
+  local replicas = spec.replicas ~= null and spec.replicas or 0
+  if md.name ~= name then
+    return nil, bad_request(format("the name of the object (%s) does not match the name on the "
+      .. "URL (%s)", type(md.name) == "string" and md.name or "", name))
   end
   if replicas < 0 then
     return nil, invalid(SCALE, name, { { field = "spec.replicas", reason = "FieldValueInvalid",
       message = format("Invalid value: %d: must be greater than or equal to 0", replicas) } })
+  end
+  local uid = e.obj.metadata.uid
+  if md.uid ~= nil and md.uid ~= null and md.uid ~= "" and md.uid ~= uid then
+    local scale = { gr = res.name .. "/scale." .. res.group, name = res.name .. "/scale",
+      group = res.group }
+    return nil, conflict(scale, name, format("Precondition failed: UID in precondition: %s, UID "
+      .. "in object meta: %s", tostring(md.uid), uid))
   end
   local rv = md.resourceVersion
   if rv ~= nil and rv ~= "" and rv ~= e.obj.metadata.resourceVersion then
