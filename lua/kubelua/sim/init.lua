@@ -16,6 +16,7 @@ local util = require "kubelua.sim.util"
 local yaml = require "kubelua.sim.yaml"
 local tables = require "kubelua.sim.table"
 local openapi = require "kubelua.sim.openapi"
+local protobuf = require "kubelua.sim.protobuf"
 
 local type, pairs, ipairs, tostring, tonumber, setmetatable, pcall =
   type, pairs, ipairs, tostring, tonumber, setmetatable, pcall
@@ -145,19 +146,28 @@ local function reply_list(req, lb)
 end
 
 -- The object of a create or update body: JSON, or YAML when the request
--- says so (Content-Type application/yaml), as a real server accepts both.
--- Another type gets the real server's 415 listing what the simulator
--- reads: protobuf, which kubectl's generators (kubectl create configmap)
--- send, is not among them. A body without a type is read as JSON.
+-- says so (Content-Type application/yaml), as a real server accepts both,
+-- or protobuf for the kinds kubectl's generators send that way (kubectl
+-- create namespace, configmap, secret, serviceaccount). Another type, or
+-- protobuf of another kind, gets the real server's 415 listing what the
+-- simulator reads. A body without a type is read as JSON.
 local yaml_types = { ["application/yaml"] = true, ["application/x-yaml"] = true,
   ["text/yaml"] = true }
+local function unsupported(what)
+  return status(415, "UnsupportedMediaType", "the body of the request was in an unknown "
+    .. "format - accepted media types include: application/json, application/yaml" .. what)
+end
 local function body_object(res, req)
   local ct = lower((req:header("Content-Type") or ""):match("^[^;%s]*"))
   if yaml_types[ct] then return store.decode_yaml_body(res, req:body()) end
-  if ct ~= "" and ct ~= "application/json" then
-    return nil, status(415, "UnsupportedMediaType", "the body of the request was in an unknown "
-      .. "format - accepted media types include: application/json, application/yaml")
+  if ct == "application/vnd.kubernetes.protobuf" then
+    local obj, why, gvk = protobuf.decode(req:body())
+    if obj then return obj end
+    if why then return nil, store.bad_request(why) end
+    return nil, unsupported(format(" (application/vnd.kubernetes.protobuf for %s only, not %s)",
+      protobuf.kinds(), gvk))
   end
+  if ct ~= "" and ct ~= "application/json" then return nil, unsupported("") end
   return store.decode_body(res, req:body())
 end
 

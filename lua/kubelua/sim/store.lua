@@ -937,6 +937,14 @@ local function spec_defaults(res, obj)
     default_template(obj.spec)
   elseif res.builtin and res.name == "pods" then
     default_pod_spec(obj.spec)
+  elseif res.builtin and res.gv == "v1" and res.name == "secrets" then
+    -- stringData is write-only: merged into data, as the v1 conversion does
+    if is_object(obj.stringData) then
+      obj.data = is_object(obj.data) and obj.data or {}
+      for k, v in pairs(obj.stringData) do obj.data[k] = util.b64encode(tostring(v)) end
+    end
+    obj.stringData = nil
+    if obj.type == nil or obj.type == null or obj.type == "" then obj.type = "Opaque" end
   end
 end
 

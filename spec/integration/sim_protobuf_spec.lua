@@ -1,0 +1,141 @@
+-- The simulator reads the protobuf bodies kubectl's generators send
+-- (kubectl create namespace, configmap, secret, serviceaccount) as the
+-- objects they encode, skips fields it does not know as the real decoder
+-- does, and refuses the kinds it does not read with a 415 that says so.
+-- Secrets, whatever their encoding, get stringData merged into data and
+-- the type Opaque, as a real server does.
+local H = require "spec.integration.sim_helper"
+
+local PB = { ["Content-Type"] = "application/vnd.kubernetes.protobuf",
+  Accept = "application/vnd.kubernetes.protobuf,application/json" }
+
+-- A protobuf writer: varints, and fields of wire types 0 and 2.
+local function varint(n)
+  local out = {}
+  repeat
+    local b = n % 128
+    n = math.floor(n / 128)
+    out[#out + 1] = string.char(n > 0 and b + 128 or b)
+  until n == 0
+  return table.concat(out)
+end
+
+local function f(num, v) -- a length-delimited field, or a varint when v is a number
+  if type(v) == "number" then return varint(num * 8) .. varint(v) end
+  return varint(num * 8 + 2) .. varint(#v) .. v
+end
+
+local function entry(num, k, v) return f(num, f(1, k) .. f(2, v)) end
+
+-- The envelope: runtime.Unknown { typeMeta { apiVersion, kind }, raw }.
+local function envelope(api_version, kind, raw)
+  return "k8s\0" .. f(1, f(1, api_version) .. f(2, kind)) .. f(2, raw)
+end
+
+-- ObjectMeta as gogo-protobuf writes a generator's: every plain field,
+-- empty or not, and an empty creationTimestamp.
+local function meta(name, namespace, extra)
+  return f(1, f(1, name) .. f(2, "") .. f(3, namespace or "") .. f(4, "") .. f(5, "")
+    .. f(6, "") .. f(7, 0) .. f(8, "") .. (extra or ""))
+end
+
+local function api(sim, method, path, body, headers)
+  local code, _, raw, obj = H.request(sim, method, path, { body = body, headers = headers,
+    user_agent = "kubectl/v1.32.4 (linux/amd64) kubernetes/59526cd" })
+  return code, obj, raw
+end
+
+describe("kubelua sim protobuf bodies", function()
+  local sim
+  setup(function() sim = H.start() end)
+  teardown(function() H.stop(sim) end)
+
+  it("creates a namespace, as kubectl create namespace sends it", function()
+    local code, ns, raw = api(sim, "POST", "/api/v1/namespaces",
+      envelope("v1", "Namespace", meta("pb") .. f(2, "") .. f(3, f(1, ""))), PB)
+    assert.equal(201, code, raw)
+    assert.same({ "pb", { ["kubernetes.io/metadata.name"] = "pb" }, { finalizers = { "kubernetes" } },
+      { phase = "Active" } }, { ns.metadata.name, ns.metadata.labels, ns.spec, ns.status })
+    assert.is_nil(ns.metadata.generateName)
+  end)
+
+  it("creates a ConfigMap with its labels, empty values and binary data", function()
+    local body = envelope("v1", "ConfigMap",
+      meta("cm", "pb", entry(11, "app", "web") .. f(14, "example.com/keep"))
+      .. entry(2, "a", "b") .. entry(2, "empty", "") .. entry(3, "bin", "\0\255\1"))
+    local code, cm, raw = api(sim, "POST", "/api/v1/namespaces/pb/configmaps", body, PB)
+    assert.equal(201, code, raw)
+    assert.same({ a = "b", empty = "" }, cm.data)
+    assert.same({ bin = "AP8B" }, cm.binaryData)
+    assert.same({ app = "web" }, cm.metadata.labels)
+    assert.same({ "example.com/keep" }, cm.metadata.finalizers)
+    assert.is_nil(cm.immutable)
+  end)
+
+  it("creates a Secret, base64 in data, stringData merged, Opaque by default", function()
+    local body = envelope("v1", "Secret", meta("s", "pb") .. entry(2, "pw", "hunter2")
+      .. entry(4, "user", "admin") .. f(3, "") .. f(5, 1))
+    local code, s, raw = api(sim, "POST", "/api/v1/namespaces/pb/secrets", body, PB)
+    assert.equal(201, code, raw)
+    assert.same({ pw = "aHVudGVyMg==", user = "YWRtaW4=" }, s.data)
+    assert.same({ "Opaque", true }, { s.type, s.immutable })
+    assert.is_nil(s.stringData)
+    -- and as JSON: the same merge, and a type given stays
+    code, s = api(sim, "POST", "/api/v1/namespaces/pb/secrets", { metadata = { name = "j" },
+      type = "kubernetes.io/basic-auth", stringData = { username = "u", password = "p" } })
+    assert.equal(201, code)
+    assert.same({ { username = "dQ==", password = "cA==" }, "kubernetes.io/basic-auth" },
+      { s.data, s.type })
+    local _, got = api(sim, "GET", "/api/v1/namespaces/pb/secrets/j")
+    assert.is_nil(got.stringData)
+  end)
+
+  it("creates a ServiceAccount, keeping a pointer field set to false", function()
+    local body = envelope("v1", "ServiceAccount", meta("bot", "pb")
+      .. f(2, f(3, "tok") .. f(2, "pb")) .. f(3, f(1, "reg")) .. f(4, 0))
+    local code, sa, raw = api(sim, "POST", "/api/v1/namespaces/pb/serviceaccounts", body, PB)
+    assert.equal(201, code, raw)
+    assert.same({ { { name = "tok", namespace = "pb" } }, { { name = "reg" } }, false },
+      { sa.secrets, sa.imagePullSecrets, sa.automountServiceAccountToken })
+  end)
+
+  it("skips fields it does not know, as the real decoder does", function()
+    local body = envelope("v1", "ConfigMap", meta("skip", "pb", f(99, "x") .. f(98, 7))
+      .. f(77, "junk") .. entry(2, "k", "v"))
+    local code, cm, raw = api(sim, "POST", "/api/v1/namespaces/pb/configmaps", body, PB)
+    assert.equal(201, code, raw)
+    assert.same({ k = "v" }, cm.data)
+  end)
+
+  it("updates with a protobuf body too", function()
+    local _, cm = api(sim, "GET", "/api/v1/namespaces/pb/configmaps/skip")
+    local body = envelope("v1", "ConfigMap", meta("skip", "pb", f(6, cm.metadata.resourceVersion))
+      .. entry(2, "k", "w"))
+    local code, got, raw = api(sim, "PUT", "/api/v1/namespaces/pb/configmaps/skip", body, PB)
+    assert.equal(200, code, raw)
+    assert.same({ k = "w" }, got.data)
+  end)
+
+  it("refuses kinds it does not read, and bodies that are not protobuf", function()
+    local code, st = api(sim, "POST", "/apis/apps/v1/namespaces/pb/deployments",
+      envelope("apps/v1", "Deployment", meta("web", "pb")), PB)
+    assert.equal(415, code)
+    assert.same({ kind = "Status", apiVersion = "v1", metadata = {}, status = "Failure",
+      message = "the body of the request was in an unknown format - accepted media types "
+        .. "include: application/json, application/yaml (application/vnd.kubernetes.protobuf "
+        .. "for ConfigMap, Namespace, Secret, ServiceAccount only, not apps/v1/Deployment)",
+      reason = "UnsupportedMediaType", code = 415 }, st)
+    code, st = api(sim, "POST", "/api/v1/namespaces/pb/configmaps", '{"metadata":{}}', PB)
+    assert.equal(400, code)
+    assert.equal("the body does not start with k8s\\0", st.message)
+    code, st = api(sim, "POST", "/api/v1/namespaces/pb/configmaps",
+      "k8s\0" .. f(1, f(1, "v1") .. f(2, "ConfigMap")) .. "\18\5ab", PB)
+    assert.equal(400, code)
+    assert.equal("protobuf: truncated field 2", st.message)
+    code, st = api(sim, "POST", "/api/v1/namespaces/pb/configmaps",
+      "k8s\0" .. f(1, f(1, "v1") .. f(2, "ConfigMap")) .. "\18\200", PB)
+    assert.equal(400, code)
+    assert.equal("protobuf: truncated varint", st.message)
+    assert.equal(404, (api(sim, "GET", "/api/v1/namespaces/pb/configmaps/web")))
+  end)
+end)
