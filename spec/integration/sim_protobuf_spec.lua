@@ -1,5 +1,6 @@
 -- The simulator reads the protobuf bodies kubectl's generators send
--- (kubectl create namespace, configmap, secret, serviceaccount) as the
+-- (kubectl create namespace, configmap, secret, serviceaccount,
+-- deployment, and kubectl run) as the
 -- objects they encode, skips fields it does not know as the real decoder
 -- does, and refuses the kinds it does not read with a 415 that says so.
 -- Secrets, whatever their encoding, get stringData merged into data and
@@ -116,15 +117,78 @@ describe("kubelua sim protobuf bodies", function()
     assert.same({ k = "w" }, got.data)
   end)
 
+  -- A container as kubectl writes one: name, image, command, a port,
+  -- an env var and empty resources (limits given: a Quantity map).
+  local function container(name, extra)
+    return f(1, name) .. f(2, "nginx") .. f(3, "sh") .. f(3, "-c") .. f(5, "")
+      .. f(6, f(1, "") .. f(2, 0) .. f(3, 80) .. f(4, "") .. f(5, ""))
+      .. f(7, f(1, "A") .. f(2, "b")) .. f(8, entry(1, "cpu", f(1, "500m")))
+      .. f(13, "") .. f(14, "") .. f(16, 0) .. (extra or "")
+  end
+
+  it("creates a Deployment, as kubectl create deployment sends it", function()
+    local labels = entry(11, "app", "web")
+    local spec = f(1, 3) .. f(2, entry(1, "app", "web"))
+      .. f(3, meta("", "", labels) .. f(2, f(2, container("nginx")) .. f(3, "")))
+      .. f(4, f(1, "RollingUpdate") .. f(2, f(1, f(1, 1) .. f(3, "30%")) .. f(2, f(1, 0) .. f(2, 2))))
+      .. f(5, 0) .. f(7, 0)
+    local code, d, raw = api(sim, "POST", "/apis/apps/v1/namespaces/pb/deployments",
+      envelope("apps/v1", "Deployment", meta("web", "pb", labels) .. f(2, spec) .. f(3, "")), PB)
+    assert.equal(201, code, raw)
+    local c = d.spec.template.spec.containers[1]
+    assert.same({ 3, { matchLabels = { app = "web" } }, { type = "RollingUpdate",
+      rollingUpdate = { maxUnavailable = "30%", maxSurge = 2 } } },
+      { d.spec.replicas, d.spec.selector, d.spec.strategy })
+    assert.same({ "nginx", "nginx", { "sh", "-c" }, { { containerPort = 80, protocol = "TCP" } },
+      { { name = "A", value = "b" } }, { limits = { cpu = "500m" } } },
+      { c.name, c.image, c.command, c.ports, c.env, c.resources })
+    assert.same({ app = "web" }, d.spec.template.metadata.labels)
+    assert.is_nil(d.spec.paused)
+    -- an empty strategy (what the generator sends when none is given) is
+    -- defaulted as a missing one, field by field, as SetDefaults_Deployment does
+    local tmpl = { metadata = { labels = { app = "x" } }, spec = { containers = {
+      { name = "c", image = "x" } } } }
+    for i, strategy in ipairs { {}, { rollingUpdate = { maxSurge = 1 } } } do
+      code, d = api(sim, "POST", "/apis/apps/v1/namespaces/pb/deployments", { metadata = {
+        name = "s" .. i }, spec = { selector = { matchLabels = { app = "x" } }, template = tmpl,
+        strategy = strategy } })
+      assert.equal(201, code)
+      assert.same({ type = "RollingUpdate", rollingUpdate = { maxUnavailable = "25%",
+        maxSurge = i == 1 and "25%" or 1 } }, d.spec.strategy)
+    end
+  end)
+
+  it("creates a Pod, as kubectl run sends it", function()
+    local code, p, raw = api(sim, "POST", "/api/v1/namespaces/pb/pods", envelope("v1", "Pod",
+      meta("run", "pb") .. f(2, f(2, container("run", f(18, 1))) .. f(3, "Never")
+        .. f(4, 5) .. f(21, 0)) .. f(3, "")), PB)
+    assert.equal(201, code, raw)
+    assert.same({ "Never", 5, false, true }, { p.spec.restartPolicy,
+      p.spec.terminationGracePeriodSeconds, p.spec.automountServiceAccountToken,
+      p.spec.containers[1].tty })
+    assert.is_nil(p.spec.containers[1].stdin)
+  end)
+
+  it("refuses a field of a Pod it does not read rather than losing it", function()
+    local code, st = api(sim, "POST", "/api/v1/namespaces/pb/pods", envelope("v1", "Pod",
+      meta("vol", "pb") .. f(2, f(1, f(1, "v")) .. f(2, container("c")))), PB)
+    assert.equal(415, code)
+    assert.equal("the body of the request was in an unknown format - accepted media types "
+      .. "include: application/json, application/yaml (application/vnd.kubernetes.protobuf "
+      .. "for ConfigMap, Deployment, Namespace, Pod, Secret, ServiceAccount only, not field 1 "
+      .. "of PodSpec)", st.message)
+    assert.equal(404, (api(sim, "GET", "/api/v1/namespaces/pb/pods/vol")))
+  end)
+
   it("refuses kinds it does not read, and bodies that are not protobuf", function()
-    local code, st = api(sim, "POST", "/apis/apps/v1/namespaces/pb/deployments",
-      envelope("apps/v1", "Deployment", meta("web", "pb")), PB)
+    local code, st = api(sim, "POST", "/apis/apps/v1/namespaces/pb/statefulsets",
+      envelope("apps/v1", "StatefulSet", meta("db", "pb")), PB)
     assert.equal(415, code)
     assert.same({ kind = "Status", apiVersion = "v1", metadata = {}, status = "Failure",
       message = "the body of the request was in an unknown format - accepted media types "
         .. "include: application/json, application/yaml (application/vnd.kubernetes.protobuf "
-        .. "for ConfigMap, Namespace, Secret, ServiceAccount only, not apps/v1/Deployment)",
-      reason = "UnsupportedMediaType", code = 415 }, st)
+        .. "for ConfigMap, Deployment, Namespace, Pod, Secret, ServiceAccount only, not "
+        .. "apps/v1/StatefulSet)", reason = "UnsupportedMediaType", code = 415 }, st)
     code, st = api(sim, "POST", "/api/v1/namespaces/pb/configmaps", '{"metadata":{}}', PB)
     assert.equal(400, code)
     assert.equal("the body does not start with k8s\\0", st.message)

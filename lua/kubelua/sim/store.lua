@@ -880,9 +880,14 @@ end
 local workload_defaults = {
   deployments = function(spec)
     if spec.replicas == nil then spec.replicas = 1 end
-    if spec.strategy == nil then spec.strategy = { type = "RollingUpdate" } end
-    if spec.strategy.type == "RollingUpdate" and spec.strategy.rollingUpdate == nil then
-      spec.strategy.rollingUpdate = { maxUnavailable = "25%", maxSurge = "25%" }
+    local st = is_object(spec.strategy) and spec.strategy or {}
+    spec.strategy = st
+    if st.type == nil or st.type == "" then st.type = "RollingUpdate" end
+    if st.type == "RollingUpdate" then
+      local ru = is_object(st.rollingUpdate) and st.rollingUpdate or {}
+      st.rollingUpdate = ru
+      if ru.maxUnavailable == nil then ru.maxUnavailable = "25%" end
+      if ru.maxSurge == nil then ru.maxSurge = "25%" end
     end
     if spec.revisionHistoryLimit == nil then spec.revisionHistoryLimit = 10 end
     if spec.progressDeadlineSeconds == nil then spec.progressDeadlineSeconds = 600 end
