@@ -6,18 +6,23 @@
 -- Secrets, whatever their encoding, get stringData merged into data and
 -- the type Opaque, as a real server does.
 local H = require "spec.integration.sim_helper"
+local json = require "kubelua.json"
 
 local PB = { ["Content-Type"] = "application/vnd.kubernetes.protobuf",
   Accept = "application/vnd.kubernetes.protobuf,application/json" }
 
--- A protobuf writer: varints, and fields of wire types 0 and 2.
+local ffi = require "ffi"
+local protobuf = require "kubelua.sim.protobuf"
+
+-- A protobuf writer: varints (a negative one as its 64-bit two's
+-- complement, ten bytes), and fields of wire types 0 and 2.
 local function varint(n)
-  local out = {}
+  local u, out = ffi.cast("uint64_t", ffi.cast("int64_t", n)), {}
   repeat
-    local b = n % 128
-    n = math.floor(n / 128)
-    out[#out + 1] = string.char(n > 0 and b + 128 or b)
-  until n == 0
+    local b = tonumber(u % 128ULL)
+    u = u / 128ULL
+    out[#out + 1] = string.char(u > 0ULL and b + 128 or b)
+  until u == 0ULL
   return table.concat(out)
 end
 
@@ -81,6 +86,17 @@ describe("kubelua sim protobuf bodies", function()
     assert.same({ pw = "aHVudGVyMg==", user = "YWRtaW4=" }, s.data)
     assert.same({ "Opaque", true }, { s.type, s.immutable })
     assert.is_nil(s.stringData)
+    -- stringData's keys win over data's; a null value is an empty one
+    code, s = api(sim, "POST", "/api/v1/namespaces/pb/secrets", { metadata = { name = "m" },
+      data = { a = "eA==", b = "eQ==" }, stringData = { a = "over", n = json.null } })
+    assert.equal(201, code)
+    assert.same({ a = "b3Zlcg==", b = "eQ==", n = "" }, s.data)
+    -- and through server-side apply to a Secret that exists
+    local _, _, raw2 = H.request(sim, "PATCH", "/api/v1/namespaces/pb/secrets/m?fieldManager=t",
+      { body = '{"apiVersion":"v1","kind":"Secret","metadata":{"name":"m"},'
+        .. '"stringData":{"c":"z"}}', headers = { ["Content-Type"] = "application/apply-patch+yaml" } })
+    s = json.decode(raw2)
+    assert.same({ "eg==", true }, { s.data.c, s.stringData == nil })
     -- and as JSON: the same merge, and a type given stays
     code, s = api(sim, "POST", "/api/v1/namespaces/pb/secrets", { metadata = { name = "j" },
       type = "kubernetes.io/basic-auth", stringData = { username = "u", password = "p" } })
@@ -148,17 +164,18 @@ describe("kubelua sim protobuf bodies", function()
     -- defaulted as a missing one, field by field, as SetDefaults_Deployment does
     local tmpl = { metadata = { labels = { app = "x" } }, spec = { containers = {
       { name = "c", image = "x" } } } }
-    for i, strategy in ipairs { {}, { rollingUpdate = { maxSurge = 1 } } } do
+    for i, strategy in ipairs { {}, { rollingUpdate = { maxSurge = 1 } },
+      { type = json.null, rollingUpdate = { maxSurge = json.null } } } do
       code, d = api(sim, "POST", "/apis/apps/v1/namespaces/pb/deployments", { metadata = {
         name = "s" .. i }, spec = { selector = { matchLabels = { app = "x" } }, template = tmpl,
         strategy = strategy } })
       assert.equal(201, code)
       assert.same({ type = "RollingUpdate", rollingUpdate = { maxUnavailable = "25%",
-        maxSurge = i == 1 and "25%" or 1 } }, d.spec.strategy)
+        maxSurge = i == 2 and 1 or "25%" } }, d.spec.strategy)
     end
   end)
 
-  it("creates a Pod, as kubectl run sends it", function()
+  it("creates a Pod, as a client set to protobuf sends it", function()
     local code, p, raw = api(sim, "POST", "/api/v1/namespaces/pb/pods", envelope("v1", "Pod",
       meta("run", "pb") .. f(2, f(2, container("run", f(18, 1))) .. f(3, "Never")
         .. f(4, 5) .. f(21, 0)) .. f(3, "")), PB)
@@ -200,6 +217,44 @@ describe("kubelua sim protobuf bodies", function()
       "k8s\0" .. f(1, f(1, "v1") .. f(2, "ConfigMap")) .. "\18\200", PB)
     assert.equal(400, code)
     assert.equal("protobuf: truncated varint", st.message)
-    assert.equal(404, (api(sim, "GET", "/api/v1/namespaces/pb/configmaps/web")))
+    -- fields of the wrong wire type, a varint too long: 400s naming them
+    local function bad(kind, raw, msg)
+      local c, s2 = api(sim, "POST", "/api/v1/namespaces/pb/configmaps",
+        envelope("v1", kind, raw), PB)
+      assert.same({ 400, msg }, { c, s2.message })
+    end
+    bad("ConfigMap", f(1, f(1, "x") .. f(11, f(1, 5) .. f(2, "v"))),
+      "protobuf: field 1 of ObjectMeta.labels key has wire type 0")
+    bad("ConfigMap", f(1, f(1, "x")) .. f(3, f(1, "k") .. f(2, 7)),
+      "protobuf: field 2 of ConfigMap.binaryData value has wire type 0")
+    bad("ConfigMap", f(1, f(1, "x") .. f(8, f(1, "soon"))),
+      "protobuf: field 1 of Time has wire type 2")
+    bad("ConfigMap", f(1, f(1, "x") .. "\56" .. ("\255"):rep(10) .. "\1"),
+      "protobuf: varint longer than 10 bytes")
+    bad("ConfigMap", f(1, f(1, "x")) .. "\33" .. ("\0"):rep(8),
+      "protobuf: field 4 of ConfigMap has wire type 1")
+    assert.same({}, select(2, api(sim, "GET", "/api/v1/namespaces/pb/configmaps?"
+      .. "fieldSelector=metadata.name%3Dx")).items)
+    -- a security context that is not empty: refused, not dropped
+    code, st = api(sim, "POST", "/api/v1/namespaces/pb/pods", envelope("v1", "Pod",
+      meta("sc", "pb") .. f(2, f(2, container("c")) .. f(14, f(5, 1000)))), PB)
+    assert.same({ 415, true }, { code,
+      st.message:find("not field 5 of PodSecurityContext)", 1, true) ~= nil })
+    -- the status subresource reads JSON only
+    code, st = api(sim, "PUT", "/api/v1/namespaces/pb/pods/run/status", envelope("v1", "Pod",
+      meta("run", "pb") .. f(3, f(1, "Running"))), PB)
+    assert.same({ 415, "the body of the request was in an unknown format - accepted media types "
+      .. "include: application/json, application/yaml (application/vnd.kubernetes.protobuf for "
+      .. "objects, not their status)" }, { code, st.message })
+  end)
+
+  it("reads negative and 64-bit varints as the Go types they were written from", function()
+    local obj = assert(protobuf.decode(envelope("apps/v1", "Deployment", meta("n", "pb")
+      .. f(2, f(1, -1) .. f(5, 2 ^ 32 + 3)) .. "")))
+    assert.same({ -1, 3 }, { obj.spec.replicas, obj.spec.minReadySeconds })
+    obj = assert(protobuf.decode(envelope("v1", "Pod", meta("n", "pb", f(10, -30))
+      .. f(2, f(4, 2 ^ 40)))))
+    assert.same({ -30, 2 ^ 40 }, { obj.metadata.deletionGracePeriodSeconds,
+      obj.spec.terminationGracePeriodSeconds })
   end)
 end)

@@ -157,10 +157,13 @@ local function unsupported(what)
   return status(415, "UnsupportedMediaType", "the body of the request was in an unknown "
     .. "format - accepted media types include: application/json, application/yaml" .. what)
 end
-local function body_object(res, req)
+local function body_object(res, req, subresource)
   local ct = lower((req:header("Content-Type") or ""):match("^[^;%s]*"))
   if yaml_types[ct] then return store.decode_yaml_body(res, req:body()) end
-  if ct == "application/vnd.kubernetes.protobuf" then
+  if ct == "application/vnd.kubernetes.protobuf" and subresource then
+    return nil, unsupported(" (application/vnd.kubernetes.protobuf for objects, not their "
+      .. subresource .. ")")
+  elseif ct == "application/vnd.kubernetes.protobuf" then
     local obj, why, gvk = protobuf.decode(req:body())
     if obj then return obj end
     if why then return nil, store.bad_request(why) end
@@ -431,7 +434,7 @@ function Sim:serve_resource(req, r, user)
     if not ok then error(err, 0) end
     return
   elseif verb == "create" then
-    local obj, err = body_object(res, req)
+    local obj, err = body_object(res, req, r.sub)
     if not obj then return reply_status(req, err) end
     local e
     e, err = s:create(res, ns, obj, ctx)
@@ -442,7 +445,7 @@ function Sim:serve_resource(req, r, user)
     end
     return reply_json(req, 201, e.json, nil, nil, ctx.warnings)
   elseif verb == "update" then
-    local obj, err = body_object(res, req)
+    local obj, err = body_object(res, req, r.sub)
     if not obj then return reply_status(req, err) end
     local e
     e, err = s:update(res, ns, r.name, obj, ctx)

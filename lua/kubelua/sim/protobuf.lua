@@ -1,6 +1,7 @@
 -- kubelua.sim.protobuf: the request bodies kubectl's generators send
 -- (kubectl create namespace, configmap, secret, serviceaccount,
--- deployment, and kubectl run) as Kubernetes protobuf (Content-Type
+-- deployment), and clients set to protobuf send for Pods, as Kubernetes
+-- protobuf (Content-Type
 -- application/vnd.kubernetes.protobuf): the "k8s\0" envelope (a
 -- runtime.Unknown holding the apiVersion, kind and the object's bytes),
 -- then the object, read into the table a client would have sent as JSON.
@@ -14,6 +15,8 @@
 -- written even when empty (""/0/false, which JSON would omit: dropped
 -- here), a pointer field (marked `set`) only when set (kept).
 
+local ffi = require "ffi"
+local bit = require "bit"
 local util = require "kubelua.sim.util"
 local json = require "kubelua.json"
 
@@ -22,7 +25,8 @@ local byte, sub, format = string.byte, string.sub, string.format
 local _M = {}
 
 -- Per message, field number -> { JSON name, type, element type, set }:
--- type "string", "bytes", "int", "bool", "time", a message name, or
+-- type "string", "bytes", "int" (int64), "int32", "bool", "time",
+-- "quantity", "intorstr", a message name, or
 -- "map" (of element type "string" or "bytes") and "list" (of element
 -- type) for repeated fields.
 local MESSAGES = {
@@ -51,7 +55,7 @@ local MESSAGES = {
     { "imagePullSecrets", "list", "LocalObjectReference" },
     { "automountServiceAccountToken", "bool", nil, true } },
   -- kubectl run
-  Pod = { { "metadata", "ObjectMeta" }, { "spec", "PodSpec" }, { "status", "Empty" } },
+  Pod = { { "metadata", "ObjectMeta" }, { "spec", "PodSpec" }, { "status", "PodStatus" } },
   PodSpec = { partial = true, [2] = { "containers", "list", "Container" },
     [3] = { "restartPolicy", "string" },
     [4] = { "terminationGracePeriodSeconds", "int", nil, true },
@@ -59,11 +63,12 @@ local MESSAGES = {
     [7] = { "nodeSelector", "map", "string" }, [8] = { "serviceAccountName", "string" },
     [9] = { "serviceAccount", "string" }, [10] = { "nodeName", "string" },
     [11] = { "hostNetwork", "bool" }, [12] = { "hostPID", "bool" }, [13] = { "hostIPC", "bool" },
+    [14] = { "securityContext", "PodSecurityContext" },
     [15] = { "imagePullSecrets", "list", "LocalObjectReference" },
     [16] = { "hostname", "string" }, [17] = { "subdomain", "string" },
     [19] = { "schedulerName", "string" }, [20] = { "initContainers", "list", "Container" },
     [21] = { "automountServiceAccountToken", "bool", nil, true },
-    [24] = { "priorityClassName", "string" }, [25] = { "priority", "int", nil, true },
+    [24] = { "priorityClassName", "string" }, [25] = { "priority", "int32", nil, true },
     [27] = { "shareProcessNamespace", "bool", nil, true },
     [29] = { "runtimeClassName", "string", nil, true },
     [30] = { "enableServiceLinks", "bool", nil, true },
@@ -73,20 +78,22 @@ local MESSAGES = {
     [5] = { "workingDir", "string" }, [6] = { "ports", "list", "ContainerPort" },
     [7] = { "env", "list", "EnvVar" }, [8] = { "resources", "ResourceRequirements" },
     [13] = { "terminationMessagePath", "string" }, [14] = { "imagePullPolicy", "string" },
+    [15] = { "securityContext", "SecurityContext" },
     [16] = { "stdin", "bool" }, [17] = { "stdinOnce", "bool" }, [18] = { "tty", "bool" },
     [20] = { "terminationMessagePolicy", "string" } },
-  ContainerPort = { { "name", "string" }, { "hostPort", "int" }, { "containerPort", "int" },
+  ContainerPort = { { "name", "string" }, { "hostPort", "int32" }, { "containerPort", "int32" },
     { "protocol", "string" }, { "hostIP", "string" } },
   EnvVar = { partial = true, { "name", "string" }, { "value", "string" } },
   ResourceRequirements = { partial = true, { "limits", "map", "quantity" },
     { "requests", "map", "quantity" } },
   -- kubectl create deployment
   Deployment = { { "metadata", "ObjectMeta" }, { "spec", "DeploymentSpec" },
-    { "status", "Empty" } },
-  DeploymentSpec = { [1] = { "replicas", "int", nil, true }, [2] = { "selector", "LabelSelector" },
+    { "status", "DeploymentStatus" } },
+  DeploymentSpec = { [1] = { "replicas", "int32", nil, true },
+    [2] = { "selector", "LabelSelector" },
     [3] = { "template", "PodTemplateSpec" }, [4] = { "strategy", "DeploymentStrategy" },
-    [5] = { "minReadySeconds", "int" }, [6] = { "revisionHistoryLimit", "int", nil, true },
-    [7] = { "paused", "bool" }, [9] = { "progressDeadlineSeconds", "int", nil, true } },
+    [5] = { "minReadySeconds", "int32" }, [6] = { "revisionHistoryLimit", "int32", nil, true },
+    [7] = { "paused", "bool" }, [9] = { "progressDeadlineSeconds", "int32", nil, true } },
   DeploymentStrategy = { { "type", "string" }, { "rollingUpdate", "RollingUpdateDeployment" } },
   RollingUpdateDeployment = { { "maxUnavailable", "intorstr" }, { "maxSurge", "intorstr" } },
   PodTemplateSpec = { { "metadata", "ObjectMeta" }, { "spec", "PodSpec" } },
@@ -94,7 +101,15 @@ local MESSAGES = {
     { "matchExpressions", "list", "LabelSelectorRequirement" } },
   LabelSelectorRequirement = { { "key", "string" }, { "operator", "string" },
     { "values", "list", "string" } },
-  Empty = {}, -- a status a client sends empty
+  -- the values Quantity, IntOrString and Time are written as
+  Quantity = { { "string", "string" } },
+  IntOrString = { { "type", "int" }, { "intVal", "int32" }, { "strVal", "string" } },
+  Time = { { "seconds", "int" }, { "nanos", "int32" } },
+  -- a status is not read (a create or update of the object sets none; the
+  -- status subresource takes JSON only); a security context only empty,
+  -- as a spec read back carries it: a field in it is refused
+  PodStatus = {}, DeploymentStatus = {},
+  PodSecurityContext = { partial = true }, SecurityContext = { partial = true },
 }
 
 -- The kinds read, by apiVersion/kind.
@@ -104,27 +119,33 @@ local KINDS = { ["v1/ConfigMap"] = "ConfigMap", ["v1/Secret"] = "Secret",
 
 local function fail(why) error({ protobuf = why }, 0) end
 
--- The varint at s[i]; returns it and the index after it.
+-- The varint at s[i] as a uint64_t; returns it and the index after it.
+-- Ten bytes at most, as protobuf writes a 64-bit value.
 local function varint(s, i, j)
-  local n, mul = 0, 1
+  local n, shift = 0ULL, 0
   repeat
     if i > j then fail("truncated varint") end
+    if shift > 63 then fail("varint longer than 10 bytes") end
     local b = byte(s, i)
     i = i + 1
-    n = n + (b % 128) * mul
-    mul = mul * 128
+    n = n + bit.lshift(ffi.cast("uint64_t", b % 128), shift)
+    shift = shift + 7
   until b < 128
-  if n >= 2 ^ 63 then n = n - 2 ^ 64 end -- an int64 written as two's complement
   return n, i
 end
 
+-- A varint as the Lua number of the Go type it was written from.
+local function as_int64(n) return tonumber(ffi.cast("int64_t", n)) end
+local function as_int32(n) return tonumber(ffi.cast("int32_t", ffi.cast("uint32_t", n))) end
+
 -- Calls fn(number, wire type, value) for each field of s[i..j]: value is
--- the number for a varint, the bytes for a length-delimited field.
+-- the uint64_t of a varint, the bytes of a length-delimited field; fixed
+-- 32 and 64-bit fields (no field read here is one) go to fn as nil.
 local function fields(s, i, j, fn)
   while i <= j do
     local key
     key, i = varint(s, i, j)
-    local num, wt = math.floor(key / 8), key % 8
+    local num, wt = tonumber(key / 8ULL), tonumber(key % 8ULL)
     if wt == 0 then
       local v
       v, i = varint(s, i, j)
@@ -132,52 +153,54 @@ local function fields(s, i, j, fn)
     elseif wt == 2 then
       local len
       len, i = varint(s, i, j)
-      if len < 0 or i + len - 1 > j then fail("truncated field " .. num) end
+      if len > j - i + 1 then fail("truncated field " .. num) end
+      len = tonumber(len)
       fn(num, wt, sub(s, i, i + len - 1))
       i = i + len
     elseif wt == 1 or wt == 5 then
       i = i + (wt == 1 and 8 or 4)
       if i - 1 > j then fail("truncated field " .. num) end
+      fn(num, wt, nil)
     else
       fail(format("wire type %d of field %d", wt, num))
     end
   end
 end
 
+-- Fails unless field num of message `name` came with wire type want.
+local function expect(wt, want, num, name)
+  if wt ~= want then fail(format("field %d of %s has wire type %d", num, name, wt)) end
+end
+
 local message
 
--- A scalar of type typ from a field's value; nil for the zero value of a
--- plain (not pointer) field.
-local function scalar(typ, wt, v, set)
+-- A scalar of type typ from field num of message `name`; nil for the zero
+-- value of a plain (not pointer) field.
+local function scalar(typ, wt, v, set, num, name)
   if typ == "string" or typ == "bytes" then
-    if wt ~= 2 then fail("a " .. typ .. " that is not length-delimited") end
+    expect(wt, 2, num, name)
     if v == "" and not set then return nil end
     return typ == "bytes" and util.b64encode(v) or v
-  elseif typ == "int" or typ == "bool" then
-    if wt ~= 0 then fail("an " .. typ .. " that is not a varint") end
-    if v == 0 and not set then return nil end
-    if typ == "bool" then return v ~= 0 end
-    return v
-  elseif typ == "quantity" or typ == "intorstr" then
-    if wt ~= 2 then fail("a " .. typ .. " that is not length-delimited") end
-    local kind, int, str = 0, 0, ""
-    fields(v, 1, #v, function(n, _, x)
-      if typ == "quantity" then
-        if n == 1 then str = x end
-      elseif n == 1 then kind = x elseif n == 2 then int = x elseif n == 3 then str = x end
-    end)
-    if typ == "intorstr" and kind == 0 then return int end
-    return str
+  elseif typ == "int" or typ == "int32" or typ == "bool" then
+    expect(wt, 0, num, name)
+    local n = typ == "int32" and as_int32(v) or as_int64(v)
+    if n == 0 and not set then return nil end
+    if typ == "bool" then return n ~= 0 end
+    return n
+  elseif typ == "quantity" then
+    expect(wt, 2, num, name)
+    return message("Quantity", v).string or "0"
+  elseif typ == "intorstr" then
+    expect(wt, 2, num, name)
+    local m = message("IntOrString", v)
+    if (m.type or 0) == 0 then return m.intVal or 0 end
+    return m.strVal or ""
   elseif typ == "time" then
-    if wt ~= 2 then fail("a time that is not length-delimited") end
-    local secs, nanos = 0, 0
-    fields(v, 1, #v, function(n, _, x)
-      if n == 1 then secs = x elseif n == 2 then nanos = x end
-    end)
-    if secs == 0 and nanos == 0 and v == "" then return json.null end
-    return util.timestamp(secs)
+    expect(wt, 2, num, name)
+    if v == "" then return json.null end -- a zero Time is written empty
+    return util.timestamp(message("Time", v).seconds or 0)
   end
-  if wt ~= 2 then fail("a " .. typ .. " that is not length-delimited") end
+  expect(wt, 2, num, name)
   return message(typ, v)
 end
 
@@ -194,23 +217,25 @@ message = function(name, s)
     end
     local key, typ, elem, set = f[1], f[2], f[3], f[4]
     if typ == "map" then
-      local k, val = "", ""
-      if wt ~= 2 then fail("a map entry that is not length-delimited") end
-      fields(v, 1, #v, function(n, _, x)
-        if n == 1 then k = x elseif n == 2 then val = x end
+      expect(wt, 2, num, name)
+      local k, val = "", nil
+      fields(v, 1, #v, function(n, w, x)
+        if n == 1 then
+          expect(w, 2, n, name .. "." .. key .. " key")
+          k = x
+        elseif n == 2 then
+          val = scalar(elem, w, x, true, n, name .. "." .. key .. " value")
+        end
       end)
+      if val == nil then val = elem == "quantity" and "0" or "" end
       out[key] = out[key] or {}
-      if elem == "quantity" then
-        out[key][k] = scalar("quantity", 2, val, true)
-      else
-        out[key][k] = elem == "bytes" and util.b64encode(val) or val
-      end
+      out[key][k] = val
     elseif typ == "list" then
       out[key] = out[key] or json.array {}
-      local x = scalar(elem, wt, v, true)
-      out[key][#out[key] + 1] = x
+      local list = out[key]
+      list[#list + 1] = scalar(elem, wt, v, true, num, name)
     else
-      out[key] = scalar(typ, wt, v, set)
+      out[key] = scalar(typ, wt, v, set, num, name)
     end
   end)
   return out
@@ -223,11 +248,14 @@ function _M.decode(body)
   local ok, obj, gvk = pcall(function()
     local av, kind, raw = "", "", nil
     fields(body, 5, #body, function(num, wt, v)
-      if num == 1 and wt == 2 then
-        fields(v, 1, #v, function(n, _, x)
+      if num == 1 then
+        expect(wt, 2, num, "Unknown")
+        fields(v, 1, #v, function(n, w, x)
+          if n == 1 or n == 2 then expect(w, 2, n, "TypeMeta") end
           if n == 1 then av = x elseif n == 2 then kind = x end
         end)
-      elseif num == 2 and wt == 2 then
+      elseif num == 2 then
+        expect(wt, 2, num, "Unknown")
         raw = v
       end
     end)
@@ -238,9 +266,9 @@ function _M.decode(body)
     return o
   end)
   if not ok then
-    if type(obj) == "table" and obj.protobuf then return nil, "protobuf: " .. obj.protobuf end
     if type(obj) == "table" and obj.unread then return nil, nil, obj.unread end
-    error(obj, 0)
+    if type(obj) == "table" and obj.protobuf then return nil, "protobuf: " .. obj.protobuf end
+    return nil, "protobuf: malformed body"
   end
   if not obj then return nil, nil, gvk end
   return obj

@@ -882,12 +882,12 @@ local workload_defaults = {
     if spec.replicas == nil then spec.replicas = 1 end
     local st = is_object(spec.strategy) and spec.strategy or {}
     spec.strategy = st
-    if st.type == nil or st.type == "" then st.type = "RollingUpdate" end
+    if st.type == nil or st.type == null or st.type == "" then st.type = "RollingUpdate" end
     if st.type == "RollingUpdate" then
       local ru = is_object(st.rollingUpdate) and st.rollingUpdate or {}
       st.rollingUpdate = ru
-      if ru.maxUnavailable == nil then ru.maxUnavailable = "25%" end
-      if ru.maxSurge == nil then ru.maxSurge = "25%" end
+      if ru.maxUnavailable == nil or ru.maxUnavailable == null then ru.maxUnavailable = "25%" end
+      if ru.maxSurge == nil or ru.maxSurge == null then ru.maxSurge = "25%" end
     end
     if spec.revisionHistoryLimit == nil then spec.revisionHistoryLimit = 10 end
     if spec.progressDeadlineSeconds == nil then spec.progressDeadlineSeconds = 600 end
@@ -934,6 +934,23 @@ local function check_microtimes(res, obj)
   return nil
 end
 
+local function is_secret(res)
+  return res.builtin and res.gv == "v1" and res.name == "secrets"
+end
+
+-- A Secret's stringData is write-only: merged into data (its keys win), as
+-- the v1 conversion does; type defaults to Opaque.
+local function secret_defaults(obj)
+  if is_object(obj.stringData) then
+    obj.data = is_object(obj.data) and obj.data or {}
+    for k, v in pairs(obj.stringData) do
+      obj.data[k] = util.b64encode(v == null and "" or tostring(v))
+    end
+  end
+  obj.stringData = nil
+  if obj.type == nil or obj.type == null or obj.type == "" then obj.type = "Opaque" end
+end
+
 -- The defaults of every write (the apiserver defaults what it decodes).
 local function spec_defaults(res, obj)
   if res.builtin and workload_defaults[res.name] and res.group == "apps" then
@@ -942,14 +959,8 @@ local function spec_defaults(res, obj)
     default_template(obj.spec)
   elseif res.builtin and res.name == "pods" then
     default_pod_spec(obj.spec)
-  elseif res.builtin and res.gv == "v1" and res.name == "secrets" then
-    -- stringData is write-only: merged into data, as the v1 conversion does
-    if is_object(obj.stringData) then
-      obj.data = is_object(obj.data) and obj.data or {}
-      for k, v in pairs(obj.stringData) do obj.data[k] = util.b64encode(tostring(v)) end
-    end
-    obj.stringData = nil
-    if obj.type == nil or obj.type == null or obj.type == "" then obj.type = "Opaque" end
+  elseif is_secret(res) then
+    secret_defaults(obj)
   end
 end
 
@@ -1425,6 +1436,7 @@ end
 
 function Store:commit_apply(res, e, obj, ctx, owned)
   local old = e.obj
+  if is_secret(res) then secret_defaults(obj) end
   local r, err = self:commit(res, e, obj, { internal = true, subresource = ctx.subresource,
     dry_run = ctx.dry_run })
   if not r or r == e then return r, err end
