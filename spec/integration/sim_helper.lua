@@ -207,6 +207,14 @@ function _M.request(sim, method, path, opts)
   return tonumber(code), headers, body, decoded
 end
 
+-- api(sim, method, path, body, headers, user_agent) -> status, decoded
+-- body, raw body: request() for the specs that need no response headers.
+function _M.api(sim, method, path, body, headers, user_agent)
+  local code, _, raw, obj = _M.request(sim, method, path, { body = body, headers = headers,
+    user_agent = user_agent })
+  return code, obj, raw
+end
+
 -- The names of a list's items, in order.
 function _M.names(list)
   local out = {}

@@ -45,10 +45,9 @@ local function meta(name, namespace, extra)
     .. f(6, "") .. f(7, 0) .. f(8, "") .. (extra or ""))
 end
 
-local function api(sim, method, path, body, headers)
-  local code, _, raw, obj = H.request(sim, method, path, { body = body, headers = headers,
-    user_agent = "kubectl/v1.32.4 (linux/amd64) kubernetes/59526cd" })
-  return code, obj, raw
+local function api(sim, method, path, body, headers) -- as kubectl
+  return H.api(sim, method, path, body, headers,
+    "kubectl/v1.32.4 (linux/amd64) kubernetes/59526cd")
 end
 
 describe("kubelua sim protobuf bodies", function()

@@ -11,11 +11,7 @@ local TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"
 
 local names = H.names
 
--- status, decoded body, raw body
-local function api(sim, method, path, body, headers)
-  local code, _, raw, obj = H.request(sim, method, path, { body = body, headers = headers })
-  return code, obj, raw
-end
+local api = H.api -- status, decoded body, raw body
 
 describe("kubelua sim reads and bodies", function()
   local sim

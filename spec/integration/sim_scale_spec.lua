@@ -6,10 +6,8 @@ local H = require "spec.integration.sim_helper"
 
 local DEPLOYS = "/apis/apps/v1/namespaces/default/deployments"
 
-local function api(sim, method, path, body, headers)
-  local code, _, raw, obj = H.request(sim, method, path, { body = body, headers = headers,
-    user_agent = "kubectl/v1.32.4" })
-  return code, obj, raw
+local function api(sim, method, path, body, headers) -- as kubectl
+  return H.api(sim, method, path, body, headers, "kubectl/v1.32.4")
 end
 
 local MERGE = { ["Content-Type"] = "application/merge-patch+json" }

@@ -236,14 +236,16 @@ end
 -- one, as the real server does (a CRD changes its group version's).
 function Sim:openapi(req, path)
   local gvs = self.store.gvs
+  -- a group version's document, its hash and the URL that names both
   local function doc(gv)
     local text = openapi.document(gvs[gv], version_info.gitVersion)
-    return text, "/openapi/v3/" .. openapi.gv_path(gv) .. "?hash=" .. openapi.hash(text)
+    local hash = openapi.hash(text)
+    return text, hash, "/openapi/v3/" .. openapi.gv_path(gv) .. "?hash=" .. hash
   end
   if path == "/openapi/v3" then
     local paths = {}
     for gv in pairs(gvs) do
-      local _, url = doc(gv)
+      local _, _, url = doc(gv)
       paths[openapi.gv_path(gv)] = { serverRelativeURL = url }
     end
     return reply_json(req, 200, { paths = paths })
@@ -251,8 +253,8 @@ function Sim:openapi(req, path)
   local want = path:sub(#"/openapi/v3/" + 1)
   for gv in pairs(gvs) do
     if openapi.gv_path(gv) == want then
-      local text, url = doc(gv)
-      local hash, asked = url:match("hash=(.*)$"), req:param("hash")
+      local text, hash, url = doc(gv)
+      local asked = req:param("hash")
       if asked == "" then asked = nil end
       if asked and asked ~= hash then
         return req:reply(301, { Location = url, ["Content-Type"] = "text/html; charset=utf-8" },
@@ -386,9 +388,15 @@ function Sim:serve_resource(req, r, user)
   local ctx = ctx_of(req, params, r)
   local ns = r.ns
   local form, api = tables.form(req:header("Accept"))
+  r.form, r.form_api = form, api -- the watch reads them too
   -- a form's fit and a Table's options are checked once the objects are
-  -- there, as the real server does
-  local bad_table = form == "Table" and tables.options_error(params.includeObject)
+  -- there, as the real server does: the Status refusing them, or nil
+  local function refused(list)
+    local misfit = tables.misfit(form, res, list)
+    if misfit then return status(406, "NotAcceptable", misfit) end
+    local bad = form == "Table" and tables.options_error(params.includeObject)
+    return bad and store.bad_request(bad) or nil
+  end
   if r.sub == "scale" then
     local sc, err = s:scale(res, ns, r.name, verb, req:header("Content-Type"), req:body(), ctx)
     if not sc then return reply_status(req, err) end
@@ -398,9 +406,8 @@ function Sim:serve_resource(req, r, user)
     local e, err = s:get(res, ns, r.name)
     if not e then return reply_status(req, err) end
     if form then
-      local misfit = tables.misfit(form, res, false)
-      if misfit then return reply_status(req, status(406, "NotAcceptable", misfit)) end
-      if bad_table then return reply_status(req, store.bad_request(bad_table)) end
+      local st = refused(false)
+      if st then return reply_status(req, st) end
       if form == "PartialObjectMetadata" then
         return reply_json(req, 200, tables.partial(e.obj, api))
       end
@@ -414,9 +421,8 @@ function Sim:serve_resource(req, r, user)
       return reply_status(req, err, retry and { ["Retry-After"] = tostring(retry) } or nil)
     end
     if form then
-      local misfit = tables.misfit(form, res, true)
-      if misfit then return reply_status(req, status(406, "NotAcceptable", misfit)) end
-      if bad_table then return reply_status(req, store.bad_request(bad_table)) end
+      local st = refused(true)
+      if st then return reply_status(req, st) end
       local objs = {}
       for i = 1, lb.n do objs[i] = lb.entries[i].obj end
       if form == "PartialObjectMetadataList" then
@@ -554,12 +560,10 @@ function Sim:watch(req, res, ns, params, r)
   end
   w.req = req
   w.bookmarks = params.allowWatchBookmarks == "true"
-  local form, api = tables.form(req:header("Accept"))
-  if form == "Table" then -- kubectl get --watch
-    local bad = tables.options_error(params.includeObject)
-    if bad then return reply_status(req, store.bad_request(bad)) end
-  end
-  w.transform = tables.watch_encoder(res, form, params.includeObject, api)
+  local form = r.form -- from the Accept header (serve_resource)
+  local bad = form == "Table" and tables.options_error(params.includeObject)
+  if bad then return reply_status(req, store.bad_request(bad)) end -- kubectl get --watch
+  w.transform = tables.watch_encoder(res, form, params.includeObject, r.form_api)
   -- A resourceVersion that has not happened yet: as the watch cache does,
   -- the watch starts and stays quiet (no bookmarks either) until changes
   -- pass it.

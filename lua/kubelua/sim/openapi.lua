@@ -58,6 +58,13 @@ local function params(names)
   return t
 end
 
+-- A path item's parameters, those given as nil left out.
+local function item_params(...)
+  local t = json.array {}
+  for i = 1, select("#", ...) do t[#t + 1] = select(i, ...) end
+  return t
+end
+
 local LIST = { "allowWatchBookmarks", "continue", "fieldSelector", "labelSelector", "limit",
   "resourceVersion", "resourceVersionMatch", "sendInitialEvents", "timeoutSeconds", "watch" }
 local WRITE = { "dryRun", "fieldManager", "fieldValidation" }
@@ -111,8 +118,7 @@ local function entry_paths(paths, res, e)
   for _, v in ipairs(e.verbs) do can[v] = true end
   local scope = e.namespaced and P.namespace or nil
   if sub == "" and (can.list or can.create or can.deletecollection) then
-    local item = { parameters = json.array { scope, P.pretty } }
-    if not scope then item.parameters = json.array { P.pretty } end
+    local item = { parameters = item_params(scope, P.pretty) }
     if can.list then item.get = op(op_id("list", gvk, e, ""), "list", gvk, LIST) end
     if can.create then
       item.post = op(op_id("create", gvk, e, ""), "post", gvk, WRITE, ANY_BODY)
@@ -123,8 +129,7 @@ local function entry_paths(paths, res, e)
     end
     paths[base] = item
   end
-  local item = { parameters = json.array { P.name, scope, P.pretty } }
-  if not scope then item.parameters = json.array { P.name, P.pretty } end
+  local item = { parameters = item_params(P.name, scope, P.pretty) }
   if can.get then item.get = op(op_id("read", gvk, e, sub), "get", gvk, {}) end
   if can.update then item.put = op(op_id("replace", gvk, e, sub), "put", gvk, WRITE, ANY_BODY) end
   if can.patch then

@@ -25,8 +25,9 @@ local byte, sub, format = string.byte, string.sub, string.format
 local _M = {}
 
 -- Per message, field number -> { JSON name, type, element type, set }:
--- type "string", "bytes", "int" (int64), "int32", "bool", "time",
--- "quantity", "intorstr", a message name, or
+-- type "string", "bytes" (base64 in JSON), "raw" (bytes as they are),
+-- "int" (int64), "int32", "bool", "time", "quantity", "intorstr", a
+-- message name, or
 -- "map" (of element type "string" or "bytes") and "list" (of element
 -- type) for repeated fields.
 local MESSAGES = {
@@ -101,6 +102,10 @@ local MESSAGES = {
     { "matchExpressions", "list", "LabelSelectorRequirement" } },
   LabelSelectorRequirement = { { "key", "string" }, { "operator", "string" },
     { "values", "list", "string" } },
+  -- the envelope: runtime.Unknown, and runtime's TypeMeta (apiVersion
+  -- first, unlike meta/v1's)
+  Unknown = { { "typeMeta", "TypeMeta" }, { "raw", "raw" } },
+  TypeMeta = { { "apiVersion", "string" }, { "kind", "string" } },
   -- the values Quantity, IntOrString and Time are written as
   Quantity = { { "string", "string" } },
   IntOrString = { { "type", "int" }, { "intVal", "int32" }, { "strVal", "string" } },
@@ -177,7 +182,10 @@ local message
 -- A scalar of type typ from field num of message `name`; nil for the zero
 -- value of a plain (not pointer) field.
 local function scalar(typ, wt, v, set, num, name)
-  if typ == "string" or typ == "bytes" then
+  if typ == "raw" then -- bytes kept as they are
+    expect(wt, 2, num, name)
+    return v
+  elseif typ == "string" or typ == "bytes" then
     expect(wt, 2, num, name)
     if v == "" and not set then return nil end
     return typ == "bytes" and util.b64encode(v) or v
@@ -246,22 +254,12 @@ end
 function _M.decode(body)
   if sub(body, 1, 4) ~= "k8s\0" then return nil, "the body does not start with k8s\\0" end
   local ok, obj, gvk = pcall(function()
-    local av, kind, raw = "", "", nil
-    fields(body, 5, #body, function(num, wt, v)
-      if num == 1 then
-        expect(wt, 2, num, "Unknown")
-        fields(v, 1, #v, function(n, w, x)
-          if n == 1 or n == 2 then expect(w, 2, n, "TypeMeta") end
-          if n == 1 then av = x elseif n == 2 then kind = x end
-        end)
-      elseif num == 2 then
-        expect(wt, 2, num, "Unknown")
-        raw = v
-      end
-    end)
+    local u = message("Unknown", sub(body, 5))
+    local tm = u.typeMeta or {}
+    local av, kind = tm.apiVersion or "", tm.kind or ""
     local name = KINDS[av .. "/" .. kind]
     if not name then return nil, av .. "/" .. kind end
-    local o = message(name, raw or "")
+    local o = message(name, u.raw or "")
     o.apiVersion, o.kind = av, kind
     return o
   end)

@@ -72,6 +72,18 @@ end
 
 local function bad_request(msg) return status(400, "BadRequest", msg) end
 
+-- The 409 of a write that names a resourceVersion the object has left.
+local function stale(res, name)
+  return conflict(res, name, "the object has been modified; please apply your changes to the "
+    .. "latest version and try again")
+end
+
+-- The 400 of a body that names another object than the URL does.
+local function other_name(got, name)
+  return bad_request(format("the name of the object (%s) does not match the name on the URL "
+    .. "(%s)", got, name))
+end
+
 local function kind_label(res)
   return res.group == "" and res.kind or res.kind .. "." .. res.group
 end
@@ -1129,8 +1141,7 @@ function Store:update(res, ns, name, obj, ctx)
   if not is_object(obj.metadata) then obj.metadata = {} end
   local md = obj.metadata
   if md.name ~= nil and md.name ~= name then
-    return nil, bad_request(format("the name of the object (%s) does not match the name on "
-      .. "the URL (%s)", tostring(md.name), name))
+    return nil, other_name(tostring(md.name), name)
   end
   if res.namespaced and md.namespace ~= nil and md.namespace ~= "" and md.namespace ~= ns then
     return nil, bad_request("the namespace of the provided object does not match the namespace "
@@ -1141,8 +1152,7 @@ function Store:update(res, ns, name, obj, ctx)
   if not e then return nil, err end
   local rv = md.resourceVersion
   if rv ~= nil and rv ~= "" and rv ~= e.obj.metadata.resourceVersion then
-    return nil, conflict(res, name, "the object has been modified; please apply your changes "
-      .. "to the latest version and try again")
+    return nil, stale(res, name)
   end
   if (rv == nil or rv == "") and not res.builtin then
     return nil, invalid(res, name, { { field = "metadata.resourceVersion",
@@ -1161,6 +1171,11 @@ local patch_types = {
   ["application/apply-patch+yaml"] = "apply",
   ["application/apply-patch+json"] = "apply",
 }
+
+-- The kind of patch a Content-Type names, or nil.
+local function patch_type(content_type)
+  return patch_types[(content_type or ""):match("^[^;%s]*")]
+end
 
 local function rejected()
   return status(422, "Invalid", "the server rejected our request due to an error in our request",
@@ -1199,7 +1214,7 @@ end
 -- patch(res, ns, name, content_type, body, ctx) -> entry, created | nil, status
 function Store:patch(res, ns, name, content_type, body, ctx)
   ctx = ctx or {}
-  local ptype = patch_types[(content_type or ""):match("^[^;%s]*")]
+  local ptype = patch_type(content_type)
   if not ptype or (ptype == "strategic" and not res.builtin) then
     if res.builtin then
       return nil, status(415, "UnsupportedMediaType", "415: Unsupported Media Type", {})
@@ -1216,8 +1231,7 @@ function Store:patch(res, ns, name, content_type, body, ctx)
   if not obj then return nil, err end
   local md = obj.metadata
   if md.resourceVersion ~= nil and md.resourceVersion ~= e.obj.metadata.resourceVersion then
-    return nil, conflict(res, name, "the object has been modified; please apply your changes "
-      .. "to the latest version and try again")
+    return nil, stale(res, name)
   end
   local cerr = check_kind(res, obj) or check_microtimes(res, obj)
     or field_validation(res, obj, ctx)
@@ -1320,7 +1334,7 @@ function Store:scale(res, ns, name, verb, content_type, body, ctx)
         .. tostring(err or "not an object"))
     end
   else
-    local ptype = patch_types[(content_type or ""):match("^[^;%s]*")]
+    local ptype = patch_type(content_type)
     if ptype ~= "merge" and ptype ~= "strategic" and ptype ~= "json" then
       return nil, status(415, "UnsupportedMediaType", "415: Unsupported Media Type", {})
     end
@@ -1333,8 +1347,7 @@ function Store:scale(res, ns, name, verb, content_type, body, ctx)
   local spec = is_object(sc.spec) and sc.spec or {}
   local replicas = spec.replicas ~= null and spec.replicas or 0
   if md.name ~= name then
-    return nil, bad_request(format("the name of the object (%s) does not match the name on the "
-      .. "URL (%s)", type(md.name) == "string" and md.name or "", name))
+    return nil, other_name(type(md.name) == "string" and md.name or "", name)
   end
   if replicas < 0 then
     return nil, invalid(SCALE, name, { { field = "spec.replicas", reason = "FieldValueInvalid",
@@ -1349,8 +1362,7 @@ function Store:scale(res, ns, name, verb, content_type, body, ctx)
   end
   local rv = md.resourceVersion
   if rv ~= nil and rv ~= "" and rv ~= e.obj.metadata.resourceVersion then
-    return nil, conflict(res, name, "the object has been modified; please apply your changes "
-      .. "to the latest version and try again")
+    return nil, stale(res, name)
   end
   local obj = copy(e.obj)
   obj.spec = is_object(obj.spec) and obj.spec or {}
