@@ -798,13 +798,33 @@ bool kl_obj_controller(const kl_obj_t *o, kl_obj_owner_t *out) {
 
 /* --- Status and watch events -------------------------------------------- */
 
+/* The decoded string member key of obj, "" when absent or not a string. A
+ * NUL (\u0000 in the JSON) is kept as those six characters: these strings
+ * end up in C strings and log lines, where a NUL would cut off the rest. */
 static char *member_string(kl_json_span_t obj, const char *key) {
   kl_json_span_t v;
   if (!kl_json_member(obj, key, &v) || v.n < 2 || v.p[0] != '"')
     return kl_xstrdup("");
   char *s = kl_xmalloc(v.n);
-  s[kl_json_unescape(v.p + 1, v.n - 2, s)] = '\0';
-  return s;
+  size_t n = kl_json_unescape(v.p + 1, v.n - 2, s), nul = 0;
+  for (size_t i = 0; i < n; i++)
+    nul += s[i] == '\0';
+  if (nul == 0) {
+    s[n] = '\0';
+    return s;
+  }
+  char *t = kl_xmalloc(n + 5 * nul + 1), *q = t;
+  for (size_t i = 0; i < n; i++) {
+    if (s[i] != '\0') {
+      *q++ = s[i];
+      continue;
+    }
+    memcpy(q, "\\u0000", 6);
+    q += 6;
+  }
+  *q = '\0';
+  free(s);
+  return t;
 }
 
 void kl_obj_status(const kl_obj_t *o, kl_obj_status_t *st) {

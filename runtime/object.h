@@ -34,7 +34,8 @@ typedef struct kl_obj_owner {
 } kl_obj_owner_t;
 
 /* A Status (kind "Status", an API error or the object of an ERROR watch
- * event). The strings are owned, NUL-terminated and "" when absent. */
+ * event). The strings are owned, NUL-terminated and "" when absent; a NUL
+ * in one (\u0000 in the JSON) reads as the six characters \u0000. */
 typedef struct kl_obj_status {
   int64_t code; /* 0 when absent */
   char *status, *reason, *message;

@@ -579,6 +579,16 @@ static void test_events(void) {
   KT_EQ_INT(ev.status.code, 409);
   kl_obj_event_clear(&ev);
 
+  /* A NUL in a Status string is kept as \u0000, not the end of it. */
+  v = value("{\"type\":\"ERROR\",\"object\":{\"message\":\"a\\u0000b\\u0000\","
+            "\"reason\":\"\\u0000X\",\"status\":\"\\u0000\"}}",
+            true);
+  KT_EQ_INT(kl_obj_event_parse(&v, NULL, &ev, err, sizeof err), KL_OK);
+  KT_EQ_STR(ev.status.message, "a\\u0000b\\u0000");
+  KT_EQ_STR(ev.status.reason, "\\u0000X");
+  KT_EQ_STR(ev.status.status, "\\u0000");
+  kl_obj_event_clear(&ev);
+
   /* Bookmarks: only a resourceVersion. */
   v = value("{\"type\":\"BOOKMARK\",\"object\":{\"kind\":\"ConfigMap\","
             "\"apiVersion\":\"v1\",\"metadata\":{\"resourceVersion\":\"260\","

@@ -8,7 +8,8 @@
 local client = require "kubelua.client"
 local json = require "kubelua.json"
 
-local type, pairs, tostring, error, format = type, pairs, tostring, error, string.format
+local type, pairs, tostring, error = type, pairs, tostring, error
+local format, gsub = string.format, string.gsub
 local getupvalue = debug.getupvalue
 local floor, abs = math.floor, math.abs
 
@@ -40,15 +41,18 @@ local predicates = { "is_not_found", "is_conflict", "is_already_exists", "is_gon
   "is_forbidden", "is_invalid", "is_unauthorized", "is_too_many_requests", "is_no_match",
   "is_error" }
 
+-- The C reader's form of a string: a NUL reads as the six characters \u0000.
+local function c_form(s) return (gsub(s, "%z", "\\u0000")) end
+
 -- The client's error agrees with the C reader (c_code, c_reason,
 -- c_message: kl_obj_status of the same body) on what the Status gives.
 local function agree(err, body, c_code, c_reason, c_message)
   local st = json.decode(body)
   if type(st) ~= "table" or st.kind ~= "Status" then return end
-  if type(st.message) == "string" and err.message ~= c_message then
+  if type(st.message) == "string" and c_form(err.message) ~= c_message then
     error(format("message: client %q, C %q", err.message, c_message), 0)
   end
-  if type(st.reason) == "string" and st.reason ~= "" and err.reason ~= c_reason then
+  if type(st.reason) == "string" and st.reason ~= "" and c_form(err.reason) ~= c_reason then
     error(format("reason: client %q, C %q", err.reason, c_reason), 0)
   end
   local code = st.code
