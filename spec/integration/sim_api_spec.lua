@@ -138,6 +138,56 @@ describe("kubelua sim API", function()
     assert.equal(422, code)
   end)
 
+  it("defaults a Deployment's strategy on every write, server-side apply included", function()
+    local path = "/apis/apps/v1/namespaces/default/deployments"
+    local function dep(strategy, name)
+      return json.encode { apiVersion = "apps/v1", kind = "Deployment",
+        metadata = { name = name or "strat" }, spec = { strategy = strategy,
+          selector = { matchLabels = { app = "s" } },
+          template = { metadata = { labels = { app = "s" } },
+            spec = { containers = { { name = "c", image = "nginx:1" } } } } } }
+    end
+    local apply = "application/apply-patch+yaml"
+    local code, d = api(sim, "PATCH", path .. "/strat?fieldManager=a",
+      dep { type = "Recreate" }, apply)
+    assert.equal(201, code)
+    assert.same({ type = "Recreate" }, d.spec.strategy)
+    -- the manager applies no strategy now: what it owned goes, and the
+    -- object is defaulted again
+    code, d = api(sim, "PATCH", path .. "/strat?fieldManager=a", dep(nil), apply)
+    assert.equal(200, code)
+    assert.same({ type = "RollingUpdate",
+      rollingUpdate = { maxUnavailable = "25%", maxSurge = "25%" } }, d.spec.strategy)
+    -- Recreate beside the defaulted rollingUpdate is refused, as a real
+    -- server refuses it
+    code, d = api(sim, "PATCH", path .. "/strat", { spec = { strategy = { type = "Recreate" } } },
+      "application/strategic-merge-patch+json")
+    assert.equal(422, code)
+    assert.equal('Deployment.apps "strat" is invalid: spec.strategy.rollingUpdate: Forbidden: '
+      .. "may not be specified when strategy `type` is 'Recreate'", d.message)
+    assert.same({ { reason = "FieldValueForbidden", field = "spec.strategy.rollingUpdate",
+      message = "Forbidden: may not be specified when strategy `type` is 'Recreate'" } },
+      d.details.causes)
+    -- $retainKeys (what kubectl apply sends for a strategy change) keeps
+    -- only the named fields
+    code, d = api(sim, "PATCH", path .. "/strat",
+      { spec = { strategy = { ["$retainKeys"] = { "type" }, type = "Recreate" } } },
+      "application/strategic-merge-patch+json")
+    assert.equal(200, code)
+    assert.same({ type = "Recreate" }, d.spec.strategy)
+    -- a null rollingUpdate is no rollingUpdate
+    d.spec.strategy = { type = "Recreate", rollingUpdate = json.null }
+    code, d = api(sim, "PUT", path .. "/strat", d)
+    assert.equal(200, code)
+    assert.same({ type = "Recreate" }, d.spec.strategy)
+    -- and on create
+    code, d = api(sim, "POST", path,
+      dep({ type = "Recreate", rollingUpdate = { maxSurge = 1 } }, "strat2"))
+    assert.equal(422, code)
+    assert.equal('Deployment.apps "strat2" is invalid: spec.strategy.rollingUpdate: Forbidden: '
+      .. "may not be specified when strategy `type` is 'Recreate'", d.message)
+  end)
+
   it("checks delete preconditions", function()
     local _, cm = api(sim, "GET", CMS .. "/s2")
     local code, st = api(sim, "DELETE", CMS .. "/s2", { preconditions = { uid = "nope" } })

@@ -222,10 +222,20 @@ smp = function(target, patch)
     return v
   end
   local out = is_object(target) and copy(target) or {}
+  local retain = patch["$retainKeys"]
+  if is_array(retain) then
+    -- the fields to keep (a union's members, e.g. a Deployment's strategy):
+    -- the others go, then the patch merges in
+    local keep = {}
+    for _, k in ipairs(retain) do keep[k] = true end
+    for k in pairs(out) do
+      if not keep[k] then out[k] = nil end
+    end
+  end
   for k, v in pairs(patch) do
     if sub(k, 1, 1) == "$" then
-      -- directives ($patch, $retainKeys, $setElementOrder/...): ordering
-      -- and retention hints are ignored
+      -- other directives ($patch, $setElementOrder/...): ordering hints
+      -- are ignored
       out[k] = nil
     elseif v == null then
       out[k] = nil

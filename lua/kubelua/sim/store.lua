@@ -836,7 +836,7 @@ local function spec_of(obj)
 end
 
 local function set_managed(res, old, new, ctx, operation, owned)
-  if ctx.internal then
+  if ctx.internal or ctx.apply then
     if old then new.metadata.managedFields = old.metadata.managedFields end
     return
   end
@@ -895,6 +895,7 @@ local workload_defaults = {
     local st = is_object(spec.strategy) and spec.strategy or {}
     spec.strategy = st
     if st.type == nil or st.type == null or st.type == "" then st.type = "RollingUpdate" end
+    if st.rollingUpdate == null then st.rollingUpdate = nil end
     if st.type == "RollingUpdate" then
       local ru = is_object(st.rollingUpdate) and st.rollingUpdate or {}
       st.rollingUpdate = ru
@@ -976,6 +977,21 @@ local function spec_defaults(res, obj)
   end
 end
 
+-- The checks a real server makes after defaulting (its validation sees the
+-- defaulted object); nil or an Invalid status.
+local function validate_defaulted(res, obj)
+  if res.builtin and res.group == "apps" and res.name == "deployments" then
+    local st = is_object(obj.spec) and obj.spec.strategy
+    if is_object(st) and st.type == "Recreate" and st.rollingUpdate ~= nil
+        and st.rollingUpdate ~= null then
+      return invalid(res, obj.metadata.name, { { field = "spec.strategy.rollingUpdate",
+        reason = "FieldValueForbidden",
+        message = "Forbidden: may not be specified when strategy `type` is 'Recreate'" } })
+    end
+  end
+  return nil
+end
+
 -- Defaults a real server adds to some kinds on create.
 local function defaults(res, obj)
   spec_defaults(res, obj)
@@ -1052,6 +1068,8 @@ function Store:create(res, ns, obj, ctx, operation, owned)
   md.selfLink = nil
   md.managedFields = nil
   defaults(res, obj)
+  err = validate_defaulted(res, obj)
+  if err then return nil, err end
   set_managed(res, nil, obj, ctx, operation, owned)
   if res.gv == "v1" and res.name == "namespaces" then
     -- set by the namespace strategy, after field ownership is computed
@@ -1065,8 +1083,10 @@ function Store:create(res, ns, obj, ctx, operation, owned)
 end
 
 -- Finishes a change from old entry e to obj (a new table): keeps what
--- clients may not change, bumps generation, stores and emits. Returns the
--- entry to answer with.
+-- clients may not change, defaults, bumps generation, stores and emits.
+-- Returns the entry to answer with. ctx.internal: the simulator's own
+-- change (no defaults, managed fields kept); ctx.apply: server-side apply,
+-- whose managed fields commit_apply sets.
 function Store:commit(res, e, obj, ctx)
   local old = e.obj
   local md, omd = obj.metadata, old.metadata
@@ -1104,7 +1124,11 @@ function Store:commit(res, e, obj, ctx)
       return nil, invalid(res, omd.name, { c, c })
     end
   end
-  if not ctx.internal then spec_defaults(res, obj) end
+  if not ctx.internal then
+    spec_defaults(res, obj)
+    local err = validate_defaulted(res, obj)
+    if err then return nil, err end
+  end
   if (res.generation or not res.builtin) and not equal(spec_of(obj), spec_of(old)) then
     md.generation = (omd.generation or 0) + 1
   end
@@ -1448,8 +1472,7 @@ end
 
 function Store:commit_apply(res, e, obj, ctx, owned)
   local old = e.obj
-  if is_secret(res) then secret_defaults(obj) end
-  local r, err = self:commit(res, e, obj, { internal = true, subresource = ctx.subresource,
+  local r, err = self:commit(res, e, obj, { apply = true, subresource = ctx.subresource,
     dry_run = ctx.dry_run })
   if not r or r == e then return r, err end
   local mf = managed.update(old, r.obj, { manager = ctx.field_manager, operation = "Apply",
