@@ -40,7 +40,8 @@ describe("kubelua sim OpenAPI v3", function()
   it("lists every group version with a hashed URL", function()
     local paths = index()
     assert.same({ "api/v1", "apis/apiextensions.k8s.io/v1", "apis/apps/v1",
-      "apis/coordination.k8s.io/v1", "apis/events.k8s.io/v1" }, keys(paths))
+      "apis/authorization.k8s.io/v1", "apis/coordination.k8s.io/v1", "apis/events.k8s.io/v1" },
+      keys(paths))
     for gv, p in pairs(paths) do
       assert.matches("^/openapi/v3/" .. gv:gsub("%.", "%%.") .. "%?hash=%x+$",
         p.serverRelativeURL)

@@ -11,6 +11,9 @@ local json = require "kubelua.json"
 local PB = { ["Content-Type"] = "application/vnd.kubernetes.protobuf",
   Accept = "application/vnd.kubernetes.protobuf,application/json" }
 
+-- The kinds read from protobuf, as a 415 lists them.
+local KINDS = "ConfigMap, Deployment, LocalSubjectAccessReview, Namespace, Pod, Secret, "
+  .. "SelfSubjectAccessReview, SelfSubjectRulesReview, ServiceAccount, SubjectAccessReview"
 local ffi = require "ffi"
 local protobuf = require "kubelua.sim.protobuf"
 
@@ -185,14 +188,37 @@ describe("kubelua sim protobuf bodies", function()
     assert.is_nil(p.spec.containers[1].stdin)
   end)
 
+  it("reads the access reviews of kubectl auth can-i", function()
+    local attrs = f(1, "default") .. f(2, "get") .. f(3, "") .. f(4, "") .. f(5, "pods")
+      .. f(6, "") .. f(7, "")
+    local code, r = api(sim, "POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+      envelope("authorization.k8s.io/v1", "SelfSubjectAccessReview",
+        meta("") .. f(2, f(1, attrs)) .. f(3, f(1, 0) .. f(2, "") .. f(3, ""))), PB)
+    assert.equal(201, code)
+    assert.same({ { resourceAttributes = { namespace = "default", verb = "get",
+      resource = "pods" } }, { allowed = true } }, { r.spec, r.status })
+    code, r = api(sim, "POST", "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews",
+      envelope("authorization.k8s.io/v1", "SelfSubjectRulesReview",
+        meta("") .. f(2, f(1, "default")) .. f(3, f(3, 0))), PB)
+    assert.equal(201, code)
+    assert.same({ { namespace = "default" }, false }, { r.spec, r.status.incomplete })
+    -- a field newer than those read (fieldSelector, 1.31) is refused
+    code, r = api(sim, "POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+      envelope("authorization.k8s.io/v1", "SelfSubjectAccessReview",
+        meta("") .. f(2, f(1, attrs .. f(8, f(1, "spec.nodeName=n"))))), PB)
+    assert.equal(415, code)
+    assert.equal("the body of the request was in an unknown format - accepted media types "
+      .. "include: application/json, application/yaml (application/vnd.kubernetes.protobuf "
+      .. "for " .. KINDS .. " only, not field 8 of ResourceAttributes)", r.message)
+  end)
+
   it("refuses a field of a Pod it does not read rather than losing it", function()
     local code, st = api(sim, "POST", "/api/v1/namespaces/pb/pods", envelope("v1", "Pod",
       meta("vol", "pb") .. f(2, f(1, f(1, "v")) .. f(2, container("c")))), PB)
     assert.equal(415, code)
     assert.equal("the body of the request was in an unknown format - accepted media types "
       .. "include: application/json, application/yaml (application/vnd.kubernetes.protobuf "
-      .. "for ConfigMap, Deployment, Namespace, Pod, Secret, ServiceAccount only, not field 1 "
-      .. "of PodSpec)", st.message)
+      .. "for " .. KINDS .. " only, not field 1 of PodSpec)", st.message)
     assert.equal(404, (api(sim, "GET", "/api/v1/namespaces/pb/pods/vol")))
   end)
 
@@ -203,8 +229,7 @@ describe("kubelua sim protobuf bodies", function()
     assert.same({ kind = "Status", apiVersion = "v1", metadata = {}, status = "Failure",
       message = "the body of the request was in an unknown format - accepted media types "
         .. "include: application/json, application/yaml (application/vnd.kubernetes.protobuf "
-        .. "for ConfigMap, Deployment, Namespace, Pod, Secret, ServiceAccount only, not "
-        .. "apps/v1/StatefulSet)", reason = "UnsupportedMediaType", code = 415 }, st)
+        .. "for " .. KINDS .. " only, not apps/v1/StatefulSet)", reason = "UnsupportedMediaType", code = 415 }, st)
     code, st = api(sim, "POST", "/api/v1/namespaces/pb/configmaps", '{"metadata":{}}', PB)
     assert.equal(400, code)
     assert.equal("the body does not start with k8s\\0", st.message)

@@ -17,6 +17,7 @@ local yaml = require "kubelua.sim.yaml"
 local tables = require "kubelua.sim.table"
 local openapi = require "kubelua.sim.openapi"
 local protobuf = require "kubelua.sim.protobuf"
+local reviews = require "kubelua.sim.reviews"
 
 local type, pairs, ipairs, tostring, tonumber, setmetatable, pcall =
   type, pairs, ipairs, tostring, tonumber, setmetatable, pcall
@@ -289,8 +290,8 @@ local anonymous_paths = { ["/version"] = true, ["/healthz"] = true, ["/readyz"] 
   ["/livez"] = true }
 
 local function forbidden(user, r)
-  local what = r.res_name
-  if r.name then what = format('%s "%s"', r.res_name, r.name) end
+  local what = r.group == "" and r.res_name or r.res_name .. "." .. r.group
+  if r.name then what = format('%s "%s"', what, r.name) end
   local subject = r.sub and (r.res_name .. "/" .. r.sub) or r.res_name
   local scope = r.ns and format('in the namespace "%s"', r.ns) or "at the cluster scope"
   local d = { kind = r.res_name }
@@ -368,6 +369,13 @@ local function verb_of(method, r, params)
   return nil
 end
 
+local function has_verb(verbs, verb)
+  for _, v in ipairs(verbs) do
+    if v == verb then return true end
+  end
+  return false
+end
+
 function Sim:serve_resource(req, r, user)
   local method = req:method()
   local params = query_params(req)
@@ -382,10 +390,22 @@ function Sim:serve_resource(req, r, user)
   if not verb or (r.sub and verb ~= "get" and verb ~= "update" and verb ~= "patch") then
     return reply_status(req, method_not_allowed())
   end
+  local entry = res.disco and res.disco[1]
+  if not r.sub and entry and not has_verb(entry.verbs, verb) then
+    return reply_status(req, method_not_allowed())
+  end
   r.verb = verb
-  if user ~= "admin" then return reply_status(req, forbidden(user, r)) end
   local s = self.store
   local ctx = ctx_of(req, params, r)
+  if reviews.is_review(res)
+      and reviews.allows(user, { verb = verb, group = res.group, resource = res.name }) then
+    local obj, err = body_object(res, req)
+    if not obj then return reply_status(req, err) end
+    obj, err = reviews.review(res, r.ns, obj, user, store.manager_of(ctx), store.invalid)
+    if not obj then return reply_status(req, err) end
+    return reply_json(req, 201, obj)
+  end
+  if user ~= "admin" then return reply_status(req, forbidden(user, r)) end
   local ns = r.ns
   local form, api = tables.form(req:header("Accept"))
   r.form, r.form_api = form, api -- the watch reads them too

@@ -18,11 +18,12 @@ local SEP = "\1"
 
 local function is_object(v) return type(v) == "table" and not is_array(v) end
 
--- Map-valued fields of built-in kinds that get a "." entry of their own
--- (structs do not); every object of a custom resource does.
+-- Fields of built-in kinds that get a "." entry of their own: maps, and
+-- the structs held by pointer (plain structs do not); every object of a
+-- custom resource does.
 local map_fields = { data = true, binaryData = true, stringData = true, labels = true,
   annotations = true, matchLabels = true, nodeSelector = true, conversion = true,
-  rollingUpdate = true }
+  rollingUpdate = true, resourceAttributes = true, nonResourceAttributes = true }
 -- Lists of built-in kinds merged by a key (the others are atomic, as are
 -- all lists of custom resources).
 local keyed_lists = { containers = true, initContainers = true, ephemeralContainers = true,

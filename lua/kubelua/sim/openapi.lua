@@ -138,7 +138,9 @@ local function entry_paths(paths, res, e)
   if can.delete then
     item.delete = op(op_id("delete", gvk, e, sub), "delete", gvk, DELETE, ANY_BODY)
   end
-  paths[base .. "/{name}" .. (sub ~= "" and "/" .. sub or "")] = item
+  if can.get or can.update or can.patch or can.delete then -- not for create-only reviews
+    paths[base .. "/{name}" .. (sub ~= "" and "/" .. sub or "")] = item
+  end
 end
 
 -- The document of a group version as JSON text (g: the store's entry for

@@ -1,6 +1,7 @@
 -- kubelua.sim.protobuf: the request bodies kubectl's generators send
 -- (kubectl create namespace, configmap, secret, serviceaccount,
--- deployment), and clients set to protobuf send for Pods, as Kubernetes
+-- deployment; kubectl auth can-i's access reviews), and clients set to
+-- protobuf send for Pods, as Kubernetes
 -- protobuf (Content-Type
 -- application/vnd.kubernetes.protobuf): the "k8s\0" envelope (a
 -- runtime.Unknown holding the apiVersion, kind and the object's bytes),
@@ -102,6 +103,24 @@ local MESSAGES = {
     { "matchExpressions", "list", "LabelSelectorRequirement" } },
   LabelSelectorRequirement = { { "key", "string" }, { "operator", "string" },
     { "values", "list", "string" } },
+  -- kubectl auth can-i (and clients checking their permissions); a review's
+  -- status is the server's to fill in
+  SelfSubjectAccessReview = { { "metadata", "ObjectMeta" },
+    { "spec", "SelfSubjectAccessReviewSpec" }, { "status", "SubjectAccessReviewStatus" } },
+  SelfSubjectAccessReviewSpec = { { "resourceAttributes", "ResourceAttributes" },
+    { "nonResourceAttributes", "NonResourceAttributes" } },
+  ResourceAttributes = { partial = true, { "namespace", "string" }, { "verb", "string" },
+    { "group", "string" }, { "version", "string" }, { "resource", "string" },
+    { "subresource", "string" }, { "name", "string" } },
+  NonResourceAttributes = { { "path", "string" }, { "verb", "string" } },
+  SelfSubjectRulesReview = { { "metadata", "ObjectMeta" },
+    { "spec", "SelfSubjectRulesReviewSpec" }, { "status", "SubjectRulesReviewStatus" } },
+  SelfSubjectRulesReviewSpec = { { "namespace", "string" } },
+  SubjectAccessReview = { { "metadata", "ObjectMeta" }, { "spec", "SubjectAccessReviewSpec" },
+    { "status", "SubjectAccessReviewStatus" } },
+  SubjectAccessReviewSpec = { partial = true, [1] = { "resourceAttributes", "ResourceAttributes" },
+    [2] = { "nonResourceAttributes", "NonResourceAttributes" }, [3] = { "user", "string" },
+    [4] = { "groups", "list", "string" }, [6] = { "uid", "string" } },
   -- the envelope: runtime.Unknown, and runtime's TypeMeta (apiVersion
   -- first, unlike meta/v1's)
   Unknown = { { "typeMeta", "TypeMeta" }, { "raw", "raw" } },
@@ -113,14 +132,19 @@ local MESSAGES = {
   -- a status is not read (a create or update of the object sets none; the
   -- status subresource takes JSON only); a security context only empty,
   -- as a spec read back carries it: a field in it is refused
-  PodStatus = {}, DeploymentStatus = {},
+  PodStatus = {}, DeploymentStatus = {}, SubjectAccessReviewStatus = {},
+  SubjectRulesReviewStatus = {},
   PodSecurityContext = { partial = true }, SecurityContext = { partial = true },
 }
 
 -- The kinds read, by apiVersion/kind.
 local KINDS = { ["v1/ConfigMap"] = "ConfigMap", ["v1/Secret"] = "Secret",
   ["v1/Namespace"] = "Namespace", ["v1/ServiceAccount"] = "ServiceAccount", ["v1/Pod"] = "Pod",
-  ["apps/v1/Deployment"] = "Deployment" }
+  ["apps/v1/Deployment"] = "Deployment",
+  ["authorization.k8s.io/v1/SelfSubjectAccessReview"] = "SelfSubjectAccessReview",
+  ["authorization.k8s.io/v1/SelfSubjectRulesReview"] = "SelfSubjectRulesReview",
+  ["authorization.k8s.io/v1/SubjectAccessReview"] = "SubjectAccessReview",
+  ["authorization.k8s.io/v1/LocalSubjectAccessReview"] = "SubjectAccessReview" }
 
 local function fail(why) error({ protobuf = why }, 0) end
 
@@ -275,7 +299,7 @@ end
 -- The kinds decode reads, for messages: "ConfigMap, Namespace, ...".
 function _M.kinds()
   local names = {}
-  for _, n in pairs(KINDS) do names[#names + 1] = n end
+  for gvk in pairs(KINDS) do names[#names + 1] = gvk:match("[^/]+$") end
   table.sort(names)
   return table.concat(names, ", ")
 end

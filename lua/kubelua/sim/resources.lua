@@ -17,11 +17,13 @@ local discovery = {
   ["apps/v1"] = [==[[{"name":"daemonsets","singularName":"","namespaced":true,"kind":"DaemonSet","verbs":["create","delete","deletecollection","get","list","patch","update","watch"],"shortNames":["ds"],"categories":["all"],"storageVersionHash":"dd7pWHUlMKQ="},{"name":"daemonsets/status","singularName":"","namespaced":true,"kind":"DaemonSet","verbs":["get","patch","update"]},{"name":"deployments","singularName":"","namespaced":true,"kind":"Deployment","verbs":["create","delete","deletecollection","get","list","patch","update","watch"],"shortNames":["deploy"],"categories":["all"],"storageVersionHash":"8aSe+NMegvE="},{"name":"deployments/scale","singularName":"","namespaced":true,"group":"autoscaling","version":"v1","kind":"Scale","verbs":["get","patch","update"]},{"name":"deployments/status","singularName":"","namespaced":true,"kind":"Deployment","verbs":["get","patch","update"]},{"name":"replicasets","singularName":"","namespaced":true,"kind":"ReplicaSet","verbs":["create","delete","deletecollection","get","list","patch","update","watch"],"shortNames":["rs"],"categories":["all"],"storageVersionHash":"P1RzHs8/mWQ="},{"name":"replicasets/scale","singularName":"","namespaced":true,"group":"autoscaling","version":"v1","kind":"Scale","verbs":["get","patch","update"]},{"name":"replicasets/status","singularName":"","namespaced":true,"kind":"ReplicaSet","verbs":["get","patch","update"]},{"name":"statefulsets","singularName":"","namespaced":true,"kind":"StatefulSet","verbs":["create","delete","deletecollection","get","list","patch","update","watch"],"shortNames":["sts"],"categories":["all"],"storageVersionHash":"H+vl74LkKdo="},{"name":"statefulsets/scale","singularName":"","namespaced":true,"group":"autoscaling","version":"v1","kind":"Scale","verbs":["get","patch","update"]},{"name":"statefulsets/status","singularName":"","namespaced":true,"kind":"StatefulSet","verbs":["get","patch","update"]}]]==],
   ["coordination.k8s.io/v1"] = [==[[{"name":"leases","singularName":"","namespaced":true,"kind":"Lease","verbs":["create","delete","deletecollection","get","list","patch","update","watch"],"storageVersionHash":"gqkMMb/YqFM="}]]==],
   ["events.k8s.io/v1"] = [==[[{"name":"events","singularName":"","namespaced":true,"kind":"Event","verbs":["create","delete","deletecollection","get","list","patch","update","watch"],"shortNames":["ev"],"storageVersionHash":"r2yiGXH7wu8="}]]==],
+  ["authorization.k8s.io/v1"] = [==[[{"name":"localsubjectaccessreviews","singularName":"","namespaced":true,"kind":"LocalSubjectAccessReview","verbs":["create"]},{"name":"selfsubjectaccessreviews","singularName":"","namespaced":false,"kind":"SelfSubjectAccessReview","verbs":["create"]},{"name":"selfsubjectrulesreviews","singularName":"","namespaced":false,"kind":"SelfSubjectRulesReview","verbs":["create"]},{"name":"subjectaccessreviews","singularName":"","namespaced":false,"kind":"SubjectAccessReview","verbs":["create"]}]]==],
   ["apiextensions.k8s.io/v1"] = [==[[{"name":"customresourcedefinitions","singularName":"","namespaced":false,"kind":"CustomResourceDefinition","verbs":["create","delete","deletecollection","get","list","patch","update","watch"],"shortNames":["crd","crds"],"categories":["api-extensions"],"storageVersionHash":"jfWCUB31mvA="},{"name":"customresourcedefinitions/status","singularName":"","namespaced":false,"kind":"CustomResourceDefinition","verbs":["get","patch","update"]}]]==],
 }
 
 -- The order of /apis (the real server's order, for the groups served here).
-_M.group_order = { "apps", "events.k8s.io", "apiextensions.k8s.io", "coordination.k8s.io" }
+_M.group_order = { "apps", "events.k8s.io", "authorization.k8s.io", "apiextensions.k8s.io",
+  "coordination.k8s.io" }
 _M.core_order = { "v1" }
 
 local common_fields = { ["metadata.name"] = true, ["metadata.namespace"] = true }
@@ -58,8 +60,8 @@ local extra = {
 --   generation, builtin = true, fields, disco = { entries } }
 function _M.builtins()
   local out = {}
-  for _, gv in ipairs { "v1", "apps/v1", "events.k8s.io/v1", "apiextensions.k8s.io/v1",
-      "coordination.k8s.io/v1" } do
+  for _, gv in ipairs { "v1", "apps/v1", "events.k8s.io/v1", "authorization.k8s.io/v1",
+      "apiextensions.k8s.io/v1", "coordination.k8s.io/v1" } do
     local entries = assert(json.decode(discovery[gv]))
     local group, version = gv:match("^(.-)/(.*)$")
     if not group then group, version = "", gv end

@@ -105,7 +105,7 @@ local function invalid(res, name, causes)
   else
     msg = msg .. "[" .. concat(parts, ", ") .. "]"
   end
-  local d = { kind = res.kind, causes = list }
+  local d = { kind = res.kind ~= "" and res.kind or nil, causes = list }
   if name and name ~= "" then d.name = name end
   if res.group ~= "" then d.group = res.group end
   return status(422, "Invalid", msg, d)
@@ -826,6 +826,7 @@ end
 local function manager_of(ctx)
   return ctx.field_manager or (ctx.user_agent and ctx.user_agent:match("^[^/]*")) or "unknown"
 end
+_M.manager_of = manager_of
 
 local function spec_of(obj)
   local t = {}
