@@ -188,6 +188,39 @@ describe("kubelua sim API", function()
       .. "may not be specified when strategy `type` is 'Recreate'", d.message)
   end)
 
+  it("stores resource quantities in their canonical form, and refuses malformed ones", function()
+    local pods = "/api/v1/namespaces/default/pods"
+    local function pod(name, resources)
+      return { apiVersion = "v1", kind = "Pod", metadata = { name = name },
+        spec = { containers = { { name = "c", image = "busybox", resources = resources } } } }
+    end
+    local code, p = api(sim, "POST", pods, pod("q", {
+      requests = { cpu = "0.5", memory = "1024Mi", ["ephemeral-storage"] = "1000000" },
+      limits = { cpu = 2, memory = "1.5Gi" } }))
+    assert.equal(201, code)
+    assert.same({ requests = { cpu = "500m", memory = "1Gi", ["ephemeral-storage"] = "1M" },
+      limits = { cpu = "2", memory = "1536Mi" } }, p.spec.containers[1].resources)
+    -- every write: a patch too
+    code, p = api(sim, "PATCH", pods .. "/q", { spec = { containers = { { name = "c",
+      resources = { limits = { memory = "2048Mi" } } } } } },
+      "application/strategic-merge-patch+json")
+    assert.equal(200, code)
+    assert.equal("2Gi", p.spec.containers[1].resources.limits.memory)
+    -- and a workload's pod template
+    code, p = api(sim, "POST", "/apis/apps/v1/namespaces/default/deployments", {
+      apiVersion = "apps/v1", kind = "Deployment", metadata = { name = "q" },
+      spec = { selector = { matchLabels = { app = "q" } }, template = {
+        metadata = { labels = { app = "q" } }, spec = pod("", { requests = { cpu = "1000m" } })
+          .spec } } })
+    assert.equal(201, code)
+    assert.same({ requests = { cpu = "1" } }, p.spec.template.spec.containers[1].resources)
+    code, p = api(sim, "POST", pods, pod("bad", { limits = { cpu = "one" } }))
+    assert.equal(400, code)
+    assert.equal('Pod in version "v1" cannot be handled as a Pod: quantities must match the '
+      .. "regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'", p.message)
+    assert.equal(404, (api(sim, "GET", pods .. "/bad")))
+  end)
+
   it("checks delete preconditions", function()
     local _, cm = api(sim, "GET", CMS .. "/s2")
     local code, st = api(sim, "DELETE", CMS .. "/s2", { preconditions = { uid = "nope" } })

@@ -23,6 +23,7 @@ local managed = require "kubelua.sim.managed"
 local resources = require "kubelua.sim.resources"
 local yaml = require "kubelua.sim.yaml"
 local events = require "kubelua.sim.events"
+local quantity = require "kubelua.sim.quantity"
 local httpd = require "kubelua.httpd"
 
 local type, pairs, ipairs, tostring, tonumber, setmetatable, next =
@@ -848,9 +849,34 @@ local function set_managed(res, old, new, ctx, operation, owned)
   new.metadata.managedFields = #mf > 0 and mf or nil
 end
 
+-- Calls fn(map, name, value) for each resource quantity of a pod spec's
+-- containers (resources.limits and requests).
+local function each_quantity(spec, fn)
+  if not is_object(spec) then return end
+  for _, list in ipairs { spec.containers, spec.initContainers, spec.ephemeralContainers } do
+    for _, c in ipairs(is_array(list) and list or {}) do
+      local r = is_object(c) and is_object(c.resources) and c.resources
+      for _, kind in ipairs { "limits", "requests" } do
+        local m = r and r[kind]
+        if is_object(m) then
+          for name, v in pairs(m) do fn(m, name, v) end
+        end
+      end
+    end
+  end
+end
+
+-- The pod spec of a Pod, or of a workload's pod template.
+local function pod_spec_of(res, obj)
+  if not res.builtin or not is_object(obj.spec) then return nil end
+  if res.gv == "v1" and res.name == "pods" then return obj.spec end
+  if res.group == "apps" and is_object(obj.spec.template) then return obj.spec.template.spec end
+  return nil
+end
+
 -- The defaults a real server fills into a pod spec (and into the pod
 -- templates of workloads), so that what a controller reads back is what a
--- cluster would give it.
+-- cluster would give it; quantities in their canonical form.
 local function default_containers(list)
   for _, c in ipairs(is_array(list) and list or {}) do
     if is_object(c) then
@@ -872,6 +898,7 @@ end
 
 local function default_pod_spec(spec)
   if not is_object(spec) then return end
+  each_quantity(spec, function(m, name, v) m[name] = quantity.canonical(v) or v end)
   default_containers(spec.containers)
   default_containers(spec.initContainers)
   if spec.restartPolicy == nil then spec.restartPolicy = "Always" end
@@ -948,6 +975,24 @@ local function check_microtimes(res, obj)
   return nil
 end
 
+-- What the decoder refuses in a Pod's or pod template's quantities.
+local function check_quantities(res, obj)
+  local err
+  each_quantity(pod_spec_of(res, obj), function(_, _, v)
+    local ok, why = quantity.canonical(v)
+    if not ok and not err then
+      err = bad_request(format('%s in version "%s" cannot be handled as a %s: %s', res.kind,
+        res.version, res.kind, why))
+    end
+  end)
+  return err
+end
+
+-- What a real server's decoder refuses in a body (a 400), or nil.
+local function check_decoding(res, obj)
+  return check_kind(res, obj) or check_microtimes(res, obj) or check_quantities(res, obj)
+end
+
 local function is_secret(res)
   return res.builtin and res.gv == "v1" and res.name == "secrets"
 end
@@ -1021,7 +1066,7 @@ end
 -- field_manager, dry_run, internal.
 function Store:create(res, ns, obj, ctx, operation, owned)
   ctx = ctx or {}
-  local err = check_kind(res, obj) or check_microtimes(res, obj)
+  local err = check_decoding(res, obj)
   if err then return nil, err end
   obj = copy(obj)
   err = field_validation(res, obj, ctx)
@@ -1157,7 +1202,7 @@ end
 -- update(res, ns, name, obj, ctx) -> entry | nil, status
 function Store:update(res, ns, name, obj, ctx)
   ctx = ctx or {}
-  local err = check_kind(res, obj) or check_microtimes(res, obj)
+  local err = check_decoding(res, obj)
   if err then return nil, err end
   obj = copy(obj)
   err = field_validation(res, obj, ctx)
@@ -1258,7 +1303,7 @@ function Store:patch(res, ns, name, content_type, body, ctx)
   if md.resourceVersion ~= nil and md.resourceVersion ~= e.obj.metadata.resourceVersion then
     return nil, stale(res, name)
   end
-  local cerr = check_kind(res, obj) or check_microtimes(res, obj)
+  local cerr = check_decoding(res, obj)
     or field_validation(res, obj, ctx)
   if cerr then return nil, cerr end
   cerr = validate(res, obj)
@@ -1462,7 +1507,7 @@ function Store:apply(res, ns, name, body, ctx)
     end
   end
   obj.kind, obj.apiVersion = res.kind, res.api_version
-  local err = validate(res, obj)
+  local err = check_decoding(res, obj) or validate(res, obj)
   if err then return nil, err end
   -- commit with ownership of exactly the applied fields
   local saved = ctx.field_manager
