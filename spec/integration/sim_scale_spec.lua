@@ -158,4 +158,47 @@ describe("kubelua sim scale subresource", function()
     code = api(sim, "POST", DEPLOYS .. "/web/scale", {})
     assert.equal(405, code)
   end)
+
+  it("serves a custom resource's scale at the paths its CRD declares", function()
+    local crd = H.fixture("09").request.body
+    local CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+    local code, c = api(sim, "POST", CRDS, crd)
+    assert.equal(201, code)
+    local WIDGETS = "/apis/example.com/v1/namespaces/default/widgets"
+    code = api(sim, "POST", WIDGETS, { apiVersion = "example.com/v1", kind = "Widget",
+      metadata = { name = "w" }, spec = { size = 3 } })
+    assert.equal(201, code)
+    -- no scale until the CRD declares one
+    assert.equal(404, (api(sim, "GET", WIDGETS .. "/w/scale")))
+    c.spec.versions[1].subresources.scale = { specReplicasPath = ".spec.size",
+      statusReplicasPath = ".status.count", labelSelectorPath = ".status.selector" }
+    local status = c.spec.versions[1].schema.openAPIV3Schema.properties.status
+    status.properties.count, status.properties.selector = { type = "integer" },
+      { type = "string" }
+    code = api(sim, "PUT", CRDS .. "/widgets.example.com", c)
+    assert.equal(200, code)
+    local _, disco = api(sim, "GET", "/apis/example.com/v1")
+    assert.same({ name = "widgets/scale", singularName = "", namespaced = true,
+      group = "autoscaling", version = "v1", kind = "Scale",
+      verbs = { "get", "patch", "update" } }, disco.resources[2])
+    assert.equal("widgets/status", disco.resources[3].name)
+    local sc
+    code, sc = api(sim, "GET", WIDGETS .. "/w/scale")
+    assert.equal(200, code)
+    assert.same({ { replicas = 3 }, { replicas = 0 } }, { sc.spec, sc.status })
+    code = api(sim, "PATCH", WIDGETS .. "/w/status", { status = { count = 2, selector = "app=w" } },
+      MERGE)
+    assert.equal(200, code)
+    code, sc = api(sim, "PATCH", WIDGETS .. "/w/scale", { spec = { replicas = 5 } }, MERGE)
+    assert.equal(200, code)
+    assert.same({ { replicas = 5 }, { replicas = 2, selector = "app=w" } }, { sc.spec, sc.status })
+    local w
+    code, w = api(sim, "GET", WIDGETS .. "/w")
+    assert.same({ 200, 5, 2 }, { code, w.spec.size, w.metadata.generation })
+    local by_scale
+    for _, m in ipairs(w.metadata.managedFields) do
+      if m.subresource == "scale" then by_scale = m end
+    end
+    assert.same({ ["f:spec"] = { ["f:size"] = {} } }, by_scale.fieldsV1)
+  end)
 end)

@@ -1312,10 +1312,12 @@ function Store:patch(res, ns, name, content_type, body, ctx)
 end
 
 -- The scale subresource (autoscaling/v1 Scale) of the kinds that have one
--- (Deployments, ReplicaSets, StatefulSets): what kubectl scale and the
+-- (Deployments, ReplicaSets, StatefulSets, and custom resources whose CRD
+-- version declares subresources.scale): what kubectl scale and the
 -- HorizontalPodAutoscaler read and write. Its metadata is the object's
 -- identity, spec.replicas the object's, status its replicas and its label
--- selector as a selector string.
+-- selector as a selector string (a custom resource's: at the CRD's
+-- specReplicasPath, statusReplicasPath and labelSelectorPath).
 local SCALE = { group = "autoscaling", kind = "Scale" } -- for invalid()
 
 -- metav1.LabelSelector as its selector string (labels.Selector.String):
@@ -1346,15 +1348,55 @@ local function selector_string(sel)
   return #out > 0 and concat(out, ",") or nil
 end
 
-local function to_scale(obj)
+-- A custom resource's scale paths (".spec.replicas") as lists of names.
+local function path_names(path)
+  local names = {}
+  for name in tostring(path):gmatch("[^.]+") do names[#names + 1] = name end
+  return names
+end
+
+local function path_get(obj, names)
+  local v = obj
+  for _, name in ipairs(names) do
+    if not is_object(v) then return nil end
+    v = v[name]
+  end
+  return v
+end
+
+-- Sets the value at names, making the objects on the way as needed.
+local function path_set(obj, names, value)
+  local v = obj
+  for i = 1, #names - 1 do
+    if not is_object(v[names[i]]) then v[names[i]] = {} end
+    v = v[names[i]]
+  end
+  v[names[#names]] = value
+end
+
+-- The integer at a path, 0 when absent (as unstructured.NestedInt64).
+local function int_at(obj, names)
+  local v = path_get(obj, names)
+  return type(v) == "number" and v or 0
+end
+
+local function to_scale(res, obj)
   local md = obj.metadata
   local spec = is_object(obj.spec) and obj.spec or {}
   local st = is_object(obj.status) and obj.status or {}
+  local replicas, status_replicas, selector = spec.replicas, st.replicas or 0,
+    selector_string(spec.selector)
+  local paths = res.scale_paths
+  if paths then
+    replicas, status_replicas = int_at(obj, paths.spec), int_at(obj, paths.status)
+    selector = paths.selector and path_get(obj, paths.selector)
+    if type(selector) ~= "string" then selector = nil end
+  end
   return { kind = "Scale", apiVersion = "autoscaling/v1",
     metadata = { name = md.name, namespace = md.namespace, uid = md.uid,
       resourceVersion = md.resourceVersion, creationTimestamp = md.creationTimestamp },
-    spec = { replicas = spec.replicas ~= 0 and spec.replicas or nil },
-    status = { replicas = st.replicas or 0, selector = selector_string(spec.selector) } }
+    spec = { replicas = replicas ~= 0 and replicas or nil },
+    status = { replicas = status_replicas, selector = selector } }
 end
 
 -- What Go's JSON decoder calls a value that does not fit a field.
@@ -1394,7 +1436,7 @@ end
 function Store:scale(res, ns, name, verb, content_type, body, ctx)
   local e, err = self:get(res, ns, name)
   if not e then return nil, err end
-  local cur = to_scale(e.obj)
+  local cur = to_scale(res, e.obj)
   if verb == "get" then return cur end
   local sc
   if verb == "update" then
@@ -1435,12 +1477,11 @@ function Store:scale(res, ns, name, verb, content_type, body, ctx)
     return nil, stale(res, name)
   end
   local obj = copy(e.obj)
-  obj.spec = is_object(obj.spec) and obj.spec or {}
-  obj.spec.replicas = replicas
+  path_set(obj, res.scale_paths and res.scale_paths.spec or { "spec", "replicas" }, replicas)
   local ne
   ne, err = self:commit(res, e, obj, ctx)
   if not ne then return nil, err end
-  return to_scale(ne.obj)
+  return to_scale(res, ne.obj)
 end
 
 -- Server-side apply, simplified: the applied configuration is merged into
@@ -1834,7 +1875,8 @@ function Store:crd_changed(obj, etype)
   end
   if etype == "DELETED" then return end
   for _, v in ipairs(spec.versions or {}) do
-    if v.served ~= false and not self:resource(group .. "/" .. v.name, plural) then
+    local had = self:resource(group .. "/" .. v.name, plural)
+    if v.served ~= false then
       local namespaced = spec.scope ~= "Cluster"
       local subs = is_object(v.subresources) and v.subresources or {}
       local names = spec.names
@@ -1856,11 +1898,31 @@ function Store:crd_changed(obj, etype)
         disco = { disco },
         schema = is_object(v.schema) and is_object(v.schema.openAPIV3Schema)
           and v.schema.openAPIV3Schema or nil }
-      if r.status then
-        r.disco[2] = { name = plural .. "/status", singularName = "", namespaced = namespaced,
-          kind = names.kind, verbs = json.array { "get", "patch", "update" } }
+      local scale = is_object(subs.scale) and subs.scale
+      if scale then
+        r.scale = true
+        r.scale_paths = { spec = path_names(scale.specReplicasPath),
+          status = path_names(scale.statusReplicasPath),
+          selector = type(scale.labelSelectorPath) == "string"
+            and path_names(scale.labelSelectorPath) or nil }
+        r.disco[#r.disco + 1] = { name = plural .. "/scale", singularName = "",
+          namespaced = namespaced, group = "autoscaling", version = "v1", kind = "Scale",
+          verbs = json.array { "get", "patch", "update" } }
       end
-      self:add_resource(r)
+      if r.status then
+        r.disco[#r.disco + 1] = { name = plural .. "/status", singularName = "",
+          namespaced = namespaced, kind = names.kind, verbs = json.array { "get", "patch",
+            "update" } }
+      end
+      if had then
+        -- an update of the CRD: the same objects, served as it says now
+        for _, k in ipairs { "status", "scale", "scale_paths", "disco", "schema", "kind",
+            "list_kind" } do
+          had[k] = r[k]
+        end
+      else
+        self:add_resource(r)
+      end
     end
   end
 end
