@@ -221,6 +221,74 @@ describe("kubelua sim API", function()
     assert.equal(404, (api(sim, "GET", pods .. "/bad")))
   end)
 
+  it("validates ConfigMap and Secret keys, Secret types and immutable objects", function()
+    local secrets = "/api/v1/namespaces/default/secrets"
+    local code, st = api(sim, "POST", CMS, { metadata = { name = "keys" },
+      data = { ["a/b"] = "x", ok = "y" } })
+    assert.equal(422, code)
+    assert.same({ kind = "Status", apiVersion = "v1", metadata = {}, status = "Failure",
+      message = 'ConfigMap "keys" is invalid: data[a/b]: Invalid value: "a/b": a valid config '
+        .. "key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  or "
+        .. "'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')",
+      reason = "Invalid", details = { name = "keys", kind = "ConfigMap", causes = { {
+        reason = "FieldValueInvalid", field = "data[a/b]", message = 'Invalid value: "a/b": a '
+          .. "valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. "
+          .. "'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is "
+          .. "'[-._a-zA-Z0-9]+')" } } }, code = 422 }, st)
+    code, st = api(sim, "POST", CMS, { metadata = { name = "keys" }, data = { [".."] = "x" },
+      binaryData = { ["..a"] = "eA==" } })
+    assert.equal(422, code)
+    assert.equal('ConfigMap "keys" is invalid: [data[..]: Invalid value: "..": must not be \'..\', '
+      .. 'binaryData[..a]: Invalid value: "..a": must not start with \'..\']', st.message)
+    code, st = api(sim, "POST", CMS, { metadata = { name = "keys" }, data = { k = "x" },
+      binaryData = { k = "eA==" } })
+    assert.equal(422, code)
+    assert.equal('ConfigMap "keys" is invalid: data[k]: Invalid value: "k": duplicate of key '
+      .. "present in binaryData", st.message)
+    -- a Secret's keys are checked after stringData is merged in; its type
+    -- needs its keys
+    code, st = api(sim, "POST", secrets, { metadata = { name = "s" }, stringData = { ["x y"] = "1" } })
+    assert.equal(422, code)
+    assert.equal('Secret "s" is invalid: data[x y]: Invalid value: "x y": a valid config key must '
+      .. "consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  or 'KEY_NAME',  "
+      .. "or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')", st.message)
+    code, st = api(sim, "POST", secrets, { metadata = { name = "s" }, type = "kubernetes.io/tls",
+      data = { ["tls.crt"] = "eA==" } })
+    assert.equal(422, code)
+    assert.equal('Secret "s" is invalid: data[tls.key]: Required value', st.message)
+    assert.same({ reason = "FieldValueRequired", message = "Required value",
+      field = "data[tls.key]" }, st.details.causes[1])
+    -- data is base64, as Go's decoder reads it
+    code, st = api(sim, "POST", secrets, { metadata = { name = "s" }, data = { a = "eHk=eHk=" } })
+    assert.equal(400, code)
+    assert.equal('Secret in version "v1" cannot be handled as a Secret: illegal base64 data at '
+      .. "input byte 4", st.message)
+    code, st = api(sim, "POST", CMS, { metadata = { name = "b" }, binaryData = { a = "eA" } })
+    assert.equal(400, code)
+    assert.equal('ConfigMap in version "v1" cannot be handled as a ConfigMap: illegal base64 '
+      .. "data at input byte 0", st.message)
+    -- the type may not change; an immutable object's data may not either
+    code = api(sim, "POST", secrets, { metadata = { name = "s" }, immutable = true,
+      data = { a = "eA==" } })
+    assert.equal(201, code)
+    code, st = api(sim, "PATCH", secrets .. "/s", { type = "kubernetes.io/basic-auth" },
+      "application/merge-patch+json")
+    assert.equal(422, code)
+    assert.equal('Secret "s" is invalid: [type: Invalid value: "kubernetes.io/basic-auth": field '
+      .. "is immutable, data[username]: Required value, data[password]: Required value]",
+      st.message)
+    code, st = api(sim, "PATCH", secrets .. "/s", { data = { a = "eQ==" }, immutable = false },
+      "application/merge-patch+json")
+    assert.equal(422, code)
+    assert.equal('Secret "s" is invalid: [immutable: Forbidden: field is immutable when '
+      .. "`immutable` is set, data: Forbidden: field is immutable when `immutable` is set]",
+      st.message)
+    -- metadata still changes
+    code = api(sim, "PATCH", secrets .. "/s", { metadata = { labels = { x = "y" } } },
+      "application/merge-patch+json")
+    assert.equal(200, code)
+  end)
+
   it("checks delete preconditions", function()
     local _, cm = api(sim, "GET", CMS .. "/s2")
     local code, st = api(sim, "DELETE", CMS .. "/s2", { preconditions = { uid = "nope" } })

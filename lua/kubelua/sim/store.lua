@@ -988,9 +988,29 @@ local function check_quantities(res, obj)
   return err
 end
 
+-- The base64 of a Secret's data and a ConfigMap's binaryData, as Go's
+-- decoder reads []byte.
+local function check_base64(res, obj)
+  local m = res.builtin and res.gv == "v1" and (res.name == "secrets" and obj.data
+    or res.name == "configmaps" and obj.binaryData)
+  if not is_object(m) then return nil end
+  local keys = {}
+  for k in pairs(m) do keys[#keys + 1] = k end
+  sort(keys)
+  for _, k in ipairs(keys) do
+    local at = type(m[k]) == "string" and util.b64_error(m[k])
+    if at then
+      return bad_request(format('%s in version "%s" cannot be handled as a %s: illegal base64 '
+        .. "data at input byte %d", res.kind, res.version, res.kind, at))
+    end
+  end
+  return nil
+end
+
 -- What a real server's decoder refuses in a body (a 400), or nil.
 local function check_decoding(res, obj)
   return check_kind(res, obj) or check_microtimes(res, obj) or check_quantities(res, obj)
+    or check_base64(res, obj)
 end
 
 local function is_secret(res)
@@ -1023,20 +1043,101 @@ local function spec_defaults(res, obj)
   end
 end
 
+local function is_configmap(res)
+  return res.builtin and res.gv == "v1" and res.name == "configmaps"
+end
+
+local function cause(causes, field, reason, message)
+  causes[#causes + 1] = { field = field, reason = reason, message = message }
+end
+
+-- The keys of a ConfigMap's or Secret's map at obj[field] (sorted: the
+-- real server reports them in map order, which is random).
+local function check_keys(causes, obj, field)
+  local m = obj[field]
+  if not is_object(m) then return end
+  local keys = {}
+  for k in pairs(m) do keys[#keys + 1] = k end
+  sort(keys)
+  for _, k in ipairs(keys) do
+    for _, msg in ipairs(util.config_key_errors(k)) do
+      cause(causes, field .. "[" .. k .. "]", "FieldValueInvalid",
+        "Invalid value: " .. util.go_quote(k) .. ": " .. msg)
+    end
+    if field == "data" and is_object(obj.binaryData) and obj.binaryData[k] ~= nil then
+      cause(causes, "data[" .. k .. "]", "FieldValueInvalid", "Invalid value: "
+        .. util.go_quote(k) .. ": duplicate of key present in binaryData")
+    end
+  end
+end
+
+-- The keys each Secret type needs (ValidateSecret).
+local function check_secret_type(causes, obj)
+  local data = is_object(obj.data) and obj.data or {}
+  local function need(key) cause(causes, "data[" .. key .. "]", "FieldValueRequired",
+      "Required value") end
+  local t = obj.type
+  if t == "kubernetes.io/service-account-token" then
+    local ann = obj.metadata.annotations
+    if not is_object(ann) or ann["kubernetes.io/service-account.name"] == nil then
+      cause(causes, "metadata.annotations[kubernetes.io/service-account.name]",
+        "FieldValueRequired", "Required value")
+    end
+  elseif t == "kubernetes.io/dockercfg" and data[".dockercfg"] == nil then
+    need(".dockercfg")
+  elseif t == "kubernetes.io/dockerconfigjson" and data[".dockerconfigjson"] == nil then
+    need(".dockerconfigjson")
+  elseif t == "kubernetes.io/basic-auth" and data.username == nil and data.password == nil then
+    need("username")
+    need("password")
+  elseif t == "kubernetes.io/ssh-auth" and (data["ssh-privatekey"] == nil
+      or data["ssh-privatekey"] == "") then
+    need("ssh-privatekey")
+  elseif t == "kubernetes.io/tls" then
+    if data["tls.crt"] == nil then need("tls.crt") end
+    if data["tls.key"] == nil then need("tls.key") end
+  end
+end
+
 -- The checks a real server makes after defaulting (its validation sees the
--- defaulted object); nil or an Invalid status.
-local function validate_defaulted(res, obj)
+-- defaulted object), and on an update what may not change (old: the stored
+-- object); nil or an Invalid status.
+local function validate_defaulted(res, obj, old)
+  local causes = {}
+  if old and (is_configmap(res) or is_secret(res)) then
+    -- ValidateSecretUpdate, ValidateConfigMapUpdate
+    if is_secret(res) and obj.type ~= old.type then
+      cause(causes, "type", "FieldValueInvalid", "Invalid value: "
+        .. util.go_quote(tostring(obj.type)) .. ": field is immutable")
+    end
+    if old.immutable == true then
+      local forbid = "Forbidden: field is immutable when `immutable` is set"
+      if obj.immutable ~= true then cause(causes, "immutable", "FieldValueForbidden", forbid) end
+      for _, f in ipairs(is_secret(res) and { "data" } or { "data", "binaryData" }) do
+        local a, b = old[f], obj[f]
+        if a == null then a = nil end
+        if b == null then b = nil end
+        if not equal(a or {}, b or {}) then cause(causes, f, "FieldValueForbidden", forbid) end
+      end
+    end
+  end
   if res.builtin and res.group == "apps" and res.name == "deployments" then
     local st = is_object(obj.spec) and obj.spec.strategy
     if is_object(st) and st.type == "Recreate" and st.rollingUpdate ~= nil
         and st.rollingUpdate ~= null then
-      return invalid(res, obj.metadata.name, { { field = "spec.strategy.rollingUpdate",
-        reason = "FieldValueForbidden",
-        message = "Forbidden: may not be specified when strategy `type` is 'Recreate'" } })
+      cause(causes, "spec.strategy.rollingUpdate", "FieldValueForbidden",
+        "Forbidden: may not be specified when strategy `type` is 'Recreate'")
     end
+  elseif is_configmap(res) then
+    check_keys(causes, obj, "data")
+    check_keys(causes, obj, "binaryData")
+  elseif is_secret(res) then
+    check_keys(causes, obj, "data")
+    check_secret_type(causes, obj)
   end
-  return nil
+  return #causes > 0 and invalid(res, obj.metadata.name, causes) or nil
 end
+
 
 -- Defaults a real server adds to some kinds on create.
 local function defaults(res, obj)
@@ -1172,7 +1273,7 @@ function Store:commit(res, e, obj, ctx)
   end
   if not ctx.internal then
     spec_defaults(res, obj)
-    local err = validate_defaulted(res, obj)
+    local err = validate_defaulted(res, obj, old)
     if err then return nil, err end
   end
   if (res.generation or not res.builtin) and not equal(spec_of(obj), spec_of(old)) then

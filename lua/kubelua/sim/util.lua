@@ -55,6 +55,41 @@ function _M.b64decode(s)
   return concat(out)
 end
 
+-- Where Go's base64.StdEncoding stops reading s ("illegal base64 data at
+-- input byte N", N from 0), or nil when s decodes: line breaks are skipped,
+-- padding is required, bits after the last byte are ignored.
+function _M.b64_error(s)
+  local n, si = #s, 0 -- si: the offset of the next byte
+  local function skip_breaks()
+    while si < n and (byte(s, si + 1) == 10 or byte(s, si + 1) == 13) do si = si + 1 end
+  end
+  while true do
+    local j = 0 -- characters of the current quantum
+    while j < 4 do
+      if si == n then
+        if j == 0 then return nil end
+        return si - j
+      end
+      local c = byte(s, si + 1)
+      si = si + 1
+      if b64_index[c] then
+        j = j + 1
+      elseif c ~= 10 and c ~= 13 then
+        if c ~= 61 or j < 2 then return si - 1 end -- not base64, or "=" too soon
+        if j == 2 then -- a second "=" must follow
+          skip_breaks()
+          if si == n then return n end
+          if byte(s, si + 1) ~= 61 then return si - 1 end
+          si = si + 1
+        end
+        skip_breaks()
+        if si < n then return si end -- something after the padding
+        return nil
+      end
+    end
+  end
+end
+
 -- ids and time ------------------------------------------------------------
 
 do
@@ -133,6 +168,37 @@ local dns1123_msg = "a lowercase RFC 1123 subdomain must consist of lower case a
   .. "characters, '-' or '.', and must start and end with an alphanumeric character (e.g. "
   .. "'example.com', regex used for validation is "
   .. "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+
+-- The messages of a key that is not a valid ConfigMap or Secret key
+-- (validation.IsConfigMapKey), in order; an empty list when it is one.
+function _M.config_key_errors(key)
+  local errs = {}
+  if #key > 253 then errs[#errs + 1] = "must be no more than 253 characters" end
+  if not key:match("^[-._a-zA-Z0-9]+$") then
+    errs[#errs + 1] = "a valid config key must consist of alphanumeric characters, '-', '_' or "
+      .. "'.' (e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is "
+      .. "'[-._a-zA-Z0-9]+')"
+  end
+  if key == "." then
+    errs[#errs + 1] = "must not be '.'"
+  elseif key == ".." then
+    errs[#errs + 1] = "must not be '..'"
+  elseif key:sub(1, 2) == ".." then
+    errs[#errs + 1] = "must not start with '..'"
+  end
+  return errs
+end
+
+local go_escapes = { [7] = "\\a", [8] = "\\b", [9] = "\\t", [10] = "\\n", [11] = "\\v",
+  [12] = "\\f", [13] = "\\r", [34] = '\\"', [92] = "\\\\" }
+
+-- s as Go's %q writes it (strconv.Quote), for the values in messages.
+function _M.go_quote(s)
+  return '"' .. s:gsub('[%z\1-\31"\\\127]', function(c)
+    local b = c:byte()
+    return go_escapes[b] or string.format("\\x%02x", b)
+  end) .. '"'
+end
 
 -- Returns nil when name is a DNS-1123 subdomain, else the reason.
 function _M.check_subdomain(name)

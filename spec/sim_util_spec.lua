@@ -1,0 +1,33 @@
+-- kubelua.sim.util's checks that follow Go's: base64 as encoding/base64's
+-- StdEncoding reads it, ConfigMap keys as validation.IsConfigMapKey, and
+-- values quoted as strconv.Quote.
+local util = require "kubelua.sim.util"
+
+describe("kubelua.sim.util", function()
+  it("finds where Go's base64 decoder stops, or nothing when it reads through", function()
+    local cases = { { "eA==", nil }, { "eHl6", nil }, { "", nil }, { "eHl6\n", nil },
+      { "\r\neHl6", nil }, { "eA\n=\n=", nil }, { "eHk=", nil },
+      { "eA", 0 }, { "e", 0 }, { "=", 0 }, { "eA=", 3 }, { "eA=x", 2 }, { "eA==x", 4 },
+      { "eHk=eHk=", 4 }, { "not base64!", 3 }, { "eHl6eHl6eHl6eHl6eHl6!", 20 },
+      { "eHl6-", 4 } }
+    for _, c in ipairs(cases) do assert.equal(c[2], util.b64_error(c[1]), c[1]) end
+  end)
+
+  it("checks ConfigMap keys as the real server does", function()
+    local re = "a valid config key must consist of alphanumeric characters, '-', '_' or '.' "
+      .. "(e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is "
+      .. "'[-._a-zA-Z0-9]+')"
+    assert.same({}, util.config_key_errors("a-b_c.D9"))
+    assert.same({ re }, util.config_key_errors("a/b"))
+    assert.same({ re }, util.config_key_errors(""))
+    assert.same({ "must not be '.'" }, util.config_key_errors("."))
+    assert.same({ "must not be '..'" }, util.config_key_errors(".."))
+    assert.same({ "must not start with '..'" }, util.config_key_errors("..x"))
+    assert.same({ "must be no more than 253 characters", re, "must not start with '..'" },
+      util.config_key_errors(".." .. string.rep("x", 252) .. "/"))
+  end)
+
+  it("quotes as Go's %q", function()
+    assert.equal('"a\\"b\\\\c\\n\\t\\x00\\x1f\\x7fé"', util.go_quote('a"b\\c\n\t\0\31\127é'))
+  end)
+end)
