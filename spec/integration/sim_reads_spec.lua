@@ -351,6 +351,27 @@ describe("kubelua sim metadata-only reads", function()
       apiVersion = "meta.k8s.io/v1", metadata = b.metadata } }, lines[3])
   end)
 
+  it("answers writes in the metadata form asked for, as a metadata client patches", function()
+    local code, got, raw = api(sim, "PATCH", NS .. "/a", '{"metadata":{"labels":{"y":"2"}}}',
+      { ["Content-Type"] = "application/merge-patch+json",
+        Accept = accept("PartialObjectMetadata").Accept })
+    assert.equal(200, code, raw)
+    local _, a = api(sim, "GET", NS .. "/a")
+    assert.same({ kind = "PartialObjectMetadata", apiVersion = "meta.k8s.io/v1",
+      metadata = a.metadata }, got)
+    assert.same({ x = "1", y = "2" }, a.metadata.labels)
+    code, got = api(sim, "POST", NS, { metadata = { name = "t" } }, { Accept = TABLE })
+    assert.same({ 201, "Table", "t" }, { code, got.kind, got.rows[1].cells[1] })
+    -- a form that does not fit: the write stands, the answer is a 406
+    code, got = api(sim, "PUT", NS .. "/t", { metadata = { name = "t" }, data = { k = "v" } },
+      accept("PartialObjectMetadataList"))
+    assert.equal(406, code)
+    assert.equal("you requested PartialObjectMetadataList, but the requested object is not a "
+      .. "list (*core.ConfigMap)", got.message)
+    assert.same({ k = "v" }, select(2, api(sim, "GET", NS .. "/t")).data)
+    assert.equal(200, (api(sim, "DELETE", NS .. "/t")))
+  end)
+
   it("refuses a form that does not fit the answer with the real server's 406", function()
     local code, st = api(sim, "GET", NS, nil, accept("PartialObjectMetadata"))
     assert.equal(406, code)

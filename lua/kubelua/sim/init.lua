@@ -422,18 +422,22 @@ function Sim:serve_resource(req, r, user)
     if not sc then return reply_status(req, err) end
     return reply_json(req, 200, sc, nil, nil, ctx.warnings)
   end
-  if verb == "get" then
-    local e, err = s:get(res, ns, r.name)
-    if not e then return reply_status(req, err) end
+  -- an object in the form asked for (after a write too: the write stands
+  -- when the form does not fit, as the real server transforms its answer)
+  local function reply_entry(code, e, warnings)
     if form then
       local st = refused(false)
       if st then return reply_status(req, st) end
-      if form == "PartialObjectMetadata" then
-        return reply_json(req, 200, tables.partial(e.obj, api))
-      end
-      return reply_json(req, 200, tables.one(res, e.obj, params.includeObject, os.time(), api))
+      local body = form == "PartialObjectMetadata" and tables.partial(e.obj, api)
+        or tables.one(res, e.obj, params.includeObject, os.time(), api)
+      return reply_json(req, code, body, nil, nil, warnings)
     end
-    return reply_json(req, 200, e.json)
+    return reply_json(req, code, e.json, nil, nil, warnings)
+  end
+  if verb == "get" then
+    local e, err = s:get(res, ns, r.name)
+    if not e then return reply_status(req, err) end
+    return reply_entry(200, e)
   elseif verb == "list" then
     local lb, err, retry = s:list(res, ns, params)
     if not lb then
@@ -469,18 +473,18 @@ function Sim:serve_resource(req, r, user)
       local name = e.name
       kube.after(0.01, function() s:establish(name) end)
     end
-    return reply_json(req, 201, e.json, nil, nil, ctx.warnings)
+    return reply_entry(201, e, ctx.warnings)
   elseif verb == "update" then
     local obj, err = body_object(res, req, r.sub)
     if not obj then return reply_status(req, err) end
     local e
     e, err = s:update(res, ns, r.name, obj, ctx)
     if not e then return reply_status(req, err) end
-    return reply_json(req, 200, e.json, nil, nil, ctx.warnings)
+    return reply_entry(200, e, ctx.warnings)
   elseif verb == "patch" then
     local e, err, created = s:patch(res, ns, r.name, req:header("Content-Type"), req:body(), ctx)
     if not e then return reply_status(req, err) end
-    return reply_json(req, created and 201 or 200, e.json, nil, nil, ctx.warnings)
+    return reply_entry(created and 201 or 200, e, ctx.warnings)
   elseif verb == "delete" then
     local opts = {}
     local body = req:body()
