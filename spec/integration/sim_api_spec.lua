@@ -169,7 +169,13 @@ describe("kubelua sim API", function()
       message = "Forbidden: may not be specified when strategy `type` is 'Recreate'" } },
       d.details.causes)
     -- $retainKeys (what kubectl apply sends for a strategy change) keeps
-    -- only the named fields
+    -- only the named fields, and must name every field the patch sets
+    for _, bad in ipairs { { ["$retainKeys"] = "type", type = "Recreate" },
+        { ["$retainKeys"] = { "type" }, type = "Recreate", rollingUpdate = { maxSurge = 1 } } } do
+      code, d = api(sim, "PATCH", path .. "/strat", { spec = { strategy = bad } },
+        "application/strategic-merge-patch+json")
+      assert.same({ 400, "invalid patch format of retainKeys" }, { code, d.message })
+    end
     code, d = api(sim, "PATCH", path .. "/strat",
       { spec = { strategy = { ["$retainKeys"] = { "type" }, type = "Recreate" } } },
       "application/strategic-merge-patch+json")

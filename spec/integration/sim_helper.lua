@@ -306,6 +306,21 @@ function _M.wait_watches(sim, n)
   error("the watches did not start")
 end
 
+-- Waits until the CRD name is Established (the simulator's CRD controller
+-- sets it just after the create) and returns it as it is then.
+function _M.established(sim, name)
+  for _ = 1, 500 do
+    local _, _, _, crd = _M.request(sim, "GET",
+      "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/" .. name)
+    local conds = type(crd) == "table" and type(crd.status) == "table" and crd.status.conditions
+    for _, c in ipairs(type(conds) == "table" and conds or {}) do
+      if c.type == "Established" and c.status == "True" then return crd end
+    end
+    sleep(0.005)
+  end
+  error("the CRD " .. name .. " was not established")
+end
+
 -- Waits until the watch output has n lines (or the timeout passes) and
 -- returns the decoded lines.
 function _M.watch_lines(w, n, timeout)

@@ -71,6 +71,10 @@ describe("kubelua sim access reviews", function()
   it("lists a user's rules in a SelfSubjectRulesReview", function()
     local code, r = review(sim, BOB, "selfsubjectrulesreviews", { namespace = "default" })
     assert.equal(201, code)
+    -- a new object: the rules alone
+    assert.same({ apiVersion = "authorization.k8s.io/v1", kind = "SelfSubjectRulesReview",
+      metadata = { creationTimestamp = json.null }, spec = {} },
+      { apiVersion = r.apiVersion, kind = r.kind, metadata = r.metadata, spec = r.spec })
     assert.same({ resourceRules = { { verbs = { "create" }, apiGroups = { "authorization.k8s.io" },
       resources = { "selfsubjectaccessreviews", "selfsubjectrulesreviews" } } },
       nonResourceRules = {
@@ -84,6 +88,8 @@ describe("kubelua sim access reviews", function()
     assert.same({ verbs = { "*" }, apiGroups = { "*" }, resources = { "*" } },
       r.status.resourceRules[1])
     assert.same({ verbs = { "*" }, nonResourceURLs = { "*" } }, r.status.nonResourceRules[1])
+    code, r = review(sim, BOB, "selfsubjectrulesreviews", {})
+    assert.same({ 400, "no namespace on request" }, { code, r.message })
   end)
 
   it("refuses the anonymous user", function()
@@ -123,6 +129,11 @@ describe("kubelua sim access reviews", function()
     code, r = review(sim, ADMIN, "subjectaccessreviews", { resourceAttributes = attrs,
       user = "admin" })
     assert.same({ 201, { allowed = false } }, { code, r.status })
+    code, r = review(sim, ADMIN, "subjectaccessreviews", { nonResourceAttributes = {
+      path = "/healthz", verb = "get" }, groups = { "system:unauthenticated" } })
+    assert.same({ 201, { allowed = true, reason = 'RBAC: allowed by ClusterRoleBinding '
+      .. '"system:public-info-viewer" of ClusterRole "system:public-info-viewer" to Group '
+      .. '"system:unauthenticated"' } }, { code, r.status })
     code, r = review(sim, ADMIN, "subjectaccessreviews", {})
     assert.equal(422, code)
     assert.equal('.authorization.k8s.io "" is invalid: [spec.resourceAttributes: Invalid value: '
@@ -147,6 +158,12 @@ describe("kubelua sim access reviews", function()
     assert.equal(422, code)
     assert.equal('.authorization.k8s.io "" is invalid: spec.resourceAttributes.namespace: '
       .. 'Invalid value: "other": must match metadata.namespace', r.message)
+    local _, _, _, st = H.request(sim, "POST", path, { headers = ADMIN, body = {
+      apiVersion = "authorization.k8s.io/v1", kind = "LocalSubjectAccessReview",
+      metadata = { namespace = "other" }, spec = { resourceAttributes = { namespace = "default",
+        verb = "get", resource = "pods" }, user = "carol" } } })
+    assert.same({ 400, "the namespace of the provided object does not match the namespace sent "
+      .. "on the request" }, { st.code, st.message })
   end)
 
   it("describes the reviews in OpenAPI v3 as create-only", function()
@@ -170,11 +187,46 @@ describe("kubelua sim access reviews", function()
       doc.paths[base .. "selfsubjectaccessreviews"].post["x-kubernetes-group-version-kind"])
   end)
 
-  it("answers 405 to a verb a resource does not have", function()
+  it("answers 405 to a verb a resource does not have, 404 where it has no route", function()
     local code, r = H.api(sim, "DELETE", "/api/v1/namespaces", nil, ADMIN)
     assert.equal(405, code)
     assert.equal("the server does not allow this method on the requested resource", r.message)
-    code = H.api(sim, "PUT", AUTHZ .. "selfsubjectaccessreviews/x", "{}", ADMIN)
-    assert.equal(405, code)
+    -- reviews have no item routes, and a local review no cluster-wide one
+    code, r = H.api(sim, "PUT", AUTHZ .. "selfsubjectaccessreviews/x", "{}", ADMIN)
+    assert.same({ 404, "the server could not find the requested resource" }, { code, r.message })
+    code = review(sim, ADMIN, "localsubjectaccessreviews", { resourceAttributes = {
+      verb = "get", resource = "pods" }, user = "carol" })
+    assert.equal(404, code)
+    -- authorization comes first: a user who may not list them is refused
+    code, r = H.api(sim, "GET", AUTHZ .. "selfsubjectaccessreviews", nil, BOB)
+    assert.equal(403, code)
+    assert.equal('selfsubjectaccessreviews.authorization.k8s.io is forbidden: User "bob" cannot '
+      .. 'list resource "selfsubjectaccessreviews" in API group "authorization.k8s.io" at the '
+      .. "cluster scope", r.message)
+  end)
+
+  it("refuses a review whose values do not fit their types with the decoder's 400", function()
+    local code, r = ssar(sim, BOB, { resourceAttributes = "pods" })
+    assert.equal(400, code)
+    assert.equal('SelfSubjectAccessReview in version "v1" cannot be handled as a '
+      .. "SelfSubjectAccessReview: json: cannot unmarshal string into Go struct field "
+      .. "SelfSubjectAccessReviewSpec.spec.resourceAttributes of type v1.ResourceAttributes",
+      r.message)
+    code, r = ssar(sim, BOB, { resourceAttributes = { verb = { "get" } } })
+    assert.equal(400, code)
+    assert.equal('SelfSubjectAccessReview in version "v1" cannot be handled as a '
+      .. "SelfSubjectAccessReview: json: cannot unmarshal array into Go struct field "
+      .. "ResourceAttributes.spec.resourceAttributes.verb of type string", r.message)
+    code, r = review(sim, ADMIN, "subjectaccessreviews", { resourceAttributes = {},
+      groups = "g" })
+    assert.equal(400, code)
+    assert.equal('SubjectAccessReview in version "v1" cannot be handled as a '
+      .. "SubjectAccessReview: json: cannot unmarshal string into Go struct field "
+      .. "SubjectAccessReviewSpec.spec.groups of type []string", r.message)
+    code, r = ssar(sim, BOB, 5)
+    assert.equal(400, code)
+    assert.equal('SelfSubjectAccessReview in version "v1" cannot be handled as a '
+      .. "SelfSubjectAccessReview: json: cannot unmarshal number 5 into Go struct field "
+      .. "SelfSubjectAccessReview.spec of type v1.SelfSubjectAccessReviewSpec", r.message)
   end)
 end)

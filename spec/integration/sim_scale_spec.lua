@@ -162,8 +162,9 @@ describe("kubelua sim scale subresource", function()
   it("serves a custom resource's scale at the paths its CRD declares", function()
     local crd = H.fixture("09").request.body
     local CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
-    local code, c = api(sim, "POST", CRDS, crd)
+    local code = api(sim, "POST", CRDS, crd)
     assert.equal(201, code)
+    local c = H.established(sim, "widgets.example.com")
     local WIDGETS = "/apis/example.com/v1/namespaces/default/widgets"
     code = api(sim, "POST", WIDGETS, { apiVersion = "example.com/v1", kind = "Widget",
       metadata = { name = "w" }, spec = { size = 3 } })
@@ -175,6 +176,20 @@ describe("kubelua sim scale subresource", function()
     local status = c.spec.versions[1].schema.openAPIV3Schema.properties.status
     status.properties.count, status.properties.selector = { type = "integer" },
       { type = "string" }
+    -- the paths are checked first
+    local bad = H.mask(c)
+    bad.metadata.resourceVersion = c.metadata.resourceVersion
+    bad.spec.versions[1].subresources.scale = { specReplicasPath = "spec.size",
+      labelSelectorPath = ".metadata.labels" }
+    local st
+    code, st = api(sim, "PUT", CRDS .. "/widgets.example.com", bad)
+    assert.equal(422, code)
+    assert.equal('CustomResourceDefinition.apiextensions.k8s.io "widgets.example.com" is invalid: '
+      .. '[spec.versions[0].subresources.scale.specReplicasPath: Invalid value: "spec.size": must '
+      .. "be a simple json path starting with ., spec.versions[0].subresources.scale."
+      .. "statusReplicasPath: Required value, spec.versions[0].subresources.scale."
+      .. 'labelSelectorPath: Invalid value: ".metadata.labels": should be a json path under .spec '
+      .. "or .status]", st.message)
     code = api(sim, "PUT", CRDS .. "/widgets.example.com", c)
     assert.equal(200, code)
     local _, disco = api(sim, "GET", "/apis/example.com/v1")
@@ -200,5 +215,22 @@ describe("kubelua sim scale subresource", function()
       if m.subresource == "scale" then by_scale = m end
     end
     assert.same({ ["f:spec"] = { ["f:size"] = {} } }, by_scale.fieldsV1)
+  end)
+
+  it("keeps a built-in resource when a CRD names the same one", function()
+    local CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+    local code = api(sim, "POST", CRDS, { apiVersion = "apiextensions.k8s.io/v1",
+      kind = "CustomResourceDefinition", metadata = { name = "leases.coordination.k8s.io" },
+      spec = { group = "coordination.k8s.io", scope = "Namespaced", names = { plural = "leases",
+        singular = "lease", kind = "Foo" }, versions = { { name = "v1", served = true,
+          storage = true, schema = { openAPIV3Schema = { type = "object" } } } } } })
+    assert.equal(201, code)
+    H.established(sim, "leases.coordination.k8s.io")
+    assert.equal(200, (api(sim, "DELETE", CRDS .. "/leases.coordination.k8s.io")))
+    local _, disco = api(sim, "GET", "/apis/coordination.k8s.io/v1")
+    assert.same({ "leases", "Lease" }, { disco.resources[1].name, disco.resources[1].kind })
+    code = api(sim, "POST", "/apis/coordination.k8s.io/v1/namespaces/default/leases", {
+      apiVersion = "coordination.k8s.io/v1", kind = "Lease", metadata = { name = "l" } })
+    assert.equal(201, code)
   end)
 end)

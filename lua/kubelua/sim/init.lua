@@ -390,22 +390,34 @@ function Sim:serve_resource(req, r, user)
   if not verb or (r.sub and verb ~= "get" and verb ~= "update" and verb ~= "patch") then
     return reply_status(req, method_not_allowed())
   end
-  local entry = res.disco and res.disco[1]
-  if not r.sub and entry and not has_verb(entry.verbs, verb) then
-    return reply_status(req, method_not_allowed())
-  end
   r.verb = verb
+  local review = reviews.is_review(res)
+  if not (user == "admin" or review
+      and reviews.allows(user, { verb = verb, group = res.group, resource = res.name })) then
+    return reply_status(req, forbidden(user, r))
+  end
+  -- what the resource's routes lack: no item routes (a create-only
+  -- review), no route outside a namespace (a local review), no such verb
+  local entry = res.disco and res.disco[1]
+  if not r.sub and entry then
+    local item = has_verb(entry.verbs, "get") or has_verb(entry.verbs, "update")
+      or has_verb(entry.verbs, "patch") or has_verb(entry.verbs, "delete")
+    if (r.name and not item) or (res.namespaced and not r.ns and not has_verb(entry.verbs,
+        "list")) then
+      return reply_status(req, not_found_resource())
+    end
+    if not has_verb(entry.verbs, verb) then return reply_status(req, method_not_allowed()) end
+  end
   local s = self.store
   local ctx = ctx_of(req, params, r)
-  if reviews.is_review(res)
-      and reviews.allows(user, { verb = verb, group = res.group, resource = res.name }) then
+  if review then
     local obj, err = body_object(res, req)
     if not obj then return reply_status(req, err) end
-    obj, err = reviews.review(res, r.ns, obj, user, store.manager_of(ctx), store.invalid)
+    obj, err = reviews.review(res, r.ns, obj, user, store.manager_of(ctx), store.invalid,
+      store.bad_request)
     if not obj then return reply_status(req, err) end
     return reply_json(req, 201, obj)
   end
-  if user ~= "admin" then return reply_status(req, forbidden(user, r)) end
   local ns = r.ns
   local form, api = tables.form(req:header("Accept"))
   r.form, r.form_api = form, api -- the watch reads them too

@@ -223,11 +223,17 @@ smp = function(target, patch)
   end
   local out = is_object(target) and copy(target) or {}
   local retain = patch["$retainKeys"]
-  if is_array(retain) then
+  if retain ~= nil and retain ~= null then
     -- the fields to keep (a union's members, e.g. a Deployment's strategy):
-    -- the others go, then the patch merges in
+    -- the others go, then the patch merges in; the patch may name no other
+    if not is_array(retain) then error({ patch = "invalid patch format of retainKeys" }, 0) end
     local keep = {}
     for _, k in ipairs(retain) do keep[k] = true end
+    for k, v in pairs(patch) do
+      if v ~= null and not keep[k] and sub(k, 1, 1) ~= "$" then
+        error({ patch = "invalid patch format of retainKeys" }, 0)
+      end
+    end
     for k in pairs(out) do
       if not keep[k] then out[k] = nil end
     end
@@ -252,6 +258,13 @@ smp = function(target, patch)
   end
   return out
 end
-_M.strategic = smp
+-- strategic(target, patch) -> the patched value, or nil and why the patch
+-- is malformed (for a 400).
+function _M.strategic(target, patch)
+  local ok, out = pcall(smp, target, patch)
+  if ok then return out end
+  if type(out) == "table" and out.patch then return nil, out.patch end
+  error(out, 0)
+end
 
 return _M

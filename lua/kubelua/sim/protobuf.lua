@@ -109,7 +109,7 @@ local MESSAGES = {
     { "spec", "SelfSubjectAccessReviewSpec" }, { "status", "SubjectAccessReviewStatus" } },
   SelfSubjectAccessReviewSpec = { { "resourceAttributes", "ResourceAttributes" },
     { "nonResourceAttributes", "NonResourceAttributes" } },
-  ResourceAttributes = { partial = true, { "namespace", "string" }, { "verb", "string" },
+  ResourceAttributes = { { "namespace", "string" }, { "verb", "string" },
     { "group", "string" }, { "version", "string" }, { "resource", "string" },
     { "subresource", "string" }, { "name", "string" } },
   NonResourceAttributes = { { "path", "string" }, { "verb", "string" } },

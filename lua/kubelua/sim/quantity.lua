@@ -4,7 +4,10 @@
 -- cluster would show it ("0.5" comes back "500m", "1024Mi" comes back
 -- "1Gi").
 --
--- As apimachinery's resource.Quantity: the suffix picks the format (none
+-- As apimachinery's resource.Quantity: a text its parser finds canonical
+-- already (scale a multiple of 3, no trailing "000" nor leading 0 in its
+-- digits; binary: whole and not a multiple of 8) is kept as written, sign
+-- and all ("+1", "5.", "1E3", "1.500"). Otherwise the suffix picks the format (none
 -- and k, M, G, T, P, E, m, u, n: decimal SI; Ki … Ei: binary SI; e or E
 -- and an exponent: decimal exponent); a value finer than 1n is rounded up
 -- (away from zero); a binary SI value beyond int64 is capped to its largest;
@@ -16,6 +19,7 @@
 local json = require "kubelua.json"
 
 local type, pairs, tonumber = type, pairs, tonumber
+local floor = math.floor
 local format, rep, sub, byte, char = string.format, string.rep, string.sub, string.byte,
   string.char
 local concat = table.concat
@@ -82,39 +86,67 @@ local function beyond(digits, exp)
   return less(MAX, whole) or (whole == MAX and sub(digits, #digits + exp + 1):find("[1-9]") ~= nil)
 end
 
+-- A JSON number as a client writes it: a whole one plainly, another in
+-- its shortest form that reads back the same.
+local function json_text(v)
+  if v == floor(v) and v > -2 ^ 53 and v < 2 ^ 53 then return format("%.0f", v) end
+  local s
+  for digits = 1, 17 do
+    s = format("%." .. digits .. "g", v)
+    if tonumber(s) == v then break end
+  end
+  return s
+end
+
+-- Whether ParseQuantity keeps the text as it came (its fast path takes
+-- a text as canonical and reuses it): int and frac the digits around the
+-- point (int without leading zeros), exp the decimal exponent, binary the
+-- power of 1024.
+local function cached(int, frac, exp, binary)
+  if binary then
+    -- whole, few enough digits, and not a multiple of 8 (then it is
+    -- written anew, in the largest unit that divides it)
+    local precision = 15 - #int - floor(binary * 10 * 3 / 10) - 1
+    return frac == "" and precision >= 0 and tonumber(int) % 8 ~= 0
+  end
+  local shifted = int .. frac
+  local scale = exp - #frac
+  return #shifted <= 18 and scale >= -9 and scale % 3 == 0 and sub(shifted, -3) ~= "000"
+    and sub(shifted, 1, 1) ~= "0"
+end
+
 -- The canonical text of a quantity given as a string or a JSON number (null
 -- is the zero quantity); nil and the message a real server's decoder gives
 -- when it is not one.
 function _M.canonical(v)
   local s = v
   if type(v) == "number" then
-    -- the shortest text that reads back as the number, as it was written
-    for digits = 1, 17 do
-      s = format("%." .. digits .. "g", v)
-      if tonumber(s) == v then break end
-    end
+    s = json_text(v)
   elseif v == nil or v == json.null then
     return "0"
   end
   if type(s) ~= "string" then return nil, _M.FORMAT_ERROR end
-  local sign, num, suffix = s:match("^([+-]?)([0-9.]+)(.*)$")
-  if not num or not suffix:match("^[eEinumkKMGTP]*[-+]?[0-9]*$") then
-    return nil, _M.FORMAT_ERROR
-  end
-  local int, frac = num:match("^(%d*)%.?(%d*)$")
-  if not int or (int == "" and frac == "") or #num > #int + #frac + 1 then
-    return nil, _M.FORMAT_ERROR
-  end
+  s = s:match("^%s*(.-)%s*$") -- as UnmarshalJSON trims it
+  if s == "" then return nil, _M.FORMAT_ERROR end
+  -- parseQuantityString: a sign, digits (leading zeros dropped; none is
+  -- zero), "." and digits, suffix letters, a sign and digits
+  local sign, rest = s:match("^([+-]?)(.*)$")
+  local int, frac, suffix = rest:match("^0*(%d*)%.?(%d*)(.*)$")
+  if int == "" then int = "0" end
+  local letters = suffix:match("^[eEinumkKMGTP]*")
+  if not suffix:sub(#letters + 1):match("^[-+]?%d*$") then return nil, _M.FORMAT_ERROR end
   local exp, fmt, binary = 0, "decimal", nil
   if DECIMAL[suffix] then
     exp = DECIMAL[suffix]
   elseif BINARY[suffix] then
     fmt, binary = "binary", BINARY[suffix]
   else
-    local e = suffix:match("^[eE]([-+]?%d+)$")
-    if not e then return nil, _M.SUFFIX_ERROR end
-    fmt, exp = "exponent", tonumber(e)
+    local e = #suffix > 1 and suffix:match("^[eE]([-+]?%d+)$")
+    e = e and tonumber(e)
+    if not e or e >= 2 ^ 31 or e < -2 ^ 31 then return nil, _M.SUFFIX_ERROR end
+    fmt, exp = "exponent", e
   end
+  if cached(int, frac, exp, binary) then return s end
   sign = sign == "-" and "-" or ""
   -- the value is sign digits * 10^exp (* 1024^binary)
   local digits = trim(int .. frac)

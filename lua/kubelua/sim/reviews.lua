@@ -51,6 +51,13 @@ local authenticated = {
   },
 }
 
+local unauthenticated = {
+  resource = {},
+  non_resource = { { rule = url_rule({ "get" }, { "/healthz", "/livez", "/readyz", "/version",
+    "/version/" }), reason = 'RBAC: allowed by ClusterRoleBinding "system:public-info-viewer" '
+      .. 'of ClusterRole "system:public-info-viewer" to Group "system:unauthenticated"' } },
+}
+
 -- The rule sets of a user's groups, in the authorizers' order.
 local function rule_sets(groups)
   local sets = {}
@@ -58,6 +65,7 @@ local function rule_sets(groups)
   for _, g in ipairs(groups) do has[g] = true end
   if has["system:masters"] then sets[#sets + 1] = masters end
   if has["system:authenticated"] then sets[#sets + 1] = authenticated end
+  if has["system:unauthenticated"] then sets[#sets + 1] = unauthenticated end
   return sets
 end
 
@@ -168,27 +176,93 @@ local function rules_status(groups)
   return { resourceRules = resource, nonResourceRules = non_resource, incomplete = false }
 end
 
+-- The Go types of a review's spec, for the decoder's errors: per spec
+-- struct, field -> Go type (a struct's name when it is one).
+local STRUCTS = {
+  SelfSubjectAccessReviewSpec = { resourceAttributes = "ResourceAttributes",
+    nonResourceAttributes = "NonResourceAttributes" },
+  SubjectAccessReviewSpec = { resourceAttributes = "ResourceAttributes",
+    nonResourceAttributes = "NonResourceAttributes", user = "string", groups = "[]string",
+    uid = "string" },
+  SelfSubjectRulesReviewSpec = { namespace = "string" },
+  ResourceAttributes = { namespace = "string", verb = "string", group = "string",
+    version = "string", resource = "string", subresource = "string", name = "string" },
+  NonResourceAttributes = { path = "string", verb = "string" },
+}
+local SPEC = { selfsubjectaccessreviews = "SelfSubjectAccessReviewSpec",
+  subjectaccessreviews = "SubjectAccessReviewSpec",
+  localsubjectaccessreviews = "SubjectAccessReviewSpec",
+  selfsubjectrulesreviews = "SelfSubjectRulesReviewSpec" }
+
+-- The first value of v (a struct's JSON object, at path) that does not fit
+-- its Go type: the decoder's message, or nil.
+local function type_error(struct, v, path)
+  local fields = STRUCTS[struct]
+  local names = {}
+  for k in pairs(v) do names[#names + 1] = k end
+  table.sort(names)
+  for _, k in ipairs(names) do
+    local typ, x = fields[k], v[k]
+    if typ and x ~= null then
+      local at = path .. "." .. k
+      local field = struct .. "." .. at -- Go names the innermost struct, then the path
+      if STRUCTS[typ] then
+        if not is_object(x) then return util.unmarshal_error(x, field, "v1." .. typ) end
+        local err = type_error(typ, x, at)
+        if err then return err end
+      elseif typ == "[]string" then
+        if not is_array(x) then return util.unmarshal_error(x, field, typ) end
+        for _, g in ipairs(x) do
+          if type(g) ~= "string" then return util.unmarshal_error(g, field, "string") end
+        end
+      elseif type(x) ~= "string" then
+        return util.unmarshal_error(x, field, typ)
+      end
+    end
+  end
+  return nil
+end
+
 -- Whether res is one of the reviews.
 function _M.is_review(res)
   return res.builtin and res.group == "authorization.k8s.io"
 end
 
--- review(res, ns, obj, user, manager, invalid) -> the answer, or nil, status
--- (invalid(res, name, causes) makes the 422). The real server names the
--- kind of the object it decoded, whose type fields are gone by then: its
--- 422 reads '.authorization.k8s.io "" is invalid: ...'.
-function _M.review(res, ns, obj, user, manager, invalid)
-  local spec = is_object(obj.spec) and obj.spec or {}
+-- review(res, ns, obj, user, manager, invalid, bad_request) -> the answer,
+-- or nil, status (invalid(res, name, causes) makes a 422, bad_request(msg)
+-- a 400). The real server names the kind of the object it decoded, whose
+-- type fields are gone by then: its 422 reads '.authorization.k8s.io ""
+-- is invalid: ...'.
+function _M.review(res, ns, obj, user, manager, invalid, bad_request)
+  local struct = SPEC[res.name]
+  local spec = obj.spec
+  local err
+  if spec ~= nil and spec ~= null and not is_object(spec) then
+    err = util.unmarshal_error(spec, res.kind .. ".spec", "v1." .. struct)
+  end
+  err = err or is_object(spec) and type_error(struct, spec, "spec")
+  if err then
+    return nil, bad_request(format('%s in version "v1" cannot be handled as a %s: %s', res.kind,
+      res.kind, err))
+  end
+  spec = is_object(spec) and spec or {}
   obj.spec = spec
   local md = is_object(obj.metadata) and obj.metadata or {}
   obj.metadata = md
+  if ns and md.namespace ~= nil and md.namespace ~= "" and md.namespace ~= ns then
+    return nil, bad_request("the namespace of the provided object does not match the namespace "
+      .. "sent on the request")
+  end
   md.creationTimestamp = null
   md.managedFields = nil
   obj.kind, obj.apiVersion = res.kind, res.api_version
   local name = res.name
   local groups = _M.groups(user)
   if name == "selfsubjectrulesreviews" then
-    obj.status = rules_status(groups)
+    -- answered with a new object: the rules alone
+    if str(spec.namespace) == "" then return nil, bad_request("no namespace on request") end
+    return { kind = res.kind, apiVersion = res.api_version,
+      metadata = { creationTimestamp = null }, spec = {}, status = rules_status(groups) }
   else
     local causes = check_spec(name, spec, ns)
     if #causes > 0 then

@@ -1099,6 +1099,34 @@ local function check_secret_type(causes, obj)
   end
 end
 
+-- A CRD version's scale subresource paths (ValidateCustomResourceDefinition-
+-- Subresources): simple JSON paths under .spec and .status.
+local function check_scale_paths(causes, i, scale)
+  local at = format("spec.versions[%d].subresources.scale.", i - 1)
+  local function path(name, under, what, required)
+    local p = scale[name]
+    if p == nil or p == null or p == "" then
+      if required then cause(causes, at .. name, "FieldValueRequired", "Required value") end
+      return
+    end
+    p = tostring(p)
+    local bad = sub(p, 1, 1) ~= "." and "must be a simple json path starting with ."
+    if not bad then
+      bad = "should be a json path under " .. what
+      for _, u in ipairs(under) do
+        if sub(p, 1, #u) == u then bad = nil end
+      end
+    end
+    if bad then
+      cause(causes, at .. name, "FieldValueInvalid", "Invalid value: " .. util.go_quote(p)
+        .. ": " .. bad)
+    end
+  end
+  path("specReplicasPath", { ".spec." }, ".spec", true)
+  path("statusReplicasPath", { ".status." }, ".status", true)
+  path("labelSelectorPath", { ".spec.", ".status." }, ".spec or .status", false)
+end
+
 -- The checks a real server makes after defaulting (its validation sees the
 -- defaulted object), and on an update what may not change (old: the stored
 -- object); nil or an Invalid status.
@@ -1134,6 +1162,11 @@ local function validate_defaulted(res, obj, old)
   elseif is_secret(res) then
     check_keys(causes, obj, "data")
     check_secret_type(causes, obj)
+  elseif res.builtin and res.name == "customresourcedefinitions" and is_object(obj.spec) then
+    for i, v in ipairs(is_array(obj.spec.versions) and obj.spec.versions or {}) do
+      local scale = is_object(v) and is_object(v.subresources) and v.subresources.scale
+      if is_object(scale) then check_scale_paths(causes, i, scale) end
+    end
   end
   return #causes > 0 and invalid(res, obj.metadata.name, causes) or nil
 end
@@ -1363,7 +1396,8 @@ local function patched(doc, ptype, body)
   local obj, why
   if ptype == "merge" or ptype == "strategic" then
     if not is_object(p) then return nil, bad_request("error decoding patch: not an object") end
-    obj = (ptype == "merge" and patchlib.merge or patchlib.strategic)(doc, p)
+    obj, why = (ptype == "merge" and patchlib.merge or patchlib.strategic)(doc, p)
+    if not obj and why then return nil, bad_request(why) end
   else
     if not is_array(p) then
       return nil, bad_request("error decoding patch: json: cannot unmarshal " .. value_type(p)
@@ -1500,20 +1534,12 @@ local function to_scale(res, obj)
     status = { replicas = status_replicas, selector = selector } }
 end
 
--- What Go's JSON decoder calls a value that does not fit a field.
-local function go_value(v)
-  if type(v) == "table" then return is_array(v) and "array" or "object" end
-  if type(v) == "boolean" then return "bool" end
-  if type(v) == "number" then return "number " .. format("%.17g", v) end
-  return type(v)
-end
-
 -- The 400 of a Scale whose metadata, spec or replicas has the wrong JSON
 -- type (or replicas no int32), as the real server's decoder words it.
 local function scale_type_error(sc)
   local function bad(v, field, typ)
-    return bad_request(format('Scale in version "v1" cannot be handled as a Scale: json: cannot '
-      .. "unmarshal %s into Go struct field %s of type %s", go_value(v), field, typ))
+    return bad_request('Scale in version "v1" cannot be handled as a Scale: '
+      .. util.unmarshal_error(v, field, typ))
   end
   local md, spec = sc.metadata, sc.spec
   if md ~= nil and md ~= null and not is_object(md) then
@@ -1977,7 +2003,8 @@ function Store:crd_changed(obj, etype)
   if etype == "DELETED" then return end
   for _, v in ipairs(spec.versions or {}) do
     local had = self:resource(group .. "/" .. v.name, plural)
-    if v.served ~= false then
+    -- a resource served by something else (a built-in, another CRD) stays
+    if v.served ~= false and (not had or had.crd == obj.metadata.name) then
       local namespaced = spec.scope ~= "Cluster"
       local subs = is_object(v.subresources) and v.subresources or {}
       local names = spec.names

@@ -189,6 +189,21 @@ function _M.config_key_errors(key)
   return errs
 end
 
+-- Go's JSON decoder's error for a value that does not fit a field
+-- (UnmarshalTypeError): field as "Struct.path.to.field", typ as Go names it.
+function _M.unmarshal_error(v, field, typ)
+  local what = type(v)
+  if what == "table" then
+    what = json.is_array(v) and "array" or "object"
+  elseif what == "boolean" then
+    what = "bool"
+  elseif what == "number" then
+    what = "number " .. string.format("%.17g", v)
+  end
+  return string.format("json: cannot unmarshal %s into Go struct field %s of type %s", what, field,
+    typ)
+end
+
 local go_escapes = { [7] = "\\a", [8] = "\\b", [9] = "\\t", [10] = "\\n", [11] = "\\v",
   [12] = "\\f", [13] = "\\r", [34] = '\\"', [92] = "\\\\" }
 
