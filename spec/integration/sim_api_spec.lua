@@ -323,6 +323,58 @@ describe("kubelua sim API", function()
     assert.equal("MethodNotAllowed", st.reason)
   end)
 
+  it("serves the same objects in every served version of a CRD", function()
+    local CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+    local function version(name, storage)
+      return { name = name, served = true, storage = storage,
+        schema = { openAPIV3Schema = { type = "object",
+          ["x-kubernetes-preserve-unknown-fields"] = true } } }
+    end
+    local code = api(sim, "POST", CRDS, { apiVersion = "apiextensions.k8s.io/v1",
+      kind = "CustomResourceDefinition", metadata = { name = "gadgets.example.com" },
+      spec = { group = "example.com", scope = "Namespaced", names = { plural = "gadgets",
+        singular = "gadget", kind = "Gadget" },
+        versions = { version("v1", true), version("v2", false) } } })
+    assert.equal(201, code)
+    local crd = H.established(sim, "gadgets.example.com")
+    local V1 = "/apis/example.com/v1/namespaces/default/gadgets"
+    local V2 = "/apis/example.com/v2/namespaces/default/gadgets"
+    local g1
+    code, g1 = api(sim, "POST", V1, { apiVersion = "example.com/v1", kind = "Gadget",
+      metadata = { name = "g" }, spec = { n = 1 } })
+    assert.equal(201, code)
+    local _, list2 = api(sim, "GET", V2)
+    local w = H.watch_start(sim, V2 .. "?watch=1&resourceVersion="
+      .. list2.metadata.resourceVersion)
+    H.wait_watches(sim, 1)
+    local code2, g2 = api(sim, "GET", V2 .. "/g")
+    assert.equal(200, code2)
+    assert.same({ "example.com/v2", g1.metadata.uid, g1.metadata.resourceVersion, 1 },
+      { g2.apiVersion, g2.metadata.uid, g2.metadata.resourceVersion, g2.spec.n })
+    -- a write through either version is seen through both, watches included
+    g2.spec.n = 2
+    code, g2 = api(sim, "PUT", V2 .. "/g", g2)
+    assert.equal(200, code)
+    local _, again = api(sim, "GET", V1 .. "/g")
+    assert.same({ "example.com/v1", 2, g2.metadata.resourceVersion },
+      { again.apiVersion, again.spec.n, again.metadata.resourceVersion })
+    assert.equal(200, (api(sim, "DELETE", V1 .. "/g")))
+    local lines = H.watch_lines(w, 2)
+    H.watch_stop(w)
+    local seen = {}
+    for i, l in ipairs(lines) do seen[i] = { l.type, l.object.apiVersion, l.object.spec.n } end
+    assert.same({ { "MODIFIED", "example.com/v2", 2 }, { "DELETED", "example.com/v2", 2 } }, seen)
+    assert.equal(404, (api(sim, "GET", V2 .. "/g")))
+    -- a version served later starts with the objects the others hold
+    assert.equal(201, (api(sim, "POST", V1, { apiVersion = "example.com/v1", kind = "Gadget",
+      metadata = { name = "h" } })))
+    crd.spec.versions[3] = version("v3", false)
+    assert.equal(200, (api(sim, "PUT", CRDS .. "/gadgets.example.com", crd)))
+    local _, h3 = api(sim, "GET", "/apis/example.com/v3/namespaces/default/gadgets/h")
+    assert.same({ "example.com/v3", "h" }, { h3.apiVersion, h3.metadata.name })
+    assert.equal(200, (api(sim, "DELETE", CRDS .. "/gadgets.example.com")))
+  end)
+
   it("stops serving a CRD's resources once it is deleted", function()
     assert.equal(200, (api(sim, "GET", "/apis/example.com/v1")))
     assert.equal(200, (api(sim, "DELETE",

@@ -140,8 +140,8 @@ function Store:reset()
   self.group_list = {}
   for _, r in ipairs(resources.builtins()) do self:add_resource(r) end
   local core, v1 = self:resource("v1", "events"), self:resource("events.k8s.io/v1", "events")
-  core.mirror, core.to_mirror, core.canon = v1, events.to_v1, events.canon_core
-  v1.mirror, v1.to_mirror, v1.canon = core, events.to_core, events.canon_v1
+  core.mirrors, core.canon = { { res = v1, convert = events.to_v1 } }, events.canon_core
+  v1.mirrors, v1.canon = { { res = core, convert = events.to_core } }, events.canon_v1
   for _, ns in ipairs(self.opts.namespaces or { "default", "kube-system", "kube-public",
       "kube-node-lease" }) do
     self:create(self:resource("v1", "namespaces"), nil,
@@ -533,14 +533,13 @@ local function store_one(self, res, obj, etype, prev)
 end
 
 -- Stores obj (its resourceVersion set) and emits the event. A resource
--- served through two APIs (Events) stores the other API's form too, with
--- the same resourceVersion.
+-- served through other APIs too (Events in two groups, a CRD's versions)
+-- stores each one's form as well, with the same resourceVersion.
 function Store:put(res, obj, etype, prev)
   if res.canon then obj = res.canon(obj) end
   local e = store_one(self, res, obj, etype, prev)
-  local m = res.mirror
-  if m then
-    store_one(self, m, res.to_mirror(obj), etype, m.objects[e.key])
+  for _, m in ipairs(res.mirrors or {}) do
+    store_one(self, m.res, m.convert(obj), etype, m.res.objects[e.key])
   end
   if is_crd_resource(res) then
     self:crd_changed(obj, etype)
@@ -563,7 +562,7 @@ end }
 -- when something asks for it (a selector, a patch, a list). Resources that
 -- keep a second form (Events) or define others (CRDs) need put's tables.
 function Store:put_json(res, body, etype, prev)
-  if res.canon or res.mirror or is_crd_resource(res) then
+  if res.canon or res.mirrors or is_crd_resource(res) then
     error("put_json: " .. res.name .. " must be stored from tables (put)", 2)
   end
   -- the previous version's namespace and name strings serve again
@@ -2052,6 +2051,44 @@ function Store:crd_changed(obj, etype)
         self:add_resource(r)
       end
     end
+  end
+  self:link_versions(obj.metadata.name)
+end
+
+-- The served versions of a CRD serve the same objects, each in its own
+-- apiVersion (conversion None): a write through one is stored in every
+-- one, and a version served anew starts with the objects the others hold.
+function Store:link_versions(crd)
+  local served = {}
+  for _, r in pairs(self.resources) do
+    if r.crd == crd then served[#served + 1] = r end
+  end
+  sort(served, function(a, b) return a.version < b.version end)
+  local source -- a version that holds the objects
+  for _, r in ipairs(served) do
+    if r.count > 0 then source = r end
+  end
+  for _, r in ipairs(served) do
+    local gv = r.gv
+    r.as_version = function(obj)
+      local o = copy(obj)
+      o.apiVersion = gv
+      return o
+    end
+    if source and r.count == 0 then
+      for _, key in ipairs(self:sorted_keys(source)) do
+        r.objects[key] = make_entry(r.as_version(source.objects[key].obj), r)
+        r.count = r.count + 1
+      end
+      r.sorted = nil
+    end
+  end
+  for _, r in ipairs(served) do
+    local mirrors = {}
+    for _, other in ipairs(served) do
+      if other ~= r then mirrors[#mirrors + 1] = { res = other, convert = other.as_version } end
+    end
+    r.mirrors = #mirrors > 0 and mirrors or nil
   end
 end
 
