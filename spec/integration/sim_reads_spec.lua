@@ -470,6 +470,19 @@ describe("kubelua sim watches in a form its objects do not fit", function()
 end)
 
 describe("kubelua.sim.table", function()
+  it("orders an Accept header's ranges as the apiserver does: by q, concrete types first",
+    function()
+      local f = tables.form
+      assert.equal("Table",
+        f("application/json;q=0.5,application/json;as=Table;v=v1;g=meta.k8s.io"))
+      assert.is_nil(f("application/json;as=Table;v=v1;g=meta.k8s.io;q=0,application/json"))
+      assert.is_nil(f("*/*;as=Table;g=meta.k8s.io;v=v1,application/json"))
+      assert.equal("PartialObjectMetadata", f("application/json;as=Table;v=v1;g=meta.k8s.io;"
+        .. "q=0.9,application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io;q=0.95"))
+      -- a Table asked for with a lower q than the plain object: the object
+      assert.is_nil(f("application/json;as=Table;v=v1;g=meta.k8s.io;q=0.5,application/json"))
+    end)
+
   it("reads the form an Accept header asks for from its first JSON range", function()
     local f = tables.form
     assert.same({ "Table", "PartialObjectMetadata", "PartialObjectMetadataList", "Table" }, {

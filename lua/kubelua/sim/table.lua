@@ -193,6 +193,30 @@ local custom = { cols = { NAME, col("Created At", AGE_DESC, "date") } }
 
 local FORMS = { Table = true, PartialObjectMetadata = true, PartialObjectMetadataList = true }
 
+-- The media ranges of an Accept header in the order the apiserver tries
+-- them (goautoneg): by q, highest first, then a concrete type before a
+-- wildcard; a range with q=0 is none. Each: { type, params }.
+local function ranges(accept)
+  local list = {}
+  for range in accept:gmatch("[^,]+") do
+    local mt = (range:match("^%s*([^;%s]+)") or ""):lower()
+    local p = {}
+    for k, v in range:gmatch(";%s*([^=;%s]+)%s*=%s*([^;%s]*)") do p[k] = v end
+    local q = tonumber(p.q) or 1
+    if q > 0 then
+      local t, st = mt:match("^([^/]*)/?(.*)$")
+      list[#list + 1] = { type = mt, params = p, q = q, i = #list,
+        rank = (t ~= "*" and 2 or 0) + (st ~= "*" and 1 or 0) }
+    end
+  end
+  table.sort(list, function(a, b)
+    if a.q ~= b.q then return a.q > b.q end
+    if a.rank ~= b.rank then return a.rank > b.rank end
+    return a.i < b.i
+  end)
+  return list
+end
+
 -- form(accept) -> "Table", "PartialObjectMetadata" or
 -- "PartialObjectMetadataList", and its apiVersion ("meta.k8s.io/v1" or
 -- "meta.k8s.io/v1beta1"); or nil (the object as it is): what the first
@@ -201,11 +225,9 @@ local FORMS = { Table = true, PartialObjectMetadata = true, PartialObjectMetadat
 -- application/json or */* first means the object itself).
 function _M.form(accept)
   if type(accept) ~= "string" then return nil end
-  for range in accept:gmatch("[^,]+") do
-    local mt = (range:match("^%s*([^;%s]+)") or ""):lower()
+  for _, r in ipairs(ranges(accept)) do
+    local mt, p = r.type, r.params
     if mt == "application/json" or mt == "*/*" or mt == "application/*" then
-      local p = {}
-      for k, v in range:gmatch(";%s*([^=;%s]+)%s*=%s*([^;%s]*)") do p[k] = v end
       if not p.as then return nil end
       if FORMS[p.as] and p.g == "meta.k8s.io" and (p.v == "v1" or p.v == "v1beta1") then
         return p.as, "meta.k8s.io/" .. p.v
