@@ -295,6 +295,70 @@ describe("kubelua sim API", function()
     assert.equal(200, code)
   end)
 
+  it("fills in a Service as a real server's defaults and registry do", function()
+    local svcs = "/api/v1/namespaces/default/services"
+    local function svc(name, spec)
+      local code, o, raw = api(sim, "POST", svcs, { apiVersion = "v1", kind = "Service",
+        metadata = { name = name }, spec = spec })
+      assert.equal(201, code, raw)
+      return o
+    end
+    local function in_range(ip)
+      local a = ip:match("^10%.(%d+)%.%d+%.%d+$")
+      return a ~= nil and tonumber(a) >= 96 and tonumber(a) <= 111
+    end
+    local s = svc("web", { selector = { app = "web" }, ports = { { port = 80 } } })
+    assert.is_true(in_range(s.spec.clusterIP))
+    assert.same({ selector = { app = "web" }, ports = { { port = 80, protocol = "TCP",
+      targetPort = 80 } }, clusterIP = s.spec.clusterIP, clusterIPs = { s.spec.clusterIP },
+      type = "ClusterIP", sessionAffinity = "None", ipFamilies = { "IPv4" },
+      ipFamilyPolicy = "SingleStack", internalTrafficPolicy = "Cluster" }, s.spec)
+    assert.same({ loadBalancer = {} }, s.status)
+    -- the creator owns the defaults, not what the registry allocated
+    assert.same({ ["f:internalTrafficPolicy"] = {}, ["f:ports"] = {}, ["f:selector"] = {},
+      ["f:sessionAffinity"] = {}, ["f:type"] = {} },
+      s.metadata.managedFields[1].fieldsV1["f:spec"])
+    local n = svc("np", { type = "NodePort", sessionAffinity = "ClientIP",
+      ports = { { port = 443, targetPort = "https" } } })
+    local port = n.spec.ports[1].nodePort
+    assert.is_true(port >= 30000 and port <= 32767)
+    assert.same({ "Cluster", "https", { clientIP = { timeoutSeconds = 10800 } } },
+      { n.spec.externalTrafficPolicy, n.spec.ports[1].targetPort, n.spec.sessionAffinityConfig })
+    assert.not_equal(s.spec.clusterIP, n.spec.clusterIP)
+    -- an update that leaves out what was allocated keeps it
+    local code, u = api(sim, "PUT", svcs .. "/np", { apiVersion = "v1", kind = "Service",
+      metadata = { name = "np", resourceVersion = n.metadata.resourceVersion },
+      spec = { type = "NodePort", sessionAffinity = "ClientIP", ports = { { port = 443,
+        targetPort = "https" } } } })
+    assert.equal(200, code)
+    assert.same({ n.spec.clusterIP, port }, { u.spec.clusterIP, u.spec.ports[1].nodePort })
+    local lb = svc("lb", { type = "LoadBalancer", ports = { { port = 53, protocol = "UDP" } } })
+    assert.same({ true, "Cluster", "number" }, { lb.spec.allocateLoadBalancerNodePorts,
+      lb.spec.externalTrafficPolicy, type(lb.spec.ports[1].nodePort) })
+    local ext = svc("ext", { type = "ExternalName", externalName = "example.com" })
+    assert.same({ type = "ExternalName", externalName = "example.com", sessionAffinity = "None" },
+      ext.spec)
+    -- headless: as many IP families as the cluster has unless it selects pods
+    local hl = svc("hl", { clusterIP = "None" })
+    assert.same({ "None", { "None" }, "RequireDualStack" },
+      { hl.spec.clusterIP, hl.spec.clusterIPs, hl.spec.ipFamilyPolicy })
+    assert.equal("SingleStack",
+      svc("hl2", { clusterIP = "None", selector = { a = "b" } }).spec.ipFamilyPolicy)
+    -- kubectl get services
+    local t
+    code, t = H.api(sim, "GET", svcs .. "/lb", nil,
+      { Accept = "application/json;as=Table;v=v1;g=meta.k8s.io" })
+    assert.equal(200, code)
+    local cols = {}
+    for i, c in ipairs(t.columnDefinitions) do cols[i] = c.name end
+    assert.same({ "Name", "Type", "Cluster-IP", "External-IP", "Port(s)", "Age", "Selector" },
+      cols)
+    assert.same({ "lb", "LoadBalancer", lb.spec.clusterIP, "<pending>",
+      "53:" .. lb.spec.ports[1].nodePort .. "/UDP", "<none>" },
+      { t.rows[1].cells[1], t.rows[1].cells[2], t.rows[1].cells[3], t.rows[1].cells[4],
+        t.rows[1].cells[5], t.rows[1].cells[7] })
+  end)
+
   it("checks delete preconditions", function()
     local _, cm = api(sim, "GET", CMS .. "/s2")
     local code, st = api(sim, "DELETE", CMS .. "/s2", { preconditions = { uid = "nope" } })

@@ -24,6 +24,7 @@ local resources = require "kubelua.sim.resources"
 local yaml = require "kubelua.sim.yaml"
 local events = require "kubelua.sim.events"
 local quantity = require "kubelua.sim.quantity"
+local services = require "kubelua.sim.services"
 local httpd = require "kubelua.httpd"
 
 local type, pairs, ipairs, tostring, tonumber, setmetatable, next =
@@ -1016,6 +1017,18 @@ local function is_secret(res)
   return res.builtin and res.gv == "v1" and res.name == "secrets"
 end
 
+local function is_service(res)
+  return res.builtin and res.gv == "v1" and res.name == "services"
+end
+
+-- What the service registry allocates (cluster IP, node ports), given
+-- the Services stored now.
+local function allocate_service(res, obj, old)
+  local others = {}
+  for _, e in pairs(res.objects) do others[#others + 1] = e.obj end
+  services.allocate(obj, old, others)
+end
+
 -- A Secret's stringData is write-only: merged into data (its keys win), as
 -- the v1 conversion does; type defaults to Opaque.
 local function secret_defaults(obj)
@@ -1039,6 +1052,8 @@ local function spec_defaults(res, obj)
     default_pod_spec(obj.spec)
   elseif is_secret(res) then
     secret_defaults(obj)
+  elseif is_service(res) then
+    services.defaults(obj)
   end
 end
 
@@ -1250,6 +1265,7 @@ function Store:create(res, ns, obj, ctx, operation, owned)
   err = validate_defaulted(res, obj)
   if err then return nil, err end
   set_managed(res, nil, obj, ctx, operation, owned)
+  if is_service(res) then allocate_service(res, obj) end
   if res.gv == "v1" and res.name == "namespaces" then
     -- set by the namespace strategy, after field ownership is computed
     obj.spec = is_object(obj.spec) and obj.spec or {}
@@ -1305,6 +1321,7 @@ function Store:commit(res, e, obj, ctx)
   end
   if not ctx.internal then
     spec_defaults(res, obj)
+    if is_service(res) and ctx.subresource ~= "status" then allocate_service(res, obj, old) end
     local err = validate_defaulted(res, obj, old)
     if err then return nil, err end
   end

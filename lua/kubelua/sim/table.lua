@@ -11,7 +11,7 @@
 --
 -- The columns are the real server's printers for the kinds where they are
 -- cheap to compute (ConfigMap, Secret, Namespace, ServiceAccount, Lease,
--- Deployment, ReplicaSet, StatefulSet, Pod...), Name and Age for the other
+-- Deployment, ReplicaSet, StatefulSet, Pod, Service...), Name and Age for the other
 -- built-ins, and Name and "Created At" for custom resources, as the
 -- apiserver's default table convertor gives when a CRD lists no
 -- additionalPrinterColumns.
@@ -188,6 +188,56 @@ local printers = {
   },
 }
 
+-- Services, as printService: the first cluster IP, the external IPs for
+-- the type, the ports ("80/TCP", "80:30080/TCP"); the selector (wide) after
+-- the age.
+local function external_ip(o)
+  local t, ext = field(o, "spec", "type"), field(o, "spec", "externalIPs")
+  local ips = is_array(ext) and #ext > 0 and table.concat(ext, ",") or nil
+  if t == "ClusterIP" or t == "NodePort" then return ips or "<none>" end
+  if t == "ExternalName" then return field(o, "spec", "externalName") or "" end
+  if t == "LoadBalancer" then
+    local lb = {}
+    for _, ing in ipairs(field(o, "status", "loadBalancer", "ingress") or {}) do
+      if type(ing) == "table" then lb[#lb + 1] = ing.ip or ing.hostname end
+    end
+    if ips then lb[#lb + 1] = ips end
+    return #lb > 0 and table.concat(lb, ",") or "<pending>"
+  end
+  return "<unknown>"
+end
+
+printers.services = {
+  cols = { NAME, col("Type", "type determines how the Service is exposed."),
+    col("Cluster-IP", "clusterIP is the IP address of the service and is usually assigned "
+      .. "randomly."),
+    col("External-IP", "externalIPs is a list of IP addresses for which nodes in the cluster "
+      .. "will also accept traffic for this service."),
+    col("Port(s)", "The list of ports that are exposed by this service."), AGE,
+    col("Selector", "Route service traffic to pods with label keys and values matching this "
+      .. "selector.", "string", "", 1) },
+  cells = function(o)
+    local ips = field(o, "spec", "clusterIPs")
+    local ports = {}
+    for _, p in ipairs(field(o, "spec", "ports") or {}) do
+      if type(p) == "table" then
+        ports[#ports + 1] = num(p.nodePort) > 0
+          and format("%d:%d/%s", num(p.port), p.nodePort, tostring(p.protocol))
+          or format("%d/%s", num(p.port), tostring(p.protocol))
+      end
+    end
+    return { field(o, "spec", "type") or "", is_array(ips) and ips[1] or "<none>",
+      external_ip(o), #ports > 0 and table.concat(ports, ",") or "<none>" }
+  end,
+  after = function(o)
+    local sel, keys = field(o, "spec", "selector"), {}
+    for k in pairs(type(sel) == "table" and sel or {}) do keys[#keys + 1] = k end
+    table.sort(keys)
+    for i, k in ipairs(keys) do keys[i] = k .. "=" .. tostring(sel[k]) end
+    return { #keys > 0 and table.concat(keys, ",") or "<none>" }
+  end,
+}
+
 local plain = { cols = { NAME, AGE }, cells = function() return {} end }
 local custom = { cols = { NAME, col("Created At", AGE_DESC, "date") } }
 
@@ -303,6 +353,7 @@ function _M.build(res, objects, rv, include, now, api)
       for _, v in ipairs(p.cells(o)) do cells[#cells + 1] = v end
       local born = epoch(md.creationTimestamp)
       cells[#cells + 1] = born and _M.human_duration(now - born) or "<unknown>"
+      for _, v in ipairs(p.after and p.after(o) or {}) do cells[#cells + 1] = v end
     else
       cells[2] = md.creationTimestamp or null
     end
