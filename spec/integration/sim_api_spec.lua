@@ -297,6 +297,11 @@ describe("kubelua sim API", function()
 
   it("fills in a Service as a real server's defaults and registry do", function()
     local svcs = "/api/v1/namespaces/default/services"
+    -- the apiserver's own, as in every cluster
+    local code0, k = api(sim, "GET", svcs .. "/kubernetes")
+    assert.same({ 200, "10.96.0.1", { { name = "https", port = 443, protocol = "TCP",
+      targetPort = 6443 } }, "kube-apiserver" }, { code0, k.spec.clusterIP, k.spec.ports,
+      k.metadata.managedFields[1].manager })
     local function svc(name, spec)
       local code, o, raw = api(sim, "POST", svcs, { apiVersion = "v1", kind = "Service",
         metadata = { name = name }, spec = spec })
@@ -315,9 +320,10 @@ describe("kubelua sim API", function()
       ipFamilyPolicy = "SingleStack", internalTrafficPolicy = "Cluster" }, s.spec)
     assert.same({ loadBalancer = {} }, s.status)
     -- the creator owns the defaults, not what the registry allocated
-    assert.same({ ["f:internalTrafficPolicy"] = {}, ["f:ports"] = {}, ["f:selector"] = {},
-      ["f:sessionAffinity"] = {}, ["f:type"] = {} },
-      s.metadata.managedFields[1].fieldsV1["f:spec"])
+    assert.same({ ["f:internalTrafficPolicy"] = {}, ["f:ports"] = { ["."] = {},
+      ['k:{"port":80,"protocol":"TCP"}'] = { ["."] = {}, ["f:port"] = {}, ["f:protocol"] = {},
+        ["f:targetPort"] = {} } }, ["f:selector"] = {}, ["f:sessionAffinity"] = {},
+      ["f:type"] = {} }, s.metadata.managedFields[1].fieldsV1["f:spec"])
     local n = svc("np", { type = "NodePort", sessionAffinity = "ClientIP",
       ports = { { port = 443, targetPort = "https" } } })
     local port = n.spec.ports[1].nodePort

@@ -33,13 +33,15 @@ local set_lists = { finalizers = true }
 
 local function item_key(item)
   if not is_object(item) then return nil end
-  for _, k in ipairs { "uid", "name", "containerPort", "type" } do
+  -- ports are keyed by number and protocol, named or not (a container's
+  -- by containerPort, a Service's by port)
+  for _, k in ipairs { "containerPort", "port" } do
     if item[k] ~= nil and item[k] ~= null then
-      if k == "containerPort" then
-        return encode { containerPort = item.containerPort, protocol = item.protocol or "TCP" }
-      end
-      return encode { [k] = item[k] }
+      return encode { [k] = item[k], protocol = item.protocol or "TCP" }
     end
+  end
+  for _, k in ipairs { "uid", "name", "type" } do
+    if item[k] ~= nil and item[k] ~= null then return encode { [k] = item[k] } end
   end
   return nil
 end

@@ -143,11 +143,18 @@ function Store:reset()
   local core, v1 = self:resource("v1", "events"), self:resource("events.k8s.io/v1", "events")
   core.mirrors, core.canon = { { res = v1, convert = events.to_v1 } }, events.canon_core
   v1.mirrors, v1.canon = { { res = core, convert = events.to_core } }, events.canon_v1
+  local system = { user_agent = "kube-apiserver" }
   for _, ns in ipairs(self.opts.namespaces or { "default", "kube-system", "kube-public",
       "kube-node-lease" }) do
     self:create(self:resource("v1", "namespaces"), nil,
-      { apiVersion = "v1", kind = "Namespace", metadata = { name = ns } },
-      { manager = "kube-apiserver" })
+      { apiVersion = "v1", kind = "Namespace", metadata = { name = ns } }, system)
+  end
+  -- the Service every cluster has, for the apiserver itself
+  if self:resource("v1", "namespaces").objects.default then
+    self:create(self:resource("v1", "services"), "default", { apiVersion = "v1",
+      kind = "Service", metadata = { name = "kubernetes", labels = { component = "apiserver",
+        provider = "kubernetes" } }, spec = { clusterIP = "10.96.0.1", ports = json.array { {
+          name = "https", port = 443, protocol = "TCP", targetPort = 6443 } } } }, system)
   end
 end
 
