@@ -13,7 +13,8 @@ local PB = { ["Content-Type"] = "application/vnd.kubernetes.protobuf",
 
 -- The kinds read from protobuf, as a 415 lists them.
 local KINDS = "ConfigMap, Deployment, LocalSubjectAccessReview, Namespace, Pod, Secret, "
-  .. "SelfSubjectAccessReview, SelfSubjectRulesReview, ServiceAccount, SubjectAccessReview"
+  .. "SelfSubjectAccessReview, SelfSubjectRulesReview, Service, ServiceAccount, "
+  .. "SubjectAccessReview"
 local ffi = require "ffi"
 local protobuf = require "kubelua.sim.protobuf"
 
@@ -186,6 +187,20 @@ describe("kubelua sim protobuf bodies", function()
       p.spec.terminationGracePeriodSeconds, p.spec.automountServiceAccountToken,
       p.spec.containers[1].tty })
     assert.is_nil(p.spec.containers[1].stdin)
+  end)
+
+  it("creates a Service, as kubectl create service sends it, filled in as a real one", function()
+    local port = f(1, "80-8080") .. f(2, "TCP") .. f(3, 80) .. f(4, f(1, 0) .. f(2, 8080)
+      .. f(3, "")) .. f(5, 0)
+    local code, svc = api(sim, "POST", "/api/v1/namespaces/pb/services", envelope("v1", "Service",
+      meta("api", "pb") .. f(2, f(1, port) .. entry(2, "app", "api") .. f(3, "") .. f(4, "ClusterIP")
+        .. f(7, "") .. f(10, "") .. f(12, 0) .. f(13, 0))), PB)
+    assert.equal(201, code)
+    assert.same({ ports = { { name = "80-8080", protocol = "TCP", port = 80, targetPort = 8080 } },
+      selector = { app = "api" }, clusterIP = svc.spec.clusterIP,
+      clusterIPs = { svc.spec.clusterIP }, type = "ClusterIP", sessionAffinity = "None",
+      ipFamilies = { "IPv4" }, ipFamilyPolicy = "SingleStack",
+      internalTrafficPolicy = "Cluster" }, svc.spec)
   end)
 
   it("reads the access reviews of kubectl auth can-i", function()

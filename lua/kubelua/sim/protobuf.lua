@@ -1,6 +1,6 @@
 -- kubelua.sim.protobuf: the request bodies kubectl's generators send
 -- (kubectl create namespace, configmap, secret, serviceaccount,
--- deployment; kubectl auth can-i's access reviews), and clients set to
+-- deployment, service; kubectl auth can-i's access reviews), and clients set to
 -- protobuf send for Pods, as Kubernetes
 -- protobuf (Content-Type
 -- application/vnd.kubernetes.protobuf): the "k8s\0" envelope (a
@@ -103,6 +103,25 @@ local MESSAGES = {
     { "matchExpressions", "list", "LabelSelectorRequirement" } },
   LabelSelectorRequirement = { { "key", "string" }, { "operator", "string" },
     { "values", "list", "string" } },
+  -- kubectl create service, and clients set to protobuf
+  Service = { { "metadata", "ObjectMeta" }, { "spec", "ServiceSpec" },
+    { "status", "ServiceStatus" } },
+  ServiceSpec = { [1] = { "ports", "list", "ServicePort" }, [2] = { "selector", "map", "string" },
+    [3] = { "clusterIP", "string" }, [4] = { "type", "string" },
+    [5] = { "externalIPs", "list", "string" }, [7] = { "sessionAffinity", "string" },
+    [8] = { "loadBalancerIP", "string" }, [9] = { "loadBalancerSourceRanges", "list", "string" },
+    [10] = { "externalName", "string" }, [11] = { "externalTrafficPolicy", "string" },
+    [12] = { "healthCheckNodePort", "int32" }, [13] = { "publishNotReadyAddresses", "bool" },
+    [14] = { "sessionAffinityConfig", "SessionAffinityConfig" },
+    [17] = { "ipFamilyPolicy", "string", nil, true }, [18] = { "clusterIPs", "list", "string" },
+    [19] = { "ipFamilies", "list", "string" },
+    [20] = { "allocateLoadBalancerNodePorts", "bool", nil, true },
+    [21] = { "loadBalancerClass", "string", nil, true },
+    [22] = { "internalTrafficPolicy", "string", nil, true } },
+  ServicePort = { { "name", "string" }, { "protocol", "string" }, { "port", "int32" },
+    { "targetPort", "intorstr" }, { "nodePort", "int32" }, { "appProtocol", "string", nil, true } },
+  SessionAffinityConfig = { { "clientIP", "ClientIPConfig" } },
+  ClientIPConfig = { { "timeoutSeconds", "int32", nil, true } },
   -- kubectl auth can-i (and clients checking their permissions); a review's
   -- status is the server's to fill in
   SelfSubjectAccessReview = { { "metadata", "ObjectMeta" },
@@ -132,7 +151,7 @@ local MESSAGES = {
   -- a status is not read (a create or update of the object sets none; the
   -- status subresource takes JSON only); a security context only empty,
   -- as a spec read back carries it: a field in it is refused
-  PodStatus = {}, DeploymentStatus = {}, SubjectAccessReviewStatus = {},
+  PodStatus = {}, DeploymentStatus = {}, ServiceStatus = {}, SubjectAccessReviewStatus = {},
   SubjectRulesReviewStatus = {},
   PodSecurityContext = { partial = true }, SecurityContext = { partial = true },
 }
@@ -140,6 +159,7 @@ local MESSAGES = {
 -- The kinds read, by apiVersion/kind.
 local KINDS = { ["v1/ConfigMap"] = "ConfigMap", ["v1/Secret"] = "Secret",
   ["v1/Namespace"] = "Namespace", ["v1/ServiceAccount"] = "ServiceAccount", ["v1/Pod"] = "Pod",
+  ["v1/Service"] = "Service",
   ["apps/v1/Deployment"] = "Deployment",
   ["authorization.k8s.io/v1/SelfSubjectAccessReview"] = "SelfSubjectAccessReview",
   ["authorization.k8s.io/v1/SelfSubjectRulesReview"] = "SelfSubjectRulesReview",
