@@ -169,8 +169,10 @@ describe("kubelua.httpd", function()
     assert.equal(want, curl("-N " .. H.quote("http://127.0.0.1:" .. tport .. "/burst")))
     local plain, threaded = curl(url("/thread_sent")):match("^(%d+) (%d+)$")
     assert.equal("0", plain)
-    -- the burst's chunks, but the last sync_flush()'s worth, went by the thread
-    assert.is_true(tonumber(threaded) >= 2 * 1024 * 1024, threaded)
+    -- at least the burst's first sync_flush() (1 MiB) went by the thread;
+    -- how much more depends on how fast the client reads (a burst waits
+    -- 20 ms for the job before it, then fills behind it): not asserted
+    assert.is_true(tonumber(threaded) >= 1024 * 1024, threaded)
     assert.is_true(tonumber(threaded) <= #want + 3000 * 10, threaded)
   end)
 
