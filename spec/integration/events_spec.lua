@@ -61,7 +61,7 @@ describe("kube.event", function()
     local store = t.sim.store
     local core_events = store:resource("v1", "events")
     store:remove_resource(store:resource("events.k8s.io/v1", "events"))
-    core_events.mirror, core_events.to_mirror, core_events.canon = nil, nil, nil
+    core_events.mirrors, core_events.canon = nil, nil
     for _ = 1, 2 do kube.event(cm, "Warning", "SyncFailed", "cannot sync: boom") end
     local list = t:eventually(function()
       local l = t:list("v1", "events", "e")

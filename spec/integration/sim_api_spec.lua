@@ -338,6 +338,45 @@ describe("kubelua sim API", function()
         targetPort = "https" } } } })
     assert.equal(200, code)
     assert.same({ n.spec.clusterIP, port }, { u.spec.clusterIP, u.spec.ports[1].nodePort })
+    -- node ports follow port names; a type that needs none drops them
+    code, u = api(sim, "PUT", svcs .. "/np", { apiVersion = "v1", kind = "Service",
+      metadata = { name = "np" }, spec = { type = "NodePort", ports = { { name = "web",
+        port = 8443 } } } })
+    assert.equal(200, code)
+    local named = u.spec.ports[1].nodePort
+    code, u = api(sim, "PUT", svcs .. "/np", { apiVersion = "v1", kind = "Service",
+      metadata = { name = "np" }, spec = { type = "NodePort", ports = { { name = "web",
+        port = 9443 } } } })
+    assert.same({ 200, named }, { code, u.spec.ports[1].nodePort })
+    code, u = api(sim, "PATCH", svcs .. "/np", { spec = { type = "ClusterIP" } },
+      "application/merge-patch+json")
+    assert.equal(200, code)
+    assert.same({ "ClusterIP", n.spec.clusterIP }, { u.spec.type, u.spec.clusterIP })
+    assert.same({ nil, nil }, { u.spec.ports[1].nodePort, u.spec.externalTrafficPolicy })
+    -- what is asked for must be free and in range
+    local st
+    code, st = api(sim, "POST", svcs, { apiVersion = "v1", kind = "Service",
+      metadata = { name = "taken" }, spec = { clusterIP = "10.96.0.1", ports = { { port = 1 } } } })
+    assert.equal(422, code)
+    assert.equal('Service "taken" is invalid: spec.clusterIPs: Invalid value: []string{"10.96.0.1"}: '
+      .. "failed to allocate IP 10.96.0.1: provided IP is already allocated", st.message)
+    code, st = api(sim, "POST", svcs, { apiVersion = "v1", kind = "Service",
+      metadata = { name = "far" }, spec = { clusterIP = "192.168.1.1", type = "NodePort",
+        ports = { { port = 1, nodePort = 5 } } } })
+    assert.equal(422, code)
+    assert.equal('Service "far" is invalid: [spec.clusterIPs: Invalid value: []string{'
+      .. '"192.168.1.1"}: failed to allocate IP 192.168.1.1: the provided IP (192.168.1.1) is '
+      .. "not in the valid range. The range of valid IPs is 10.96.0.0/12, spec.ports[0].nodePort: "
+      .. "Invalid value: 5: provided port is not in the valid range. The range of valid ports "
+      .. "is 30000-32767]", st.message)
+    -- one node port for a port number served over two protocols; a health
+    -- check port for a load balancer that keeps traffic local
+    local dns = svc("dns", { type = "NodePort", ports = { { name = "t", port = 53 },
+      { name = "u", port = 53, protocol = "UDP" } } })
+    assert.equal(dns.spec.ports[1].nodePort, dns.spec.ports[2].nodePort)
+    local local_lb = svc("local", { type = "LoadBalancer", externalTrafficPolicy = "Local",
+      ports = { { port = 80 } } })
+    assert.equal("number", type(local_lb.spec.healthCheckNodePort))
     local lb = svc("lb", { type = "LoadBalancer", ports = { { port = 53, protocol = "UDP" } } })
     assert.same({ true, "Cluster", "number" }, { lb.spec.allocateLoadBalancerNodePorts,
       lb.spec.externalTrafficPolicy, type(lb.spec.ports[1].nodePort) })
@@ -406,7 +445,7 @@ describe("kubelua sim API", function()
         singular = "gadget", kind = "Gadget" },
         versions = { version("v1", true), version("v2", false) } } })
     assert.equal(201, code)
-    local crd = H.established(sim, "gadgets.example.com")
+    H.established(sim, "gadgets.example.com")
     local V1 = "/apis/example.com/v1/namespaces/default/gadgets"
     local V2 = "/apis/example.com/v2/namespaces/default/gadgets"
     local g1
@@ -435,13 +474,35 @@ describe("kubelua sim API", function()
     for i, l in ipairs(lines) do seen[i] = { l.type, l.object.apiVersion, l.object.spec.n } end
     assert.same({ { "MODIFIED", "example.com/v2", 2 }, { "DELETED", "example.com/v2", 2 } }, seen)
     assert.equal(404, (api(sim, "GET", V2 .. "/g")))
-    -- a version served later starts with the objects the others hold
-    assert.equal(201, (api(sim, "POST", V1, { apiVersion = "example.com/v1", kind = "Gadget",
-      metadata = { name = "h" } })))
-    crd.spec.versions[3] = version("v3", false)
-    assert.equal(200, (api(sim, "PUT", CRDS .. "/gadgets.example.com", crd)))
+    -- server-side apply through one version: its managed fields, and so its
+    -- conflicts, are every version's
+    local APPLY = "application/apply-patch+yaml"
+    local body = '{"apiVersion":"example.com/v1","kind":"Gadget","metadata":{"name":"h"},'
+      .. '"spec":{"size":3}}'
+    assert.equal(201, (api(sim, "PATCH", V1 .. "/h?fieldManager=bob", body, APPLY)))
+    local st
+    code, st = api(sim, "PATCH", V2 .. "/h?fieldManager=carol",
+      body:gsub("v1", "v2"):gsub("3", "4"), APPLY)
+    assert.equal(409, code)
+    assert.equal('Apply failed with 1 conflict: conflict with "bob": .spec.size', st.message)
+    -- a version served later starts with the objects the others hold, even
+    -- when the one that held them stops being served in the same change
+    local crd = H.established(sim, "gadgets.example.com")
+    crd.spec.versions = { version("v3", true) }
+    crd.spec.versions[1].storage = true
+    code = api(sim, "PUT", CRDS .. "/gadgets.example.com", crd)
+    assert.equal(200, code)
+    assert.equal(404, (api(sim, "GET", V1 .. "/h")))
     local _, h3 = api(sim, "GET", "/apis/example.com/v3/namespaces/default/gadgets/h")
-    assert.same({ "example.com/v3", "h" }, { h3.apiVersion, h3.metadata.name })
+    assert.same({ "example.com/v3", "h", 3 }, { h3.apiVersion, h3.metadata.name, h3.spec.size })
+    -- and when no version serves them for a while
+    crd = H.established(sim, "gadgets.example.com")
+    crd.spec.versions[1].served = false
+    assert.equal(200, (api(sim, "PUT", CRDS .. "/gadgets.example.com", crd)))
+    crd = H.established(sim, "gadgets.example.com")
+    crd.spec.versions[1].served = true
+    assert.equal(200, (api(sim, "PUT", CRDS .. "/gadgets.example.com", crd)))
+    assert.equal(200, (api(sim, "GET", "/apis/example.com/v3/namespaces/default/gadgets/h")))
     assert.equal(200, (api(sim, "DELETE", CRDS .. "/gadgets.example.com")))
   end)
 
@@ -466,6 +527,40 @@ describe("kubelua sim --load and TLS", function()
     f:write(json.encode({ { apiVersion = "v1", kind = "ConfigMap",
       metadata = { name = "seeded", namespace = "team" }, data = { a = "1" } } }))
     f:close()
+    -- a dump of Services: the one every cluster has, and a load balancer's
+    -- status, which stays as loaded
+    f = assert(io.open(dir .. "/02-svcs.yaml", "w"))
+    f:write([[
+apiVersion: v1
+kind: Service
+metadata:
+  name: kubernetes
+  namespace: default
+  labels:
+    component: apiserver
+spec:
+  clusterIP: 10.96.0.1
+  ports:
+  - name: https
+    port: 443
+    protocol: TCP
+    targetPort: 6443
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: lb
+  namespace: team
+spec:
+  type: LoadBalancer
+  ports:
+  - port: 80
+status:
+  loadBalancer:
+    ingress:
+    - ip: 192.0.2.10
+]])
+    f:close()
     local status, out = support.sh("openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj "
       .. "/CN=localhost -keyout " .. dir .. "/key.pem -out " .. dir .. "/cert.pem")
     assert(status == 0, out)
@@ -473,10 +568,14 @@ describe("kubelua sim --load and TLS", function()
       .. dir .. "/key.pem")
     local code, _, raw, cm = H.request(sim, "GET", "/api/v1/namespaces/team/configmaps/seeded",
       { curl = true })
+    local _, _, _, lb = H.request(sim, "GET", "/api/v1/namespaces/team/services/lb",
+      { curl = true })
     H.stop(sim)
     os.execute("rm -rf " .. dir)
     assert(code == 200, raw)
     assert.same({ a = "1" }, cm.data)
+    assert.same({ loadBalancer = { ingress = { { ip = "192.0.2.10" } } } }, lb.status)
+    assert.equal("number", type(lb.spec.ports[1].nodePort))
     assert.equal("https", sim.base:sub(1, 5))
   end)
 end)

@@ -194,7 +194,7 @@ describe("kubelua sim protobuf bodies", function()
       .. f(3, "")) .. f(5, 0)
     local code, svc = api(sim, "POST", "/api/v1/namespaces/pb/services", envelope("v1", "Service",
       meta("api", "pb") .. f(2, f(1, port) .. entry(2, "app", "api") .. f(3, "") .. f(4, "ClusterIP")
-        .. f(7, "") .. f(10, "") .. f(12, 0) .. f(13, 0))), PB)
+        .. f(7, "") .. f(10, "") .. f(12, 0) .. f(13, 0)) .. f(3, f(1, ""))), PB)
     assert.equal(201, code)
     assert.same({ ports = { { name = "80-8080", protocol = "TCP", port = 80, targetPort = 8080 } },
       selector = { app = "api" }, clusterIP = svc.spec.clusterIP,

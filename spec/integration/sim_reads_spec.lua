@@ -475,8 +475,11 @@ describe("kubelua.sim.table", function()
       local f = tables.form
       assert.equal("Table",
         f("application/json;q=0.5,application/json;as=Table;v=v1;g=meta.k8s.io"))
-      assert.is_nil(f("application/json;as=Table;v=v1;g=meta.k8s.io;q=0,application/json"))
       assert.is_nil(f("*/*;as=Table;g=meta.k8s.io;v=v1,application/json"))
+      -- goautoneg's order: a concrete type before a wildcard whatever its
+      -- q, and q=0 is not left out
+      assert.equal("Table", f("*/*,application/json;as=Table;v=v1;g=meta.k8s.io;q=0.5"))
+      assert.equal("Table", f("application/json;as=Table;v=v1;g=meta.k8s.io;q=0"))
       assert.equal("PartialObjectMetadata", f("application/json;as=Table;v=v1;g=meta.k8s.io;"
         .. "q=0.9,application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io;q=0.95"))
       -- a Table asked for with a lower q than the plain object: the object

@@ -969,7 +969,18 @@ function Sim:apply_object(obj)
     s:create(s:resource("v1", "namespaces"), nil, { apiVersion = "v1", kind = "Namespace",
       metadata = { name = ns } }, { user_agent = "kubelua-sim" })
   end
-  local e, err = s:create(res, ns, obj, { user_agent = "kubelua-sim", internal = true })
+  local ctx = { user_agent = "kubelua-sim", internal = true }
+  local old = type(md.name) == "string" and res.objects[store.obj_key(ns, md.name)]
+  local e, err
+  if old then -- a dump holds what the simulator made at start (default/kubernetes)
+    local o = util.copy(obj)
+    o.metadata = util.copy(md)
+    o.metadata.namespace = ns
+    o.kind, o.apiVersion = res.kind, res.api_version
+    e, err = s:commit(res, old, o, ctx)
+  else
+    e, err = s:create(res, ns, obj, ctx)
+  end
   if not e then return nil, err.message end
   if res.name == "customresourcedefinitions" then s:establish(e.name) end
   return e

@@ -136,6 +136,7 @@ function Store:reset()
   self.rv = self.opts.start_rv or 1
   self.compacted = 0
   self.resources = {} -- "gv/plural" → res
+  self.crd_objects = {} -- CRD name → its objects while a change of it is made
   self.gvs = {}       -- gv → { group, version, list = {res...} }
   self.groups = {}    -- group → { versions in order }
   self.group_list = {}
@@ -1030,10 +1031,11 @@ end
 
 -- What the service registry allocates (cluster IP, node ports), given
 -- the Services stored now.
-local function allocate_service(res, obj, old)
+local function allocate_service(res, obj, old, keep_status)
   local others = {}
   for _, e in pairs(res.objects) do others[#others + 1] = e.obj end
-  services.allocate(obj, old, others)
+  local causes = services.allocate(obj, old, others, keep_status)
+  return causes and invalid(res, obj.metadata.name, causes) or nil
 end
 
 -- A Secret's stringData is write-only: merged into data (its keys win), as
@@ -1272,7 +1274,10 @@ function Store:create(res, ns, obj, ctx, operation, owned)
   err = validate_defaulted(res, obj)
   if err then return nil, err end
   set_managed(res, nil, obj, ctx, operation, owned)
-  if is_service(res) then allocate_service(res, obj) end
+  if is_service(res) then
+    err = allocate_service(res, obj, nil, ctx.internal)
+    if err then return nil, err end
+  end
   if res.gv == "v1" and res.name == "namespaces" then
     -- set by the namespace strategy, after field ownership is computed
     obj.spec = is_object(obj.spec) and obj.spec or {}
@@ -1328,8 +1333,8 @@ function Store:commit(res, e, obj, ctx)
   end
   if not ctx.internal then
     spec_defaults(res, obj)
-    if is_service(res) and ctx.subresource ~= "status" then allocate_service(res, obj, old) end
-    local err = validate_defaulted(res, obj, old)
+    local err = is_service(res) and ctx.subresource ~= "status"
+      and allocate_service(res, obj, old) or validate_defaulted(res, obj, old)
     if err then return nil, err end
   end
   if (res.generation or not res.builtin) and not equal(spec_of(obj), spec_of(old)) then
@@ -1718,11 +1723,20 @@ function Store:commit_apply(res, e, obj, ctx, owned)
   local o = copy(r.obj)
   o.metadata.managedFields = #mf > 0 and mf or nil
   if ctx.dry_run then return make_entry(o, res) end
-  -- replace the stored entry's content without a second event
+  -- replace the stored entry's content without a second event, in every
+  -- API the object is served through
   local ne = make_entry(o, res)
   if res.objects[ne.key] == r then
     res.objects[ne.key] = ne
     replace_last(self, res, r, ne)
+    for _, m in ipairs(res.mirrors or {}) do
+      local mr = m.res.objects[ne.key]
+      if mr then
+        local me = make_entry(m.convert(o), m.res)
+        m.res.objects[ne.key] = me
+        replace_last(self, m.res, mr, me)
+      end
+    end
   end
   return ne
 end
@@ -2008,9 +2022,20 @@ function Store:crd_changed(obj, etype)
   local spec = obj.spec
   if not is_object(spec) or not is_object(spec.names) then return end
   local group, plural = spec.group, spec.names.plural
+  local crd = obj.metadata.name
+  -- the objects, whichever versions serve them (etcd keeps them when none
+  -- does): a version served anew starts with them
+  for _, r in pairs(self.resources) do
+    if r.crd == crd and r.count > 0 and not self.crd_objects[crd] then
+      local objs = {}
+      for _, key in ipairs(self:sorted_keys(r)) do objs[#objs + 1] = r.objects[key].obj end
+      self.crd_objects[crd] = objs
+    end
+  end
+  if etype == "DELETED" then self.crd_objects[crd] = nil end
   -- drop what this CRD served before
   for key, r in pairs(self.resources) do
-    if r.crd == obj.metadata.name then
+    if r.crd == crd then
       local still = false
       if etype ~= "DELETED" then
         for _, v in ipairs(spec.versions or {}) do
@@ -2088,10 +2113,9 @@ function Store:link_versions(crd)
     if r.crd == crd then served[#served + 1] = r end
   end
   sort(served, function(a, b) return a.version < b.version end)
-  local source -- a version that holds the objects
-  for _, r in ipairs(served) do
-    if r.count > 0 then source = r end
-  end
+  -- the objects as they were before this change of the CRD
+  local objs = self.crd_objects[crd]
+  if #served > 0 then self.crd_objects[crd] = nil end
   for _, r in ipairs(served) do
     local gv = r.gv
     r.as_version = function(obj)
@@ -2099,9 +2123,10 @@ function Store:link_versions(crd)
       o.apiVersion = gv
       return o
     end
-    if source and r.count == 0 then
-      for _, key in ipairs(self:sorted_keys(source)) do
-        r.objects[key] = make_entry(r.as_version(source.objects[key].obj), r)
+    if objs and r.count == 0 then
+      for _, obj in ipairs(objs) do
+        local e = make_entry(r.as_version(obj), r)
+        r.objects[e.key] = e
         r.count = r.count + 1
       end
       r.sorted = nil

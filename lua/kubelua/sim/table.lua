@@ -244,26 +244,28 @@ local custom = { cols = { NAME, col("Created At", AGE_DESC, "date") } }
 local FORMS = { Table = true, PartialObjectMetadata = true, PartialObjectMetadataList = true }
 
 -- The media ranges of an Accept header in the order the apiserver tries
--- them (goautoneg): by q, highest first, then a concrete type before a
--- wildcard; a range with q=0 is none. Each: { type, params }.
+-- them: goautoneg's, an insertion sort (Go's sort for so few) by its Less,
+-- which puts a higher q first, or else a concrete type (or subtype) before
+-- a wildcard, whatever their q (q=0 included). Each: { type, params }.
 local function ranges(accept)
   local list = {}
   for range in accept:gmatch("[^,]+") do
     local mt = (range:match("^%s*([^;%s]+)") or ""):lower()
     local p = {}
     for k, v in range:gmatch(";%s*([^=;%s]+)%s*=%s*([^;%s]*)") do p[k] = v end
-    local q = tonumber(p.q) or 1
-    if q > 0 then
-      local t, st = mt:match("^([^/]*)/?(.*)$")
-      list[#list + 1] = { type = mt, params = p, q = q, i = #list,
-        rank = (t ~= "*" and 2 or 0) + (st ~= "*" and 1 or 0) }
+    local t, st = mt:match("^([^/]*)/?(.*)$")
+    list[#list + 1] = { type = mt, params = p, q = tonumber(p.q) or 1, t = t, st = st }
+  end
+  local function less(a, b)
+    return a.q > b.q or (a.t ~= "*" and b.t == "*") or (a.st ~= "*" and b.st == "*")
+  end
+  for i = 2, #list do
+    local j = i
+    while j > 1 and less(list[j], list[j - 1]) do
+      list[j], list[j - 1] = list[j - 1], list[j]
+      j = j - 1
     end
   end
-  table.sort(list, function(a, b)
-    if a.q ~= b.q then return a.q > b.q end
-    if a.rank ~= b.rank then return a.rank > b.rank end
-    return a.i < b.i
-  end)
   return list
 end
 
