@@ -27,12 +27,7 @@ function _M.eventually(fn, secs)
 end
 
 -- The keys of table t, sorted.
-function _M.sorted_keys(t)
-  local ks = {}
-  for k in pairs(t) do ks[#ks + 1] = k end
-  table.sort(ks)
-  return ks
-end
+_M.sorted_keys = require("kubelua.sim.util").sorted_keys
 
 -- The whole of file path (raises when it cannot be read).
 function _M.read(path)

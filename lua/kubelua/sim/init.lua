@@ -413,8 +413,7 @@ function Sim:serve_resource(req, r, user)
   if review then
     local obj, err = body_object(res, req)
     if not obj then return reply_status(req, err) end
-    obj, err = reviews.review(res, r.ns, obj, user, store.manager_of(ctx), store.invalid,
-      store.bad_request)
+    obj, err = reviews.review(res, r.ns, obj, user, store.manager_of(ctx))
     if not obj then return reply_status(req, err) end
     return reply_json(req, 201, obj)
   end

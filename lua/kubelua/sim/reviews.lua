@@ -10,6 +10,7 @@
 
 local json = require "kubelua.json"
 local managed = require "kubelua.sim.managed"
+local store = require "kubelua.sim.store"
 local util = require "kubelua.sim.util"
 
 local type, ipairs, format, sub = type, ipairs, string.format, string.sub
@@ -198,10 +199,7 @@ local SPEC = { selfsubjectaccessreviews = "SelfSubjectAccessReviewSpec",
 -- its Go type: the decoder's message, or nil.
 local function type_error(struct, v, path)
   local fields = STRUCTS[struct]
-  local names = {}
-  for k in pairs(v) do names[#names + 1] = k end
-  table.sort(names)
-  for _, k in ipairs(names) do
+  for _, k in ipairs(util.sorted_keys(v)) do
     local typ, x = fields[k], v[k]
     if typ and x ~= null then
       local at = path .. "." .. k
@@ -228,12 +226,11 @@ function _M.is_review(res)
   return res.builtin and res.group == "authorization.k8s.io"
 end
 
--- review(res, ns, obj, user, manager, invalid, bad_request) -> the answer,
--- or nil, status (invalid(res, name, causes) makes a 422, bad_request(msg)
--- a 400). The real server names the kind of the object it decoded, whose
--- type fields are gone by then: its 422 reads '.authorization.k8s.io ""
--- is invalid: ...'.
-function _M.review(res, ns, obj, user, manager, invalid, bad_request)
+-- review(res, ns, obj, user, manager) -> the answer, or nil, status. The
+-- real server names the kind of the object it decoded, whose type fields
+-- are gone by then: its 422 reads '.authorization.k8s.io "" is invalid:
+-- ...'.
+function _M.review(res, ns, obj, user, manager)
   local struct = SPEC[res.name]
   local spec = obj.spec
   local err
@@ -241,17 +238,13 @@ function _M.review(res, ns, obj, user, manager, invalid, bad_request)
     err = util.unmarshal_error(spec, res.kind .. ".spec", "v1." .. struct)
   end
   err = err or is_object(spec) and type_error(struct, spec, "spec")
-  if err then
-    return nil, bad_request(format('%s in version "v1" cannot be handled as a %s: %s', res.kind,
-      res.kind, err))
-  end
+  if err then return nil, store.undecodable(res, err) end
   spec = is_object(spec) and spec or {}
   obj.spec = spec
   local md = is_object(obj.metadata) and obj.metadata or {}
   obj.metadata = md
   if ns and md.namespace ~= nil and md.namespace ~= "" and md.namespace ~= ns then
-    return nil, bad_request("the namespace of the provided object does not match the namespace "
-      .. "sent on the request")
+    return nil, store.namespace_mismatch()
   end
   md.creationTimestamp = null
   md.managedFields = nil
@@ -260,13 +253,15 @@ function _M.review(res, ns, obj, user, manager, invalid, bad_request)
   local groups = _M.groups(user)
   if name == "selfsubjectrulesreviews" then
     -- answered with a new object: the rules alone
-    if str(spec.namespace) == "" then return nil, bad_request("no namespace on request") end
+    if str(spec.namespace) == "" then
+      return nil, store.bad_request("no namespace on request")
+    end
     return { kind = res.kind, apiVersion = res.api_version,
       metadata = { creationTimestamp = null }, spec = {}, status = rules_status(groups) }
   else
     local causes = check_spec(name, spec, ns)
     if #causes > 0 then
-      return nil, invalid({ kind = "", group = res.group }, "", causes)
+      return nil, store.invalid({ kind = "", group = res.group }, "", causes)
     end
     if ns then md.namespace = ns end
     if name == "subjectaccessreviews" or name == "localsubjectaccessreviews" then

@@ -74,6 +74,18 @@ end
 
 local function bad_request(msg) return status(400, "BadRequest", msg) end
 
+-- The 400 of a body naming another namespace than its URL.
+local function namespace_mismatch()
+  return bad_request("the namespace of the provided object does not match the namespace sent "
+    .. "on the request")
+end
+
+-- The 400 of a body the decoder refuses for a resource ({kind, version}).
+local function undecodable(res, why)
+  return bad_request(format('%s in version "%s" cannot be handled as a %s: %s', res.kind,
+    res.version, res.kind, why))
+end
+
 -- The 409 of a write that names a resourceVersion the object has left.
 local function stale(res, name)
   return conflict(res, name, "the object has been modified; please apply your changes to the "
@@ -769,8 +781,7 @@ local function field_validation(res, obj, ctx)
   local msgs = {}
   for i, f in ipairs(unknown) do msgs[i] = format('unknown field "%s"', f) end
   if ctx.field_validation == "Strict" then
-    return bad_request(format('%s in version "%s" cannot be handled as a %s: strict decoding '
-      .. "error: %s", res.kind, res.version, res.kind, concat(msgs, ", ")))
+    return undecodable(res, "strict decoding error: " .. concat(msgs, ", "))
   end
   ctx.warnings = ctx.warnings or {}
   for _, m in ipairs(msgs) do ctx.warnings[#ctx.warnings + 1] = m end
@@ -974,9 +985,8 @@ local function check_microtimes(res, obj)
     if type(v) == "string" then
       local rest = v:match("^%d%d%d%d%-%d%d%-%d%dT%d%d:%d%d:%d%d(.*)$")
       if rest and not rest:match("^%.%d%d%d%d%d%d[Z+-]") then
-        return bad_request(format('%s in version "%s" cannot be handled as a %s: parsing time '
-          .. '"%s" as "2006-01-02T15:04:05.000000Z07:00": cannot parse "%s" as ".000000"',
-          res.kind, res.version, res.kind, v, rest))
+        return undecodable(res, format('parsing time "%s" as "2006-01-02T15:04:05.000000Z07:00": '
+          .. 'cannot parse "%s" as ".000000"', v, rest))
       end
     end
   end
@@ -989,8 +999,7 @@ local function check_quantities(res, obj)
   each_quantity(pod_spec_of(res, obj), function(_, _, v)
     local ok, why = quantity.canonical(v)
     if not ok and not err then
-      err = bad_request(format('%s in version "%s" cannot be handled as a %s: %s', res.kind,
-        res.version, res.kind, why))
+      err = undecodable(res, why)
     end
   end)
   return err
@@ -1002,14 +1011,10 @@ local function check_base64(res, obj)
   local m = res.builtin and res.gv == "v1" and (res.name == "secrets" and obj.data
     or res.name == "configmaps" and obj.binaryData)
   if not is_object(m) then return nil end
-  local keys = {}
-  for k in pairs(m) do keys[#keys + 1] = k end
-  sort(keys)
-  for _, k in ipairs(keys) do
+  for _, k in ipairs(util.sorted_keys(m)) do
     local at = type(m[k]) == "string" and util.b64_error(m[k])
     if at then
-      return bad_request(format('%s in version "%s" cannot be handled as a %s: illegal base64 '
-        .. "data at input byte %d", res.kind, res.version, res.kind, at))
+      return undecodable(res, "illegal base64 data at input byte " .. at)
     end
   end
   return nil
@@ -1079,10 +1084,7 @@ end
 local function check_keys(causes, obj, field)
   local m = obj[field]
   if not is_object(m) then return end
-  local keys = {}
-  for k in pairs(m) do keys[#keys + 1] = k end
-  sort(keys)
-  for _, k in ipairs(keys) do
+  for _, k in ipairs(util.sorted_keys(m)) do
     for _, msg in ipairs(util.config_key_errors(k)) do
       cause(causes, field .. "[" .. k .. "]", "FieldValueInvalid",
         "Invalid value: " .. util.go_quote(k) .. ": " .. msg)
@@ -1236,8 +1238,7 @@ function Store:create(res, ns, obj, ctx, operation, owned)
   end
   if res.namespaced then
     if md.namespace ~= nil and md.namespace ~= "" and ns and md.namespace ~= ns then
-      return nil, bad_request("the namespace of the provided object does not match the "
-        .. "namespace sent on the request")
+      return nil, namespace_mismatch()
     end
     md.namespace = ns or md.namespace
   else
@@ -1566,8 +1567,7 @@ end
 -- type (or replicas no int32), as the real server's decoder words it.
 local function scale_type_error(sc)
   local function bad(v, field, typ)
-    return bad_request('Scale in version "v1" cannot be handled as a Scale: '
-      .. util.unmarshal_error(v, field, typ))
+    return undecodable({ kind = "Scale", version = "v1" }, util.unmarshal_error(v, field, typ))
   end
   local md, spec = sc.metadata, sc.spec
   if md ~= nil and md ~= null and not is_object(md) then
@@ -2018,22 +2018,20 @@ end
 
 -- CRDs ------------------------------------------------------------------------------
 
+-- The objects of resource r, in key order.
+local function objects_of(self, r)
+  local objs = {}
+  for _, k in ipairs(self:sorted_keys(r)) do objs[#objs + 1] = r.objects[k].obj end
+  return objs
+end
+
 function Store:crd_changed(obj, etype)
   local spec = obj.spec
   if not is_object(spec) or not is_object(spec.names) then return end
   local group, plural = spec.group, spec.names.plural
   local crd = obj.metadata.name
-  -- the objects, whichever versions serve them (etcd keeps them when none
-  -- does): a version served anew starts with them
-  for _, r in pairs(self.resources) do
-    if r.crd == crd and r.count > 0 and not self.crd_objects[crd] then
-      local objs = {}
-      for _, key in ipairs(self:sorted_keys(r)) do objs[#objs + 1] = r.objects[key].obj end
-      self.crd_objects[crd] = objs
-    end
-  end
-  if etype == "DELETED" then self.crd_objects[crd] = nil end
-  -- drop what this CRD served before
+  -- drop what this CRD served before; the objects of a version no longer
+  -- served are kept aside (etcd keeps them) for the versions served next
   for key, r in pairs(self.resources) do
     if r.crd == crd then
       local still = false
@@ -2043,12 +2041,18 @@ function Store:crd_changed(obj, etype)
         end
       end
       if not still then
+        if r.count > 0 and not self.crd_objects[crd] then
+          self.crd_objects[crd] = objects_of(self, r)
+        end
         self:remove_resource(r)
         self.resources[key] = nil
       end
     end
   end
-  if etype == "DELETED" then return end
+  if etype == "DELETED" then
+    self.crd_objects[crd] = nil
+    return
+  end
   for _, v in ipairs(spec.versions or {}) do
     local had = self:resource(group .. "/" .. v.name, plural)
     -- a resource served by something else (a built-in, another CRD) stays
@@ -2113,8 +2117,13 @@ function Store:link_versions(crd)
     if r.crd == crd then served[#served + 1] = r end
   end
   sort(served, function(a, b) return a.version < b.version end)
-  -- the objects as they were before this change of the CRD
-  local objs = self.crd_objects[crd]
+  -- a version without objects gets those of a version still served, else
+  -- those kept aside
+  local objs, empty, source = self.crd_objects[crd], false, nil
+  for _, r in ipairs(served) do
+    if r.count == 0 then empty = true else source = source or r end
+  end
+  if empty and source then objs = objects_of(self, source) end
   if #served > 0 then self.crd_objects[crd] = nil end
   for _, r in ipairs(served) do
     local gv = r.gv
@@ -2169,5 +2178,7 @@ _M.item_json = item_json
 _M.obj_key = obj_key
 _M.not_found = not_found
 _M.bad_request = bad_request
+_M.undecodable = undecodable
+_M.namespace_mismatch = namespace_mismatch
 _M.invalid = invalid
 return _M

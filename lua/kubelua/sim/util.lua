@@ -189,6 +189,15 @@ function _M.config_key_errors(key)
   return errs
 end
 
+-- The keys of table t, sorted (for the maps whose errors the real server
+-- reports in its random map order: one order here).
+function _M.sorted_keys(t)
+  local keys = {}
+  for k in pairs(t) do keys[#keys + 1] = k end
+  table.sort(keys)
+  return keys
+end
+
 -- Go's JSON decoder's error for a value that does not fit a field
 -- (UnmarshalTypeError): field as "Struct.path.to.field", typ as Go names it.
 function _M.unmarshal_error(v, field, typ)
