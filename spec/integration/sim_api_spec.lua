@@ -414,6 +414,27 @@ describe("kubelua sim API", function()
     assert.equal(200, code)
   end)
 
+  it("creates a Lease or an Event that an update names, but no ConfigMap", function()
+    local leases = "/apis/coordination.k8s.io/v1/namespaces/default/leases"
+    local code, lease, raw = api(sim, "PUT", leases .. "/fresh", { apiVersion =
+      "coordination.k8s.io/v1", kind = "Lease", metadata = { name = "fresh",
+      resourceVersion = "12345" }, spec = { holderIdentity = "a" } })
+    assert(code == 201, raw)
+    assert.equal("a", lease.spec.holderIdentity)
+    assert.equal(1, #lease.metadata.managedFields)
+    assert.equal("Update", lease.metadata.managedFields[1].operation)
+    code = api(sim, "PUT", leases .. "/fresh", lease)
+    assert.equal(200, code)
+    code = api(sim, "PUT", "/api/v1/namespaces/default/events/fresh.1", { apiVersion = "v1",
+      kind = "Event", metadata = { name = "fresh.1" }, involvedObject = { kind = "ConfigMap",
+      name = "fresh", namespace = "default" }, reason = "Test" })
+    assert.equal(201, code)
+    local st
+    code, st = api(sim, "PUT", CMS .. "/fresh", { metadata = { name = "fresh" } })
+    assert.equal(404, code)
+    assert.equal('configmaps "fresh" not found', st.message)
+  end)
+
   it("deletes a namespace's objects with it", function()
     assert.equal(201, (api(sim, "POST", "/api/v1/namespaces", { metadata = { name = "gone" } })))
     assert.equal(201, (api(sim, "POST", "/api/v1/namespaces/gone/configmaps",

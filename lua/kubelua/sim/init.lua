@@ -488,10 +488,10 @@ function Sim:serve_resource(req, r, user)
   elseif verb == "update" then
     local obj, err = body_object(res, req, r.sub)
     if not obj then return reply_status(req, err) end
-    local e
-    e, err = s:update(res, ns, r.name, obj, ctx)
+    local e, created
+    e, err, created = s:update(res, ns, r.name, obj, ctx)
     if not e then return reply_status(req, err) end
-    return reply_entry(200, e, ctx.warnings)
+    return reply_entry(created and 201 or 200, e, ctx.warnings)
   elseif verb == "patch" then
     local e, err, created = s:patch(res, ns, r.name, req:header("Content-Type"), req:body(), ctx)
     if not e then return reply_status(req, err) end

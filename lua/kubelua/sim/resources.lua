@@ -40,12 +40,14 @@ local event_fields = fields { "involvedObject.kind", "involvedObject.namespace",
   "reportingComponent", "source", "type" }
 
 -- Per resource: internal group name (for conversion messages), generation,
--- field selectors.
+-- field selectors, whether an update of a missing object creates it (as
+-- the registry's AllowCreateOnUpdate says).
 local extra = {
   ["v1/pods"] = { fields = fields { "spec.nodeName", "spec.restartPolicy", "spec.schedulerName",
     "spec.serviceAccountName", "status.phase", "status.podIP", "status.nominatedNodeName" } },
-  ["v1/events"] = { fields = event_fields },
-  ["events.k8s.io/v1/events"] = { fields = event_fields },
+  ["v1/events"] = { fields = event_fields, create_on_update = true },
+  ["events.k8s.io/v1/events"] = { fields = event_fields, create_on_update = true },
+  ["coordination.k8s.io/v1/leases"] = { create_on_update = true },
   ["v1/secrets"] = { fields = fields { "type" } },
   ["v1/namespaces"] = { fields = fields { "status.phase" } },
   ["apps/v1/deployments"] = { generation = true },
@@ -57,7 +59,7 @@ local extra = {
 
 -- Returns a list of resource descriptions:
 -- { group, version, gv, name, kind, list_kind, namespaced, status,
---   generation, builtin = true, fields, disco = { entries } }
+--   generation, builtin = true, fields, create_on_update, disco = { entries } }
 function _M.builtins()
   local out = {}
   for _, gv in ipairs { "v1", "apps/v1", "events.k8s.io/v1", "authorization.k8s.io/v1",
@@ -75,6 +77,7 @@ function _M.builtins()
           list_kind = e.kind .. "List", namespaced = e.namespaced,
           generation = x.generation or false, builtin = true,
           fields = x.fields or common_fields, disco = { e },
+          create_on_update = x.create_on_update or false,
           internal = group == "" and "core" or group:match("^[^.]+"),
         }
         byname[e.name] = r

@@ -1362,7 +1362,9 @@ function Store:commit(res, e, obj, ctx)
   return self:put(res, obj, "MODIFIED", e)
 end
 
--- update(res, ns, name, obj, ctx) -> entry | nil, status
+-- update(res, ns, name, obj, ctx) -> entry, created | nil, status. A
+-- resource that allows it (Leases, Events) is created by an update of a
+-- missing name, whatever resourceVersion the body says.
 function Store:update(res, ns, name, obj, ctx)
   ctx = ctx or {}
   local err = check_decoding(res, obj)
@@ -1382,6 +1384,13 @@ function Store:update(res, ns, name, obj, ctx)
   end
   local e
   e, err = self:get(res, ns, name)
+  if not e and res.create_on_update and not ctx.subresource then
+    -- a create (201): its checks say again what the update's said
+    md.resourceVersion = nil
+    ctx.warnings = nil
+    e, err = self:create(res, ns, obj, ctx)
+    return e, err, e ~= nil
+  end
   if not e then return nil, err end
   local rv = md.resourceVersion
   if rv ~= nil and rv ~= "" and rv ~= e.obj.metadata.resourceVersion then
