@@ -474,6 +474,9 @@ describe("kubelua sim API", function()
       metadata = { name = "g" }, spec = { n = 1 } })
     assert.equal(201, code)
     local _, list2 = api(sim, "GET", V2)
+    -- a custom resource's list writes an empty continue, as the real server
+    assert.same({ "continue", "resourceVersion" }, support.sorted_keys(list2.metadata))
+    assert.equal("", list2.metadata.continue)
     local w = H.watch_start(sim, V2 .. "?watch=1&resourceVersion="
       .. list2.metadata.resourceVersion)
     H.wait_watches(sim, 1)

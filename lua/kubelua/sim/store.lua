@@ -1986,6 +1986,14 @@ function Store:list(res, ns, params)
     end
   end
   md = md .. "}"
+  if not res.builtin then
+    -- a custom resource's list is a map to the server: every member
+    -- written, in key order, continue too when it is empty (a Table's
+    -- ListMeta, from meta, leaves it out)
+    md = '{"continue":"' .. (meta.continue or "") .. '"'
+      .. (meta.remainingItemCount and ',"remainingItemCount":' .. remaining or "")
+      .. ',"resourceVersion":"' .. list_rv .. '"}'
+  end
   return { head = '{"kind":"' .. res.list_kind .. '","apiVersion":"' .. res.api_version
     .. '","metadata":' .. md .. ',"items":[', items = items, n = count, tail = "]}",
     entries = ents, meta = meta }
