@@ -215,6 +215,15 @@ describe("kubelua.client", function()
       local m = assert(kube.patch("v1", "configmaps", NS, "ssa", json.encode(cm("ssa",
         { k = "b", more = "1" })), "apply", { field_manager = "bob" }))
       assert.same({ k = "b", more = "1" }, m.data)
+      -- a field an update wrote names its manager with the version it used
+      m.data.k = "c"
+      assert(kube.update(m))
+      res, err = kube.apply(cm("ssa", { k = "d" }), { field_manager = "bob" })
+      assert.is_nil(res)
+      assert.equal('Apply failed with 1 conflict: conflict with "kubelua" using v1: .data.k',
+        err.message)
+      assert.same({ { reason = "FieldManagerConflict", field = ".data.k",
+        message = 'conflict with "kubelua" using v1' } }, err.details.causes)
     end)
   end)
 

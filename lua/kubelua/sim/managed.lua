@@ -229,8 +229,21 @@ function _M.update(old, new, op)
   return out
 end
 
+-- How a conflict names the manager of a managedFields entry, as the real
+-- server prints it: quoted, then its subresource, then for an Update the
+-- apiVersion it wrote with.
+local function manager_name(e)
+  local s = encode(tostring(e.manager))
+  if type(e.subresource) == "string" and e.subresource ~= "" then
+    s = s .. " with subresource " .. encode(e.subresource)
+  end
+  if e.operation == "Update" then s = s .. " using " .. tostring(e.apiVersion) end
+  return s
+end
+
 -- Conflicts of an apply by manager: fields it names that another manager
--- owns with a different value. Returns a list of {manager, path}.
+-- owns with a different value. Returns a list of {manager, path}, manager
+-- as a conflict message names it ('"kubectl" using v1').
 function _M.conflicts(current, applied_leaves, current_leaves, manager)
   local out = {}
   local list = current.metadata and current.metadata.managedFields
@@ -240,7 +253,7 @@ function _M.conflicts(current, applied_leaves, current_leaves, manager)
       local set = _M.paths(e.fieldsV1 or {})
       for p in pairs(applied_leaves) do
         if set[p] and current_leaves[p] ~= applied_leaves[p] and not p:find("%.$") then
-          out[#out + 1] = { manager = e.manager, path = p }
+          out[#out + 1] = { manager = manager_name(e), path = p }
         end
       end
     end

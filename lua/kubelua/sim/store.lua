@@ -1695,8 +1695,8 @@ function Store:apply(res, ns, name, body, ctx)
     for i, c in ipairs(conflicts) do
       local field = managed.format_path(c.path)
       causes[i] = { reason = "FieldManagerConflict",
-        message = format('conflict with "%s"', c.manager), field = field }
-      parts[i] = format('conflict with "%s": %s', c.manager, field)
+        message = "conflict with " .. c.manager, field = field }
+      parts[i] = format("conflict with %s: %s", c.manager, field)
     end
     local msg = format("Apply failed with %d conflict%s: %s", #conflicts,
       #conflicts == 1 and "" or "s", concat(parts, "\n"))
