@@ -414,7 +414,7 @@ describe("kubelua sim API", function()
     assert.equal(200, code)
   end)
 
-  it("creates a Lease or an Event that an update names, but no ConfigMap", function()
+  it("creates a Lease, Event or Service that an update names, but no ConfigMap", function()
     local leases = "/apis/coordination.k8s.io/v1/namespaces/default/leases"
     local code, lease, raw = api(sim, "PUT", leases .. "/fresh", { apiVersion =
       "coordination.k8s.io/v1", kind = "Lease", metadata = { name = "fresh",
@@ -429,6 +429,11 @@ describe("kubelua sim API", function()
       kind = "Event", metadata = { name = "fresh.1" }, involvedObject = { kind = "ConfigMap",
       name = "fresh", namespace = "default" }, reason = "Test" })
     assert.equal(201, code)
+    local svc
+    code, svc = api(sim, "PUT", "/api/v1/namespaces/default/services/fresh", { apiVersion = "v1",
+      kind = "Service", metadata = { name = "fresh" }, spec = { ports = { { port = 80 } } } })
+    assert.equal(201, code)
+    assert.matches("^10%.", svc.spec.clusterIP)
     local st
     code, st = api(sim, "PUT", CMS .. "/fresh", { metadata = { name = "fresh" } })
     assert.equal(404, code)

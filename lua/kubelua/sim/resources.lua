@@ -49,6 +49,7 @@ local extra = {
   ["events.k8s.io/v1/events"] = { fields = event_fields, create_on_update = true },
   ["coordination.k8s.io/v1/leases"] = { create_on_update = true },
   ["v1/secrets"] = { fields = fields { "type" } },
+  ["v1/services"] = { create_on_update = true },
   ["v1/namespaces"] = { fields = fields { "status.phase" } },
   ["apps/v1/deployments"] = { generation = true },
   ["apps/v1/replicasets"] = { generation = true, fields = fields { "status.replicas" } },
