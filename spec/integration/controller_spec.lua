@@ -111,7 +111,7 @@ describe("controller API", function()
       assert.is_nil(inf:last_sync_resource_version())
 
       h:remove()
-      assert(kube.create(cm("m2", "d", {})))
+      assert(kube.create(cm("m2", "d", { v = "4" })))
       assert.is_true(eventually(function() return inf:get("m2/d") ~= nil end))
       assert.equal(2, #seen)
     end)

@@ -414,6 +414,24 @@ describe("kubelua sim API", function()
     assert.equal(200, code)
   end)
 
+  it("stores no empty labels, annotations or data, as a real server writes none", function()
+    local code, obj, raw = api(sim, "POST", CMS, { apiVersion = "v1", kind = "ConfigMap",
+      metadata = { name = "empties", labels = {}, annotations = {} }, data = {} })
+    assert(code == 201, raw)
+    assert.same({ "apiVersion", "kind", "metadata" }, support.sorted_keys(obj))
+    -- nothing owned: no managedFields entry either
+    assert.same({ "creationTimestamp", "name", "namespace", "resourceVersion", "uid" },
+      support.sorted_keys(obj.metadata))
+    obj.metadata.labels = { a = "b" }
+    code, obj = api(sim, "PUT", CMS .. "/empties", obj)
+    assert.equal(200, code)
+    obj.metadata.labels, obj.data = {}, { k = "v" }
+    code, obj = api(sim, "PUT", CMS .. "/empties", obj)
+    assert.equal(200, code)
+    assert.is_nil(obj.metadata.labels)
+    assert.same({ k = "v" }, obj.data)
+  end)
+
   it("creates a Lease, Event or Service that an update names, but no ConfigMap", function()
     local leases = "/apis/coordination.k8s.io/v1/namespaces/default/leases"
     local code, lease, raw = api(sim, "PUT", leases .. "/fresh", { apiVersion =

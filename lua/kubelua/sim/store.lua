@@ -1197,6 +1197,33 @@ local function validate_defaulted(res, obj, old)
 end
 
 
+-- Maps a built-in kind declares omitempty: the server decodes an empty
+-- one and writes nothing, so it neither stores nor owns it.
+local omitted_maps = { labels = true, annotations = true, data = true, binaryData = true,
+  stringData = true, matchLabels = true, nodeSelector = true }
+
+-- Drops the empty maps of obj a real server drops: metadata's labels and
+-- annotations for every kind, any of omitted_maps (and a Service's
+-- selector) in a built-in kind.
+local function drop_empty_maps(res, obj)
+  local function empty(v) return is_object(v) and next(v) == nil end
+  local md = obj.metadata
+  if empty(md.labels) then md.labels = nil end
+  if empty(md.annotations) then md.annotations = nil end
+  if not res.builtin then return end
+  local function walk(t)
+    for k, v in pairs(t) do
+      if type(v) == "table" and v ~= null then
+        if omitted_maps[k] and empty(v) then t[k] = nil else walk(v) end
+      end
+    end
+  end
+  walk(obj)
+  if is_service(res) and is_object(obj.spec) and empty(obj.spec.selector) then
+    obj.spec.selector = nil
+  end
+end
+
 -- Defaults a real server adds to some kinds on create.
 local function defaults(res, obj)
   spec_defaults(res, obj)
@@ -1277,6 +1304,7 @@ function Store:create(res, ns, obj, ctx, operation, owned)
   md.deletionTimestamp, md.deletionGracePeriodSeconds = nil, nil
   md.selfLink = nil
   md.managedFields = nil
+  drop_empty_maps(res, obj)
   defaults(res, obj)
   err = validate_defaulted(res, obj)
   if err then return nil, err end
@@ -1310,6 +1338,7 @@ function Store:commit(res, e, obj, ctx)
   md.name, md.namespace = omd.name, omd.namespace
   md.generation = omd.generation
   md.selfLink = nil
+  drop_empty_maps(res, obj)
   if res.status then
     if ctx.subresource == "status" then
       local keep = copy(old)
