@@ -414,6 +414,18 @@ describe("kubelua sim API", function()
     assert.equal(200, code)
   end)
 
+  it("gives an applier the items of keyed lists it applies, as members of their own", function()
+    local body = json.encode { apiVersion = "v1", kind = "Service", metadata = { name = "ap" },
+      spec = { ports = { { name = "http", port = 80 } } } }
+    local code, svc, raw = api(sim, "PATCH", "/api/v1/namespaces/default/services/ap"
+      .. "?fieldManager=me", body, "application/apply-patch+yaml")
+    assert(code == 201, raw)
+    local f = svc.metadata.managedFields[1]
+    assert.equal("Apply", f.operation)
+    assert.same({ ["f:spec"] = { ["f:ports"] = { ['k:{"port":80,"protocol":"TCP"}'] = {
+      ["."] = {}, ["f:name"] = {}, ["f:port"] = {} } } } }, f.fieldsV1)
+  end)
+
   it("stores no empty labels, annotations or data, as a real server writes none", function()
     local code, obj, raw = api(sim, "POST", CMS, { apiVersion = "v1", kind = "ConfigMap",
       metadata = { name = "empties", labels = {}, annotations = {} }, data = {} })

@@ -1705,9 +1705,12 @@ function Store:apply(res, ns, name, body, ctx)
   end
   local part = ctx.subresource == "status" and "status" or (res.status and "main" or "all")
   local applied = managed.leaves(cfg, not res.builtin, part)
-  local owned = {} -- an applier owns the leaves it names, without "." markers
+  -- an applier owns the leaves it names, without "." markers, except a
+  -- keyed list's items: an item is itself a member of its list
+  local owned = {}
   for p in pairs(applied) do
-    if not p:find("\1%.$") then owned[p] = true end
+    local parent = p:match("([^\1]*)\1%.$")
+    if not parent or parent:find("^[kv]:") then owned[p] = true end
   end
   local e = res.objects[obj_key(res.namespaced and ns or nil, name)]
   if not e then
