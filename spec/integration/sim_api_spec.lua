@@ -295,6 +295,29 @@ describe("kubelua sim API", function()
     assert.equal(200, code)
   end)
 
+  it("refuses a Service whose name is no DNS-1035 label or whose ports are out of range",
+    function()
+      local SVCS = "/api/v1/namespaces/default/services"
+      local code, st = api(sim, "POST", SVCS, { apiVersion = "v1", kind = "Service",
+        metadata = { name = "1abc" }, spec = { ports = { { port = 80 } } } })
+      assert.equal(422, code)
+      assert.equal('Service "1abc" is invalid: metadata.name: Invalid value: "1abc": a DNS-1035 '
+        .. "label must consist of lower case alphanumeric characters or '-', start with an "
+        .. "alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or "
+        .. "'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')", st.message)
+      code, st = api(sim, "POST", SVCS, { apiVersion = "v1", kind = "Service",
+        metadata = { name = "p0" }, spec = { ports = { { port = 0 }, { name = "b", port = 70000 } } } })
+      assert.equal(422, code)
+      assert.equal('Service "p0" is invalid: [spec.ports[0].name: Required value, '
+        .. "spec.ports[0].port: Invalid value: 0: must be between 1 and 65535, inclusive, "
+        .. "spec.ports[0].targetPort: Invalid value: 0: must be between 1 and 65535, inclusive, "
+        .. "spec.ports[1].port: Invalid value: 70000: must be between 1 and 65535, inclusive, "
+        .. "spec.ports[1].targetPort: Invalid value: 70000: must be between 1 and 65535, "
+        .. "inclusive]", st.message)
+      assert.same({ reason = "FieldValueRequired", message = "Required value",
+        field = "spec.ports[0].name" }, st.details.causes[1])
+    end)
+
   it("fills in a Service as a real server's defaults and registry do", function()
     local svcs = "/api/v1/namespaces/default/services"
     -- the apiserver's own, as in every cluster

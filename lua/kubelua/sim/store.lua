@@ -621,13 +621,17 @@ end
 
 -- Validation -----------------------------------------------------------------
 
+local function is_service(res)
+  return res.builtin and res.gv == "v1" and res.name == "services"
+end
+
 local function check_name(res, name, generate)
   if (name == nil or name == "") and (generate == nil or generate == "") then
     return invalid(res, "", { { field = "metadata.name", reason = "FieldValueRequired",
       message = "Required value: name or generateName is required" } })
   end
   if name and name ~= "" then
-    local why = util.check_subdomain(name)
+    local why = (is_service(res) and util.check_dns1035 or util.check_subdomain)(name)
     if why then
       return invalid(res, name, { { field = "metadata.name", reason = "FieldValueInvalid",
         message = format('Invalid value: "%s": %s', name, why) } })
@@ -1030,10 +1034,6 @@ local function is_secret(res)
   return res.builtin and res.gv == "v1" and res.name == "secrets"
 end
 
-local function is_service(res)
-  return res.builtin and res.gv == "v1" and res.name == "services"
-end
-
 -- What the service registry allocates (cluster IP, node ports), given
 -- the Services stored now.
 local function allocate_service(res, obj, old, keep_status)
@@ -1155,6 +1155,28 @@ end
 -- The checks a real server makes after defaulting (its validation sees the
 -- defaulted object), and on an update what may not change (old: the stored
 -- object); nil or an Invalid status.
+-- ValidateService's port checks: a name for each of several ports, port
+-- and a numeric targetPort in 1-65535.
+local function check_service_ports(causes, spec)
+  local ports = is_array(spec.ports) and spec.ports or {}
+  local function in_range(p, field, i)
+    local v = p[field]
+    if type(v) == "number" and (v < 1 or v > 65535) then
+      cause(causes, format("spec.ports[%d].%s", i - 1, field), "FieldValueInvalid",
+        format("Invalid value: %s: must be between 1 and 65535, inclusive", tostring(v)))
+    end
+  end
+  for i, p in ipairs(ports) do
+    if is_object(p) then
+      if #ports > 1 and (p.name == nil or p.name == null or p.name == "") then
+        cause(causes, format("spec.ports[%d].name", i - 1), "FieldValueRequired", "Required value")
+      end
+      in_range(p, "port", i)
+      in_range(p, "targetPort", i)
+    end
+  end
+end
+
 local function validate_defaulted(res, obj, old)
   local causes = {}
   if old and (is_configmap(res) or is_secret(res)) then
@@ -1181,6 +1203,8 @@ local function validate_defaulted(res, obj, old)
       cause(causes, "spec.strategy.rollingUpdate", "FieldValueForbidden",
         "Forbidden: may not be specified when strategy `type` is 'Recreate'")
     end
+  elseif is_service(res) and is_object(obj.spec) then
+    check_service_ports(causes, obj.spec)
   elseif is_configmap(res) then
     check_keys(causes, obj, "data")
     check_keys(causes, obj, "binaryData")

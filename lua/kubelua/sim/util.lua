@@ -235,6 +235,20 @@ function _M.check_subdomain(name)
   return nil
 end
 
+local dns1035_msg = "a DNS-1035 label must consist of lower case alphanumeric characters or "
+  .. "'-', start with an alphabetic character, and end with an alphanumeric character (e.g. "
+  .. "'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')"
+
+-- Returns nil when name is a DNS-1035 label (a Service's name), else the
+-- reason.
+function _M.check_dns1035(name)
+  if #name > 63 then return "must be no more than 63 characters" end
+  if not find(name, "^[a-z]$") and not find(name, "^[a-z][-a-z0-9]*[a-z0-9]$") then
+    return dns1035_msg
+  end
+  return nil
+end
+
 -- selectors ---------------------------------------------------------------
 
 local function trim(s) return (gsub(s, "^%s+", ""):gsub("%s+$", "")) end
