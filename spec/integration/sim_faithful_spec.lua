@@ -270,8 +270,8 @@ describe("kubelua sim answers as kube-apiserver v1.26 does", function()
 
   it("serves one Event through core/v1 and events.k8s.io/v1 (fixtures 86-89)", function()
     check(sim, "86", nil, unmanaged)
-    check(sim, "87", nil, unmanaged)
-    check(sim, "88", nil, unmanaged)
+    check(sim, "87")
+    check(sim, "88")
     check(sim, "89", nil, unmanaged)
   end)
 

@@ -47,8 +47,10 @@ local function item_key(item)
 end
 
 -- Adds the leaf paths of value v at prefix to set (path → value text).
--- Structs of built-in kinds owned as a whole.
-local atomic_fields = { selector = true, involvedObject = true }
+-- Structs of built-in kinds owned as a whole (ObjectReference is atomic:
+-- an Event's involvedObject, regarding and related).
+local atomic_fields = { selector = true, involvedObject = true, regarding = true,
+  related = true }
 
 local function walk(set, prefix, v, custom, name)
   if is_object(v) and not custom and atomic_fields[name] then
