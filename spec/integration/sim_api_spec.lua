@@ -76,12 +76,17 @@ describe("kubelua sim API", function()
   end)
 
   it("deletes a collection by selector and returns what it deleted", function()
+    local _, before = api(sim, "GET", CMS)
     local code, list = api(sim, "DELETE", CMS .. "?labelSelector=tier")
     assert.equal(200, code)
     assert.equal("ConfigMapList", list.kind)
     assert.same({ "s1", "s3" }, names(list))
+    -- the list the deletions were made from, at its resourceVersion
+    assert.equal(before.metadata.resourceVersion, list.metadata.resourceVersion)
     local _, left = api(sim, "GET", CMS)
     assert.same({ "s2" }, names(left))
+    assert.equal(tonumber(before.metadata.resourceVersion) + 2,
+      tonumber(left.metadata.resourceVersion))
   end)
 
   it("merges containers by name with a strategic merge patch (fixtures 44-47)", function()

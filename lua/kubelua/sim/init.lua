@@ -517,7 +517,9 @@ function Sim:serve_resource(req, r, user)
   elseif verb == "deletecollection" then
     local f, err = store.filters(res, ns, params)
     if not f then return reply_status(req, err) end
-    local items = {}
+    -- as the registry: a list, then a delete of each of its items; the
+    -- answer is that list, at its resourceVersion
+    local items, list_rv = {}, s.rv
     local keys = s:sorted_keys(res)
     local victims = {}
     for _, key in ipairs(keys) do
@@ -536,7 +538,7 @@ function Sim:serve_resource(req, r, user)
       end
     end
     return reply_json(req, 200, '{"kind":"' .. res.list_kind .. '","apiVersion":"'
-      .. res.api_version .. '","metadata":{"resourceVersion":"' .. s.rv .. '"},"items":['
+      .. res.api_version .. '","metadata":{"resourceVersion":"' .. list_rv .. '"},"items":['
       .. concat(items, ",") .. "]}")
   end
   return reply_status(req, method_not_allowed())
