@@ -224,6 +224,12 @@ describe("kubelua.client", function()
         err.message)
       assert.same({ { reason = "FieldManagerConflict", field = ".data.k",
         message = 'conflict with "kubelua" using v1' } }, err.details.causes)
+      -- several conflicts: grouped by manager, a field a line
+      res, err = kube.apply(cm("ssa", { k = "e", more = "2" }), { field_manager = "carol" })
+      assert.is_nil(res)
+      assert.equal('Apply failed with 2 conflicts: conflicts with "bob":\n- .data.more\n'
+        .. 'conflicts with "kubelua" using v1:\n- .data.k', err.message)
+      assert.equal(2, #err.details.causes)
     end)
   end)
 

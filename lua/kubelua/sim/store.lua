@@ -1747,15 +1747,33 @@ function Store:apply(res, ns, name, body, ctx)
   local current = managed.leaves(e.obj, not res.builtin, "all")
   local conflicts = managed.conflicts(e.obj, applied, current, ctx.field_manager)
   if #conflicts > 0 and not ctx.force then
-    local causes, parts = json.array {}, {}
+    -- one conflict is said in a line; several are grouped by manager
+    -- (managers sorted), a field a line
+    local causes, by, managers = json.array {}, {}, {}
     for i, c in ipairs(conflicts) do
       local field = managed.format_path(c.path)
       causes[i] = { reason = "FieldManagerConflict",
         message = "conflict with " .. c.manager, field = field }
-      parts[i] = format("conflict with %s: %s", c.manager, field)
+      if not by[c.manager] then
+        by[c.manager] = {}
+        managers[#managers + 1] = c.manager
+      end
+      by[c.manager][#by[c.manager] + 1] = "- " .. field
+    end
+    local said
+    if #conflicts == 1 then
+      said = format("conflict with %s: %s", conflicts[1].manager, causes[1].field)
+    else
+      sort(managers)
+      local lines = {}
+      for _, m in ipairs(managers) do
+        lines[#lines + 1] = format("conflicts with %s:", m)
+        for _, l in ipairs(by[m]) do lines[#lines + 1] = l end
+      end
+      said = concat(lines, "\n")
     end
     local msg = format("Apply failed with %d conflict%s: %s", #conflicts,
-      #conflicts == 1 and "" or "s", concat(parts, "\n"))
+      #conflicts == 1 and "" or "s", said)
     return nil, status(409, "Conflict", msg, { causes = causes })
   end
   local obj = patchlib.merge(e.obj, cfg)
