@@ -111,6 +111,19 @@ describe("kubelua sim API", function()
     end
     local _, last = api(sim, "GET", path .. "/web")
     assert.equal(4, last.metadata.generation)
+    -- as the real server orders them: an item the object did not have comes
+    -- before those it had, unless the patch names them after it
+    local got
+    code, got = api(sim, "PATCH", path .. "/web", { spec = { template = { spec = {
+      containers = { { name = "z", image = "z:1" } } } } } },
+      "application/strategic-merge-patch+json")
+    assert.equal(200, code)
+    assert.same({ "z=z:1", "b=busybox:1.37" }, images(got))
+    code, got = api(sim, "PATCH", path .. "/web", { spec = { template = { spec = {
+      containers = { { name = "b", image = "b:2" }, { name = "y", image = "y:1" },
+        { name = "z", image = "z:2" } } } } } }, "application/strategic-merge-patch+json")
+    assert.equal(200, code)
+    assert.same({ "b=b:2", "y=y:1", "z=z:2" }, images(got))
   end)
 
   it("bumps generation on spec changes only, and keeps status to /status", function()
