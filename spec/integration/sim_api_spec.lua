@@ -465,6 +465,13 @@ describe("kubelua sim API", function()
     assert.equal("Apply", f.operation)
     assert.same({ ["f:spec"] = { ["f:ports"] = { ['k:{"port":80,"protocol":"TCP"}'] = {
       ["."] = {}, ["f:name"] = {}, ["f:port"] = {} } } } }, f.fieldsV1)
+    -- a conflict names such an item by its key's fields
+    local st
+    code, st = api(sim, "PATCH", "/api/v1/namespaces/default/services/ap?fieldManager=you",
+      body:gsub('"http"', '"web"'), "application/apply-patch+yaml")
+    assert.equal(409, code)
+    assert.equal('Apply failed with 1 conflict: conflict with "me": '
+      .. '.spec.ports[port=80,protocol="TCP"].name', st.message)
   end)
 
   it("stores no empty labels, annotations or data, as a real server writes none", function()

@@ -147,13 +147,25 @@ function _M.paths(tree, prefix, out)
   return out
 end
 
+-- A path as a conflict names it: .spec.containers[name="main"].image.
 function _M.format_path(p)
   local parts = {}
   for seg in (p .. SEP):gmatch("([^" .. SEP .. "]*)" .. SEP) do
-    if seg:sub(1, 2) == "f:" then
-      parts[#parts + 1] = "." .. seg:sub(3)
+    local kind, rest = seg:sub(1, 2), seg:sub(3)
+    if kind == "f:" then
+      parts[#parts + 1] = "." .. rest
+    elseif kind == "k:" then
+      -- a keyed item: [name="main"], [port=80,protocol="TCP"]
+      local key = json.decode(rest)
+      local names, items = {}, {}
+      for k in pairs(type(key) == "table" and key or {}) do names[#names + 1] = k end
+      sort(names)
+      for i, k in ipairs(names) do items[i] = k .. "=" .. encode(key[k]) end
+      parts[#parts + 1] = "[" .. concat(items, ",") .. "]"
+    elseif kind == "v:" then
+      parts[#parts + 1] = "[=" .. rest .. "]"
     elseif seg ~= "." then
-      parts[#parts + 1] = "[" .. seg:sub(3) .. "]"
+      parts[#parts + 1] = "[" .. rest .. "]"
     end
   end
   return concat(parts)
