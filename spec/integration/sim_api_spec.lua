@@ -530,6 +530,25 @@ describe("kubelua sim API", function()
     assert.equal('namespaces "gone" not found', st.message)
   end)
 
+  it("says what is wrong with a malformed patch in Go's decoder's words", function()
+    assert.equal(201, (api(sim, "POST", CMS, { metadata = { name = "mp" } })))
+    local function msg(body, ct)
+      local code, st = api(sim, "PATCH", CMS .. "/mp", body, ct)
+      assert.equal(400, code)
+      return st.message
+    end
+    local MERGE, JSONP = "application/merge-patch+json", "application/json-patch+json"
+    assert.equal("error decoding patch: unexpected end of JSON input",
+      msg('{"metadata": {', MERGE))
+    assert.equal("error decoding patch: invalid character 'x' looking for beginning of value",
+      msg('{"a": x}', MERGE))
+    assert.equal("error decoding patch: invalid character '}' after top-level value",
+      msg('{"a":1}}', MERGE))
+    assert.equal("error decoding patch: unexpected end of JSON input", msg('[{"op":', JSONP))
+    assert.equal("unexpected end of JSON input",
+      msg('{"metadata": {', "application/strategic-merge-patch+json"))
+  end)
+
   it("refuses methods a resource does not have with 405", function()
     local code, st = api(sim, "POST", CMS .. "/s2", {})
     assert.equal(405, code)

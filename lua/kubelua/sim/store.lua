@@ -815,8 +815,6 @@ function _M.decode_body(res, body)
   local obj, err = decode(body)
   if obj == nil or not is_object(obj) then
     local snippet = #body > 30 and sub(body, 1, 30) .. " ..." or body
-    local why = "unexpected end of JSON input"
-    local at = err and tonumber(err:match("byte (%d+)"))
     if obj ~= nil then
       return nil, bad_request(format("the object provided is unrecognized (must be of type %s): "
         .. "couldn't get version/kind; json parse error: json: cannot unmarshal %s into Go "
@@ -824,12 +822,9 @@ function _M.decode_body(res, body)
         .. "Kind string \"json:\\\"kind,omitempty\\\"\" } (%s)", res.kind, value_type(obj),
         snippet))
     end
-    if at and at < #body then
-      why = format("invalid character '%s' looking for beginning of value", sub(body, at + 1,
-        at + 1))
-    end
     return nil, bad_request(format("the object provided is unrecognized (must be of type %s): "
-      .. "couldn't get version/kind; json parse error: %s (%s)", res.kind, why, snippet))
+      .. "couldn't get version/kind; json parse error: %s (%s)", res.kind,
+      util.go_syntax_error(body, err), snippet))
   end
   return obj
 end
@@ -1488,7 +1483,9 @@ end
 local function patched(doc, ptype, body)
   local p, derr = decode(body)
   if p == nil then
-    return nil, bad_request("error decoding patch: " .. tostring(derr))
+    -- the strategic merge patch handler says it without the prefix
+    local why = util.go_syntax_error(body, derr)
+    return nil, bad_request(ptype == "strategic" and why or "error decoding patch: " .. why)
   end
   local obj, why
   if ptype == "merge" or ptype == "strategic" then

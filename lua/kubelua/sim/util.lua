@@ -198,6 +198,24 @@ function _M.sorted_keys(t)
   return keys
 end
 
+-- Go's JSON decoder's words for a syntax error in body, from the message
+-- kubelua.json gave (err, "json: byte N: ...").
+function _M.go_syntax_error(body, err)
+  err = tostring(err)
+  local at = tonumber(err:match("byte (%d+)")) or #body
+  local c = sub(body, at + 1, at + 1)
+  if find(err, "unexpected end of stream", 1, true) or c == "" then
+    return "unexpected end of JSON input"
+  elseif find(err, "trailing data", 1, true) then
+    return format("invalid character '%s' after top-level value", c)
+  elseif find(err, "expected ':'", 1, true) then
+    return format("invalid character '%s' after object key", c)
+  elseif find(err, "expected a string key", 1, true) then
+    return format("invalid character '%s' looking for beginning of object key string", c)
+  end
+  return format("invalid character '%s' looking for beginning of value", c)
+end
+
 -- Go's JSON decoder's error for a value that does not fit a field
 -- (UnmarshalTypeError): field as "Struct.path.to.field", typ as Go names it.
 function _M.unmarshal_error(v, field, typ)
