@@ -1,0 +1,40 @@
+-- The known differences between the simulator and a real kube-apiserver
+-- 1.26.1, each with its reason; spec/differential/differential_spec.lua
+-- reads this list. An entry matches a difference with Lua patterns over
+-- its case ("fixtures", "wrong types", "random SEED/N", "random setup"),
+-- its step's label, the field's path (".status", ".body.spec.replicas",
+-- ".body.items[name=a].data") and the two values as JSON text ("<absent>"
+-- when missing); a pattern left out matches anything. A difference no
+-- entry matches fails the suite, and so does an entry whose steps ran
+-- without its difference: this list says only what is still true.
+return {
+  { case = "^fixtures$", step = "^01%-version$", path = "^%.body%.%a+$",
+    reason = "/version: the simulator answers as the recorded v1.26.0 build (fixture 01); "
+      .. "the 1.26.1 binaries the suite runs were built without a version stamp "
+      .. "(gitVersion v0.0.0-master+f52833d2, empty major and minor)" },
+  { case = "^fixtures$", step = "^0[35]%-discovery%-", path = "^%.body%.resources%[name=[^%]]+%]$",
+    sim = "^<absent>$",
+    reason = "the simulator serves the built-in resources it implements (configmaps, events, "
+      .. "namespaces, pods, secrets, serviceaccounts, services, the apps workloads, leases, "
+      .. "events.k8s.io, CRDs, access reviews), not the whole built-in API" },
+  { case = "^fixtures$", step = "^%d+%-discovery%-apis", path = "^%.body%.groups%[name=[^%]]+%]$",
+    sim = "^<absent>$",
+    reason = "the simulator serves the API groups of the resources it implements, not every "
+      .. "built-in group" },
+  { case = "^fixtures$", step = "^11%-discovery%-example%-v1$",
+    path = "^%.body%.resources%[name=widgets%]%.storageVersionHash$",
+    reason = "a custom resource's storageVersionHash is the first 8 bytes of SHA-256 of "
+      .. "group/version/kind in base64; the simulator, without SHA-256, writes other 8 bytes" },
+  { case = "^random ", step = "^apply %a+ %(type%)$", path = "^%.status$", real = "^500$",
+    reason = "a server-side apply whose value has the wrong form is a 500 on kube-apiserver "
+      .. "1.26 ('failed to create typed patch object', 'failed to convert new object'); the "
+      .. "simulator answers as its create would (400 or 422), or 409 when the field is "
+      .. "another manager's" },
+  { case = "^random ", step = "^apply %a+ %(type%)$", path = "^%.body%.",
+    reason = "the Status of the 500 above: message, no reason, no details" },
+  { case = "^wrong types$", step = "^create %a+ %(", path = "^%.",
+    reason = "the simulator checks the JSON types of the fields it validates (ConfigMap and "
+      .. "Secret data, quantities, MicroTimes, custom resources' schemas, Scales), not every "
+      .. "field of every built-in kind: a Deployment with replicas \"two\" or a ConfigMap with "
+      .. "a number in data is stored, where a real server's decoder refuses it (400)" },
+}
