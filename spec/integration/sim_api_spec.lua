@@ -530,6 +530,37 @@ describe("kubelua sim API", function()
     assert.equal('namespaces "gone" not found', st.message)
   end)
 
+  it("answers a Service's delete with the Service, and counts a deletion in generation",
+    function()
+      local SVCS = "/api/v1/namespaces/default/services"
+      local code, svc = api(sim, "POST", SVCS, { apiVersion = "v1", kind = "Service",
+        metadata = { name = "gone" }, spec = { ports = { { port = 80 } } } })
+      assert.equal(201, code)
+      local gone
+      code, gone = api(sim, "DELETE", SVCS .. "/gone")
+      assert.equal(200, code)
+      assert.same({ "Service", "gone", svc.metadata.uid }, { gone.kind, gone.metadata.name,
+        gone.metadata.uid })
+      assert.is_true(tonumber(gone.metadata.resourceVersion)
+        > tonumber(svc.metadata.resourceVersion))
+      -- an object with a generation that starts deleting is one generation on
+      local DEPS = "/apis/apps/v1/namespaces/default/deployments"
+      local dep
+      code, dep = api(sim, "POST", DEPS, { apiVersion = "apps/v1", kind = "Deployment",
+        metadata = { name = "held", finalizers = { "example.com/hold" } },
+        spec = { selector = { matchLabels = { app = "h" } }, template = { metadata = {
+          labels = { app = "h" } }, spec = { containers = { { name = "c", image = "i" } } } } } })
+      assert.equal(201, code)
+      assert.equal(1, dep.metadata.generation)
+      code, dep = api(sim, "DELETE", DEPS .. "/held")
+      assert.equal(200, code)
+      assert.equal(2, dep.metadata.generation)
+      code, dep = api(sim, "DELETE", DEPS .. "/held")
+      assert.same({ 200, 2 }, { code, dep.metadata.generation })
+      assert.equal(200, (api(sim, "PATCH", DEPS .. "/held", { metadata = { finalizers = json.null } },
+        "application/merge-patch+json")))
+    end)
+
   it("says what is wrong with a malformed patch in Go's decoder's words", function()
     assert.equal(201, (api(sim, "POST", CMS, { metadata = { name = "mp" } })))
     local function msg(body, ct)

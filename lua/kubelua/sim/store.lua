@@ -1898,6 +1898,9 @@ function Store:delete(res, ns, name, opts, ctx)
       if not present then md.finalizers[#md.finalizers + 1] = extra end
     end
     if md.deletionTimestamp and not extra then return old, 200 end
+    if not md.deletionTimestamp and type(md.generation) == "number" and md.generation > 0 then
+      md.generation = md.generation + 1 -- as the registry marks an object deleting
+    end
     md.deletionTimestamp = md.deletionTimestamp or util.timestamp()
     md.deletionGracePeriodSeconds = md.deletionGracePeriodSeconds or 0
     md.resourceVersion = tostring(self:next_rv())
@@ -1909,6 +1912,8 @@ function Store:delete(res, ns, name, opts, ctx)
   local gone = copy(old)
   gone.metadata.resourceVersion = tostring(self:next_rv())
   self:put(res, gone, "DELETED", e)
+  -- the Service registry answers with the object it deleted
+  if is_service(res) then return gone, 200 end
   if res.gv == "v1" and res.name == "namespaces" then self:drop_namespace(name) end
   local st = { kind = "Status", apiVersion = "v1", metadata = {}, status = "Success",
     details = res_details(res, name, { uid = old.metadata.uid }) }
