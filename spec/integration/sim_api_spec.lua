@@ -472,6 +472,19 @@ describe("kubelua sim API", function()
     assert.equal(409, code)
     assert.equal('Apply failed with 1 conflict: conflict with "me": '
       .. '.spec.ports[port=80,protocol="TCP"].name', st.message)
+    -- the same values applied by another manager: a write, that makes them
+    -- shared (no conflict, so force changes nothing); again: nothing to write
+    local path = "/api/v1/namespaces/default/services/ap?fieldManager=you&force=true"
+    local taken, again
+    code, taken = api(sim, "PATCH", path, body, "application/apply-patch+yaml")
+    assert.equal(200, code)
+    assert.is_true(tonumber(taken.metadata.resourceVersion)
+      > tonumber(svc.metadata.resourceVersion))
+    assert.same({ "me", "you" }, { taken.metadata.managedFields[1].manager,
+      taken.metadata.managedFields[2].manager })
+    assert.same(taken.metadata.managedFields[1].fieldsV1, taken.metadata.managedFields[2].fieldsV1)
+    code, again = api(sim, "PATCH", path, body, "application/apply-patch+yaml")
+    assert.same({ 200, taken.metadata.resourceVersion }, { code, again.metadata.resourceVersion })
   end)
 
   it("stores no empty labels, annotations or data, as a real server writes none", function()

@@ -1798,14 +1798,40 @@ function Store:apply(res, ns, name, body, ctx)
   return out, cerr
 end
 
+-- Whether two managedFields lists say the same but for their times.
+local function same_owners(a, b)
+  local function untimed(list)
+    local out = {}
+    for i, x in ipairs(type(list) == "table" and list or {}) do
+      out[i] = copy(x)
+      out[i].time = nil
+    end
+    return out
+  end
+  return equal(untimed(a), untimed(b))
+end
+
 function Store:commit_apply(res, e, obj, ctx, owned)
   local old = e.obj
   local r, err = self:commit(res, e, obj, { apply = true, subresource = ctx.subresource,
     dry_run = ctx.dry_run })
-  if not r or r == e then return r, err end
-  local mf = managed.update(old, r.obj, { manager = ctx.field_manager, operation = "Apply",
+  if not r then return r, err end
+  local op = { manager = ctx.field_manager, operation = "Apply",
     api_version = res.api_version, time = util.timestamp(), subresource = ctx.subresource,
-    custom = not res.builtin, has_status = res.status, owned = owned })
+    custom = not res.builtin, has_status = res.status, owned = owned }
+  if r == e then
+    -- the same values: still a write when their owners change (a forced
+    -- apply takes them over, another one shares them), not when only a time
+    -- would
+    local mf = managed.update(old, old, op)
+    if same_owners(mf, old.metadata.managedFields) then return e end
+    local o = copy(old)
+    o.metadata.managedFields = #mf > 0 and mf or nil
+    if ctx.dry_run then return make_entry(o, res) end
+    o.metadata.resourceVersion = tostring(self:next_rv())
+    return self:put(res, o, "MODIFIED", e)
+  end
+  local mf = managed.update(old, r.obj, op)
   local o = copy(r.obj)
   o.metadata.managedFields = #mf > 0 and mf or nil
   if ctx.dry_run then return make_entry(o, res) end
