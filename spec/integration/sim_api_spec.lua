@@ -334,6 +334,12 @@ describe("kubelua sim API", function()
         .. "inclusive]", st.message)
       assert.same({ reason = "FieldValueRequired", message = "Required value",
         field = "spec.ports[0].name" }, st.details.causes[1])
+      code, st = api(sim, "POST", SVCS, { apiVersion = "v1", kind = "Service",
+        metadata = { name = "dup" }, spec = { ports = { { name = "http", port = 80 },
+          { name = "http", port = 81 } } } })
+      assert.equal(422, code)
+      assert.equal('Service "dup" is invalid: spec.ports[1].name: Duplicate value: "http"',
+        st.message)
     end)
 
   it("fills in a Service as a real server's defaults and registry do", function()
@@ -480,9 +486,13 @@ describe("kubelua sim API", function()
     assert.equal(200, code)
     assert.is_true(tonumber(taken.metadata.resourceVersion)
       > tonumber(svc.metadata.resourceVersion))
-    assert.same({ "me", "you" }, { taken.metadata.managedFields[1].manager,
+    -- the object unchanged, the new entry has no time (the real server sets
+    -- one only when the object changes), so it sorts first
+    assert.same({ "you", "me" }, { taken.metadata.managedFields[1].manager,
       taken.metadata.managedFields[2].manager })
     assert.same(taken.metadata.managedFields[1].fieldsV1, taken.metadata.managedFields[2].fieldsV1)
+    assert.is_nil(taken.metadata.managedFields[1].time)
+    assert.is_string(taken.metadata.managedFields[2].time)
     code, again = api(sim, "PATCH", path, body, "application/apply-patch+yaml")
     assert.same({ 200, taken.metadata.resourceVersion }, { code, again.metadata.resourceVersion })
   end)

@@ -232,11 +232,11 @@ function _M.update(old, new, op)
   if not found and next(mine) ~= nil then
     out[#out + 1] = entry(op.manager, op.operation, op.api_version, op.time, mine, op.subresource)
   end
-  -- the apiserver's order: Apply before Update, then by time, manager,
-  -- subresource
+  -- the apiserver's order: Apply before Update, then by time (none first),
+  -- manager, subresource
   sort(out, function(a, b)
     if a.operation ~= b.operation then return a.operation < b.operation end
-    if a.time ~= b.time then return a.time < b.time end
+    if a.time ~= b.time then return (a.time or "") < (b.time or "") end
     if a.manager ~= b.manager then return a.manager < b.manager end
     return (a.subresource or "") < (b.subresource or "")
   end)

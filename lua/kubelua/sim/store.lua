@@ -1150,8 +1150,8 @@ end
 -- The checks a real server makes after defaulting (its validation sees the
 -- defaulted object), and on an update what may not change (old: the stored
 -- object); nil or an Invalid status.
--- ValidateService's port checks: a name for each of several ports, port
--- and a numeric targetPort in 1-65535.
+-- ValidateService's port checks: a name, not another's, for each of
+-- several ports, port and a numeric targetPort in 1-65535.
 local function check_service_ports(causes, spec)
   local ports = is_array(spec.ports) and spec.ports or {}
   local function in_range(p, field, i)
@@ -1161,11 +1161,16 @@ local function check_service_ports(causes, spec)
         format("Invalid value: %s: must be between 1 and 65535, inclusive", tostring(v)))
     end
   end
+  local names = {}
   for i, p in ipairs(ports) do
     if is_object(p) then
       if #ports > 1 and (p.name == nil or p.name == null or p.name == "") then
         cause(causes, format("spec.ports[%d].name", i - 1), "FieldValueRequired", "Required value")
+      elseif type(p.name) == "string" and names[p.name] then
+        cause(causes, format("spec.ports[%d].name", i - 1), "FieldValueDuplicate",
+          format("Duplicate value: %s", util.go_quote(p.name)))
       end
+      if type(p.name) == "string" then names[p.name] = true end
       in_range(p, "port", i)
       in_range(p, "targetPort", i)
     end
@@ -1823,6 +1828,12 @@ function Store:commit_apply(res, e, obj, ctx, owned)
     -- the same values: still a write when their owners change (a forced
     -- apply takes them over, another one shares them), not when only a time
     -- would
+    -- (and, the object unchanged, the applier's entry keeps the time it
+    -- had, or gets none)
+    op.time = nil
+    for _, m in ipairs(old.metadata.managedFields or {}) do
+      if m.manager == op.manager and m.operation == "Apply" then op.time = m.time end
+    end
     local mf = managed.update(old, old, op)
     if same_owners(mf, old.metadata.managedFields) then return e end
     local o = copy(old)
