@@ -497,6 +497,25 @@ describe("kubelua sim API", function()
     assert.same({ 200, taken.metadata.resourceVersion }, { code, again.metadata.resourceVersion })
   end)
 
+  it("lists apply conflicts in the field manager's order, leaves before what is below",
+    function()
+      local DEPS = "/apis/apps/v1/namespaces/default/deployments"
+      local function dep(replicas, strategy)
+        return { apiVersion = "apps/v1", kind = "Deployment", metadata = { name = "order" },
+          spec = { replicas = replicas, strategy = strategy,
+            selector = { matchLabels = { app = "o" } }, template = { metadata = {
+              labels = { app = "o" } }, spec = { containers = { { name = "c", image = "i" } } } } } }
+      end
+      assert.equal(201, (api(sim, "POST", DEPS, dep(1, { type = "RollingUpdate",
+        rollingUpdate = { maxSurge = 1 } }))))
+      local code, st = api(sim, "PATCH", DEPS .. "/order?fieldManager=x", json.encode(dep(2,
+        { type = "Recreate", rollingUpdate = { maxSurge = 2 } })), "application/apply-patch+yaml")
+      assert.equal(409, code)
+      assert.equal('Apply failed with 3 conflicts: conflicts with "curl" using apps/v1:\n'
+        .. "- .spec.replicas\n- .spec.strategy.type\n- .spec.strategy.rollingUpdate.maxSurge",
+        st.message)
+    end)
+
   it("stores no empty labels, annotations or data, as a real server writes none", function()
     local code, obj, raw = api(sim, "POST", CMS, { apiVersion = "v1", kind = "ConfigMap",
       metadata = { name = "empties", labels = {}, annotations = {} }, data = {} })

@@ -255,6 +255,23 @@ local function manager_name(e)
   return s
 end
 
+-- The order of the field manager's sets: at each level the fields that
+-- end there come before those with fields below them, each by name
+-- (.spec.strategy.type before .spec.strategy.rollingUpdate.maxSurge).
+local function path_less(a, b)
+  local sa, sb = {}, {}
+  for seg in (a .. SEP):gmatch("([^" .. SEP .. "]*)" .. SEP) do sa[#sa + 1] = seg end
+  for seg in (b .. SEP):gmatch("([^" .. SEP .. "]*)" .. SEP) do sb[#sb + 1] = seg end
+  for i = 1, math.min(#sa, #sb) do
+    if sa[i] ~= sb[i] then
+      local la, lb = i == #sa, i == #sb
+      if la ~= lb then return la end
+      return sa[i] < sb[i]
+    end
+  end
+  return #sa < #sb
+end
+
 -- Conflicts of an apply by manager: fields it names that another manager
 -- owns with a different value. Returns a list of {manager, path}, manager
 -- as a conflict message names it ('"kubectl" using v1').
@@ -272,7 +289,7 @@ function _M.conflicts(current, applied_leaves, current_leaves, manager)
       end
     end
   end
-  sort(out, function(a, b) return a.path < b.path end)
+  sort(out, function(a, b) return path_less(a.path, b.path) end)
   return out
 end
 
