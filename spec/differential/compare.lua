@@ -106,7 +106,14 @@ function _M.new(known)
     steps = 0 }, Run)
 end
 
+-- A matcher is a Lua pattern, or a list of them (any may match).
 local function matches(pattern, s)
+  if type(pattern) == "table" then
+    for _, p in ipairs(pattern) do
+      if find(s, p) then return true end
+    end
+    return false
+  end
   return pattern == nil or find(s, pattern) ~= nil
 end
 
@@ -155,8 +162,11 @@ function Run:stale()
   local out = {}
   for i, k in ipairs(self.known) do
     if self.ran[i] and not self.hits[i] then
+      local function said(m)
+        return type(m) == "table" and concat(m, " or ") or m or ""
+      end
       out[#out + 1] = format("known[%d] (%s) no longer occurs: %s", i,
-        concat({ k.case or "", k.step or "", k.path or "" }, " | "), k.reason)
+        concat({ said(k.case), said(k.step), said(k.path) }, " | "), k.reason)
     end
   end
   return out

@@ -90,7 +90,7 @@ describe("spec.differential.compare", function()
       local known = {
         { case = "^fixtures$", step = "^01%-version$", path = "^%.body%.gitVersion$",
           reason = "the version stamp" },
-        { step = "^create", path = "^%.status$", reason = "no longer true" },
+        { step = { "^create", "^update" }, path = "^%.status$", reason = "no longer true" },
       }
       local run = compare.new(known)
       run:step("fixtures", "01-version")
@@ -105,9 +105,12 @@ describe("spec.differential.compare", function()
       -- the second entry's step never ran: nothing to say about it yet
       assert.same({}, run:stale())
       run:step("random 1/1", "create configmaps (plain)")
-      assert.same({ "known[2] ( | ^create | ^%.status$) no longer occurs: no longer true" },
-        run:stale())
-      assert.same({ 1, 1 }, { run.listed, run:entries_seen() })
+      assert.same({ "known[2] ( | ^create or ^update | ^%.status$) no longer occurs: no longer "
+        .. "true" }, run:stale())
+      assert.same({}, run:differences("random 1/1", "update leases (current)",
+        { { path = ".status", sim = "404", real = "201" } }))
+      assert.same({}, run:stale())
+      assert.same({ 2, 2 }, { run.listed, run:entries_seen() })
     end)
 
   it("refuses an entry without a reason or one that would match everything", function()
