@@ -340,6 +340,15 @@ describe("kubelua sim API", function()
       assert.equal(422, code)
       assert.equal('Service "dup" is invalid: spec.ports[1].name: Duplicate value: "http"',
         st.message)
+      -- validation comes before the check that the name is free
+      assert.equal(201, (api(sim, "POST", SVCS, { apiVersion = "v1", kind = "Service",
+        metadata = { name = "taken" }, spec = { ports = { { port = 80 } } } })))
+      code, st = api(sim, "POST", SVCS, { apiVersion = "v1", kind = "Service",
+        metadata = { name = "taken" }, spec = { ports = { { port = 0 } } } })
+      assert.same({ 422, "Invalid" }, { code, st.reason })
+      code, st = api(sim, "POST", SVCS, { apiVersion = "v1", kind = "Service",
+        metadata = { name = "taken" }, spec = { ports = { { port = 80 } } } })
+      assert.same({ 409, 'services "taken" already exists' }, { code, st.message })
     end)
 
   it("fills in a Service as a real server's defaults and registry do", function()

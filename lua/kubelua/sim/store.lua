@@ -1315,11 +1315,6 @@ function Store:create(res, ns, obj, ctx, operation, owned)
         message = format("namespace %s is being terminated", md.namespace) } } }))
     end
   end
-  local key = obj_key(md.namespace, md.name)
-  if res.objects[key] then
-    return nil, status(409, "AlreadyExists", format('%s "%s" already exists', res.gr, md.name),
-      res_details(res, md.name))
-  end
   if res.status and not ctx.internal then obj.status = nil end
   md.uid = util.uid()
   md.creationTimestamp = util.timestamp()
@@ -1336,6 +1331,12 @@ function Store:create(res, ns, obj, ctx, operation, owned)
   if is_service(res) then
     err = allocate_service(res, obj, nil, ctx.internal)
     if err then return nil, err end
+  end
+  -- storage refuses a name in use only after validation (and a Service's
+  -- allocations) passed
+  if res.objects[obj_key(md.namespace, md.name)] then
+    return nil, status(409, "AlreadyExists", format('%s "%s" already exists', res.gr, md.name),
+      res_details(res, md.name))
   end
   if res.gv == "v1" and res.name == "namespaces" then
     -- set by the namespace strategy, after field ownership is computed
