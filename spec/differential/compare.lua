@@ -66,9 +66,14 @@ local function diff(a, b, path, out)
   if na and nb then
     -- by name, so that one member more or less is one difference; then
     -- the order of the members both have
+    -- (generated names, "<gen#N>", sort as their random suffixes do)
     local oa, ob = {}, {}
-    for _, n in ipairs(na) do if ib[n] then oa[#oa + 1] = n end end
-    for _, n in ipairs(nb) do if ia[n] then ob[#ob + 1] = n end end
+    for _, n in ipairs(na) do
+      if ib[n] and not find(n, "<gen#", 1, true) then oa[#oa + 1] = n end
+    end
+    for _, n in ipairs(nb) do
+      if ia[n] and not find(n, "<gen#", 1, true) then ob[#ob + 1] = n end
+    end
     for _, n in ipairs(na) do diff(a[ia[n]], b[ib[n]], path .. "[name=" .. n .. "]", out) end
     for _, n in ipairs(nb) do
       if not ia[n] then diff(nil, b[ib[n]], path .. "[name=" .. n .. "]", out) end
