@@ -126,7 +126,10 @@ function _M.steps()
   add(replay("20", { prepare = function(st, rq)
     rq.path = CMS .. "?limit=2&continue=" .. tostring(st.marks.continue)
   end }))
-  add(replay("21", { unordered = true }))
+  -- (from the watch cache: once it has the four ConfigMaps)
+  add(replay("21", { unordered = true, wait = function(res)
+    return type(res.body) == "table" and type(res.body.items) == "table" and #res.body.items == 4
+  end }))
   add(get(CMS .. "/cm1"))
   add(replay("22", { prepare = rv_of(CMS .. "/cm1") }))
   add(replay("23", { prepare = rv_of(CMS .. "/cm1", "first") }))
@@ -158,6 +161,16 @@ function _M.steps()
     { metadata = { labels = { app = "z" } } }, "application/merge-patch+json"))
   add(write("delete watch-b", "DELETE", CMS .. "/watch-b"))
   add(write("delete watch-a", "DELETE", CMS .. "/watch-a"))
+  -- a real server's watch cache catches up with the deletions a moment
+  -- later; a watch from resourceVersion=0 starts from the cache
+  add({ label = "list " .. CMS .. "?resourceVersion=0 once the deletes are cached",
+    method = "GET", path = CMS .. "?resourceVersion=0", unordered = true,
+    wait = function(res)
+      for _, item in ipairs(type(res.body) == "table" and res.body.items or {}) do
+        if item.metadata.name == "watch-a" or item.metadata.name == "watch-b" then return false end
+      end
+      return true
+    end })
   add(watch("79", "79"))
   add(watch("80", "79"))
   add(watch("81", nil, { unordered = true }))
