@@ -877,7 +877,9 @@ function Sim:handle(req)
     end
     return reply_json(req, 200, self:resource_list(r.gv))
   end
-  if not self:resolve(r) then return reply_text_404(req) end
+  -- the group-version's handler answers for any path under it that names
+  -- no resource of its (".../ConfigMap/x", ".../configmap/x")
+  if not self:resolve(r) then return reply_status(req, not_found_resource()) end
   return self:serve_resource(req, r, user)
 end
 
