@@ -250,16 +250,101 @@ describe("kubelua.client", function()
       assert.is_false(kube.is_no_match(client.new_error(404, "NotFound", "x")))
     end)
 
+    it("takes a Kind or a singular wherever a resource is named", function()
+      local obj = assert(kube.create(cm("kinded", { k = "1" })))
+      for _, res in ipairs({ "ConfigMap", "configmap", "configmaps", "ConfigMaps" }) do
+        assert.same(obj, assert(kube.get("v1", res, NS, "kinded")), res)
+      end
+      local only = { field_selector = "metadata.name=kinded" }
+      local list = assert(kube.list("v1", "ConfigMap", NS, only))
+      assert.equal(1, #list.items)
+      assert.equal("kinded", list.items[1].metadata.name)
+      assert.same(list.items, assert(kube.list_all("v1", "configmap", NS, only)).items)
+      local p = assert(kube.patch("v1", "ConfigMap", NS, "kinded", { data = { k = "2" } }))
+      assert.equal("2", p.data.k)
+      assert.equal(NS, assert(kube.get("v1", "Namespace", nil, NS)).metadata.name)
+      -- kube.informer finds a singular the same way
+      assert(kube.connect{ server = sim.base, token = "secret" })
+      local inf = kube.informer("v1", "configmap", { namespace = NS })
+      client.set_default(c)
+      assert.equal("v1/configmaps@" .. NS, inf:name())
+      assert.is_true(kube.wait_for_sync(inf, 10))
+      assert.same(obj.metadata.uid, inf:get(NS .. "/kinded").metadata.uid)
+      kube._stop_informers(sim.base)
+      assert(kube.delete("v1", "ConfigMap", NS, "kinded"))
+      -- get-then-create: a missing object of a known kind is a real NotFound
+      local res, err = kube.get("v1", "ConfigMap", NS, "kinded")
+      assert.is_nil(res)
+      assert.equal('NotFound: configmaps "kinded" not found', tostring(err))
+      assert.is_true(kube.is_not_found(err))
+    end)
+
+    it("refuses a kind or resource discovery does not know, which is no NotFound", function()
+      local cases = {
+        { "v1", "Nope", 'NoKindMatch: no matches for kind "Nope" in version "v1"' },
+        { "v1", "nothings", "NoResourceMatch: no matches for /v1, Resource=nothings" },
+        { "apps/v1", "deploymentz", "NoResourceMatch: no matches for apps/v1, Resource=deploymentz" },
+        { "nope.example.com/v1", "bars",
+          "NoResourceMatch: no matches for nope.example.com/v1, Resource=bars" },
+        { "nope.example.com/v1", "Bar",
+          'NoKindMatch: no matches for kind "Bar" in version "nope.example.com/v1"' },
+      }
+      for _, case in ipairs(cases) do
+        local av, res, want = case[1], case[2], case[3]
+        for _, call in ipairs({
+          function() return kube.get(av, res, NS, "x") end,
+          function() return kube.list(av, res, NS) end,
+          function() return kube.list_all(av, res) end,
+          function() return kube.patch(av, res, NS, "x", { data = {} }) end,
+          function() return kube.delete(av, res, NS, "x") end,
+        }) do
+          local r, err = call()
+          assert.is_nil(r)
+          assert.equal(want, tostring(err))
+          assert.equal(0, err.code)
+          assert.is_false(kube.is_not_found(err))
+          assert.is_true(kube.is_no_match(err))
+        end
+      end
+
+    end)
+
+    it("fetches discovery again on a miss at most once per discovery_refresh", function()
+      local fetches = {}
+      local function counting(refresh)
+        local cc = client.new{ server = sim.base, token = "secret", qps = 0,
+          discovery_refresh = refresh }
+        cc.request = function(self, method, path, ...)
+          if path == "/api/v1" or path:match("^/apis/[^/]+/[^/]+$") then
+            fetches[path] = (fetches[path] or 0) + 1
+          end
+          return c.request(self, method, path, ...)
+        end
+        return cc
+      end
+      local slow = counting(60)
+      for _ = 1, 3 do
+        assert.equal("NoKindMatch", select(2, slow:get("v1", "Nope", NS, "x")).reason)
+        assert.equal("NoResourceMatch", select(2, slow:get("nope.example.com/v1", "bars",
+          NS, "x")).reason)
+      end
+      assert(slow:get("v1", "Namespace", nil, NS)) -- a hit fetches nothing
+      assert.same({ ["/api/v1"] = 1, ["/apis/nope.example.com/v1"] = 1 }, fetches)
+      fetches = {}
+      local eager = counting(0)
+      for _ = 1, 3 do eager:get("v1", "Nope", NS, "x") end
+      assert(eager:get("v1", "ConfigMap", NS, "rt"))
+      assert.same({ ["/api/v1"] = 3 }, fetches)
+    end)
+
     it("resolves a CRD created during the run, and refreshes on a miss", function()
       local res, err = kube.create(widget("w1"))
       assert.is_nil(res)
       assert.equal('NoKindMatch: no matches for kind "Widget" in version "example.com/v1"',
         tostring(err))
       assert(kube.create(crd))
-      for _ = 1, 100 do
-        if c:resolve("example.com/v1", "Widget") then break end
-        kube.sleep(0.01)
-      end
+      -- the miss above fetched discovery: the next fetch may come a second later
+      assert.is_true(support.eventually(function() return c:resolve("example.com/v1", "Widget") end))
       local w = assert(kube.create(widget("w1")))
       assert.equal(3, w.spec.size)
       w.status = { ready = true }
@@ -272,7 +357,7 @@ describe("kubelua.client", function()
       gadgets.metadata.name = "gadgets.example.com"
       gadgets.spec.names = { plural = "gadgets", singular = "gadget", kind = "Gadget" }
       assert(kube.create(gadgets))
-      kube.sleep(0.1)
+      assert.is_true(support.eventually(function() return c:resolve("example.com/v1", "Gadget") end))
       local g = widget("g1")
       g.kind = "Gadget"
       assert.equal("g1", assert(kube.apply(g, { field_manager = "spec" })).metadata.name)
@@ -308,12 +393,13 @@ describe("kubelua.client", function()
       end
       local cc = client.new{ server = sim.base, creds = creds }
       local t0 = kube.now()
+      -- the first request, discovery's, is tried twice; the get once
       assert.equal("rt", assert(cc:get("v1", "configmaps", NS, "rt")).metadata.name)
-      assert.equal(2, creds.calls)
+      assert.equal(3, creds.calls)
       assert.equal(1, #creds.invalidated)
       assert.is_true(math.abs(creds.invalidated[1] - t0) < 1)
       assert(cc:get("v1", "configmaps", NS, "rt"))
-      assert.equal(3, creds.calls)
+      assert.equal(4, creds.calls)
       -- a second 401 in a row is the answer
       creds.tokens = { "wrong", "also-wrong", "secret" }
       local res, err = cc:get("v1", "configmaps", NS, "rt")
