@@ -1,5 +1,7 @@
 -- `kubelua run`: load errors, exit statuses, graceful stop on signals.
+local kube = require "kubelua"
 local support = require "spec.support"
+local sim_helper = require "spec.integration.sim_helper"
 local run_script, sh = support.run_script, support.sh
 
 describe("kubelua run", function()
@@ -137,4 +139,50 @@ describe("examples/mirror/controller.lua", function()
     end
     assert.is_nil(out:find("demo/private", 1, true))
   end)
+
+  it("runs its demo in a cluster that has its namespaces and a kube-root-ca.crt in each",
+    function()
+      local sim = sim_helper.start("--token secret")
+      local c = kube.client.new{ server = sim.base, token = "secret", qps = 0 }
+      local ca = { apiVersion = "v1", kind = "ConfigMap",
+        metadata = { name = "kube-root-ca.crt", annotations = { ["kubernetes.io/description"] =
+          "Contains a CA bundle that can be used to verify the kube-apiserver when using "
+          .. "internal endpoints such as the internal service IP or kubernetes.default.svc. "
+          .. "No other usage is guaranteed across distributions of Kubernetes clusters." } },
+        data = { ["ca.crt"] = "-----BEGIN CERTIFICATE-----\nMIIDCzCCAfOgAwIBAgIU\n"
+          .. "-----END CERTIFICATE-----\n" } }
+      local seeded = {}
+      for _, ns in ipairs({ "demo", "mirror" }) do
+        -- as kube-controller-manager's root CA publisher does in every namespace
+        assert(c:create{ apiVersion = "v1", kind = "Namespace", metadata = { name = ns } })
+        ca.metadata.namespace = ns
+        seeded[ns] = assert(c:create(ca))
+      end
+      local config = support.tempfile(([[
+apiVersion: v1
+kind: Config
+current-context: c
+clusters: [{name: s, cluster: {server: "%s"}}]
+users: [{name: u, user: {token: secret}}]
+contexts: [{name: c, context: {cluster: s, user: u}}]
+]]):format(sim.base))
+      local status, out = sh("timeout 60 " .. support.kubelua .. " run --kubeconfig " .. config
+        .. " examples/mirror/controller.lua")
+      os.remove(config)
+      local after = {}
+      for _, ns in ipairs({ "demo", "mirror" }) do
+        after[ns] = c:get("v1", "configmaps", ns, "kube-root-ca.crt")
+      end
+      local copies = assert(c:list("v1", "configmaps", "mirror"))
+      sim_helper.stop(sim)
+      assert.equal(0, status, out)
+      assert.matches("the copies match their sources; stopping", out, 1, true)
+      assert.is_nil(out:find("kube-root-ca.crt", 1, true))
+      -- what it did not make is as it was
+      assert.same(seeded, after)
+      local names = {}
+      for _, item in ipairs(copies.items) do names[#names + 1] = item.metadata.name end
+      table.sort(names)
+      assert.same({ "kube-root-ca.crt", "settings" }, names)
+    end)
 end)
