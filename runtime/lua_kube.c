@@ -51,6 +51,7 @@ struct kl_task {
   int state;
   int holds;    /* workqueue keys held (a reconcile in progress) */
   unsigned gen; /* the script generation it belongs to (0: the system's) */
+  int main;     /* started by kube.spawn from a script's main chunk */
   char name[48];
   kl_defer_t defer;    /* run-queue node */
   kl_timer_t timer;    /* kube.sleep */
@@ -107,10 +108,12 @@ struct kl_rt {
    * system's (the simulator, the test runner), which never retires. */
   unsigned gen;
   kl_gen_scope_t scope;
-  int hup_ref;            /* SIGHUP's function (a reload), or LUA_NOREF */
-  kl_defer_t hup;         /* runs it from the loop */
-  int on_stop_ref;        /* core.on_stop functions (a table), or LUA_NOREF */
-  int on_stop_pending;    /* they are yet to start */
+  int loading;         /* a generation's main chunk runs (core.load) */
+  int main_fatal;      /* a main task that fails stops the runtime, status 1 */
+  int hup_ref;         /* SIGHUP's function (a reload), or LUA_NOREF */
+  kl_defer_t hup;      /* runs it from the loop */
+  int on_stop_ref;     /* core.on_stop functions (a table), or LUA_NOREF */
+  int on_stop_pending; /* they are yet to start */
   kl_defer_t on_stop_run; /* starts them, from the loop */
 };
 
@@ -334,15 +337,35 @@ static kl_task_t *task_spawn(kl_rt_t *rt, lua_State *L, int nargs,
   return t;
 }
 
-static void log_task_error(kl_task_t *t, lua_State *co) {
+/* Pushes onto L the error on top of the failed task co, as text with co's
+ * traceback: a string as it is; another value through its __tostring (the
+ * client's error tables), called protected; else a note of its type. */
+static void push_task_error(lua_State *L, lua_State *co) {
+  lua_checkstack(L, LUA_MINSTACK);
+  lua_pushvalue(co, -1);
+  lua_xmove(co, L, 1);
+  if (!lua_isstring(L, -1)) {
+    int ok = luaL_getmetafield(L, -1, "__tostring");
+    if (ok) {
+      lua_pushvalue(L, -2);
+      ok = lua_pcall(L, 1, 1, 0) == 0 && lua_isstring(L, -1);
+      if (!ok) lua_pop(L, 1);
+    }
+    if (!ok)
+      lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, -1));
+    lua_replace(L, -2);
+  }
+  luaL_traceback(L, co, lua_tostring(L, -1), 0);
+  lua_replace(L, -2);
+}
+
+/* Logs a task's error with its traceback: "<what>: <error>". */
+static void log_task_error(kl_task_t *t, lua_State *co, const char *what) {
   kl_rt_t *rt = t->rt;
-  const char *msg = lua_tostring(co, -1);
-  lua_checkstack(rt->L, LUA_MINSTACK);
-  luaL_traceback(rt->L, co, msg ? msg : "(error object is not a string)", 0);
+  push_task_error(rt->L, co);
   char fields[64];
   snprintf(fields, sizeof fields, " task=%s", t->name);
-  kl_log_fields(KL_LOG_ERROR, fields, "task failed: %s",
-                lua_tostring(rt->L, -1));
+  kl_log_fields(KL_LOG_ERROR, fields, "%s: %s", what, lua_tostring(rt->L, -1));
   lua_pop(rt->L, 1);
 }
 
@@ -364,8 +387,7 @@ static void finish_join(kl_task_t *child, int ok) {
     lua_pushinteger(L, n);
     lua_setfield(L, -2, "n");
   } else {
-    const char *msg = lua_tostring(co, -1);
-    luaL_traceback(L, co, msg ? msg : "(error object is not a string)", 0);
+    push_task_error(L, co);
   }
   joiner->join_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   joiner->join_status = ok ? JOIN_OK : JOIN_FAILED;
@@ -411,12 +433,18 @@ static void task_resume(kl_defer_t *d) {
     }
     if (rt->stopping && !t->holds) task_end(t);
   } else {
-    int ok = rc == 0;
+    /* A script's main task that fails ends the process (kubelua run), as
+     * controller-runtime's manager stops when a runnable fails: nothing
+     * would ever start what it was to start. */
+    int ok = rc == 0, fatal = !ok && t->main && rt->main_fatal;
     if (t->joiner)
       finish_join(t, ok);
+    else if (fatal)
+      log_task_error(t, co, "main task failed; stopping with exit status 1");
     else if (!ok)
-      log_task_error(t, co);
+      log_task_error(t, co, "task failed");
     task_end(t);
+    if (fatal) kl_rt_stop(rt, 1);
   }
   if (rt->stopping) check_stopped(rt);
 }
@@ -535,11 +563,14 @@ static int core_monotonic(lua_State *L) {
   return 1;
 }
 
-/* kube.spawn(fn, ...) -> starts fn(...) in a new task on the next turn. */
+/* kube.spawn(fn, ...) -> starts fn(...) in a new task on the next turn.
+ * Called from a script's main chunk (or a module it requires), it starts a
+ * main task, named "main". */
 static int core_spawn(lua_State *L) {
   kl_rt_t *rt = up_rt(L);
   check_function(L, 1, "kube.spawn");
-  task_spawn(rt, L, lua_gettop(L) - 1, "task");
+  int main = rt->loading > 0;
+  task_spawn(rt, L, lua_gettop(L) - 1, main ? "main" : "task")->main = main;
   return 0;
 }
 
@@ -769,8 +800,9 @@ static void end_generation(kl_rt_t *rt, unsigned gen) {
 
 /* core.load(gen, fn, ...) -> true | false, message with traceback: runs a
  * generation's main chunk. Tasks, timers and handlers it makes belong to
- * gen; when it returns, gen becomes the active generation, and when it
- * raises, what it started ends. The chunk runs as a script's top level
+ * gen (the tasks it starts with kube.spawn are main tasks, see
+ * kl_rt_start_script); when it returns, gen becomes the active generation, and
+ * when it raises, what it started ends. The chunk runs as a script's top level
  * does, outside any task (even when a spec calls this from one): it cannot
  * yield, and API calls there say so. */
 static int core_load(lua_State *L) {
@@ -787,7 +819,9 @@ static int core_load(lua_State *L) {
   kl_gen_scope_t saved;
   rt->current = NULL;
   kl_rt_gen_enter(rt, (unsigned)gen, &saved);
+  rt->loading++;
   int ok = lua_pcall(L, nargs, 0, 1) == 0;
+  rt->loading--;
   kl_rt_gen_leave(rt, &saved);
   rt->current = current;
   if (ok)
@@ -1246,6 +1280,7 @@ int kl_rt_start_script(kl_rt_t *rt, const char *path, int argc, char **argv,
                        int watch) {
   lua_State *L = rt->L;
   int base = lua_gettop(L);
+  rt->main_fatal = 1;
   lua_pushcfunction(L, kl_lua_traceback);
   lua_getglobal(L, "require");
   lua_pushliteral(L, "kubelua.generation");

@@ -116,6 +116,122 @@ describe("kubelua run", function()
   end)
 end)
 
+describe("kubelua run: a script's main tasks", function()
+  -- Without a stop, the process would idle on: `timeout` ends it (124).
+  local function run_bounded(path)
+    return sh("timeout 30 " .. support.kubelua .. " run " .. path)
+  end
+
+  it("stops, status 1, after a graceful stop when a main task fails", function()
+    local path = support.tempfile([[
+      local kube = require "kubelua"
+      local q = kube.workqueue("busy")
+      local started = false
+      kube.workers(q, 1, function(key)
+        started = true
+        kube.sleep(0.2)
+        kube.log.info("reconcile finished", { key = key })
+      end)
+      kube.spawn(function()
+        q:add("a")
+        while not started do kube.sleep(0.01) end
+        error("cannot go on")
+      end)
+    ]], ".lua")
+    local status, out = run_bounded(path)
+    os.remove(path)
+    assert.equal(1, status)
+    assert.matches("ERROR main task failed; stopping with exit status 1: " .. path
+      .. ":12: cannot go on\\nstack traceback:\\n\t[C]: in function 'error'\\n\t" .. path
+      .. ":12: in function <" .. path .. ":9> task=main\n", out, 1, true)
+    -- the reconcile in progress finishes: a graceful stop
+    local failed = out:find("main task failed", 1, true)
+    local waiting = out:find("INFO  stopping: waiting for 1 running reconciles\n", 1, true)
+    local finished = out:find("INFO  reconcile finished key=a\n", 1, true)
+    assert.is_true(failed < waiting and waiting < finished, out)
+    assert.equal(1, select(2, out:gsub("main task failed", "")))
+  end)
+
+  it("says what a raised error table is: the client's errors, through __tostring", function()
+    local path = support.tempfile([[
+      local kube = require "kubelua"
+      kube.spawn(function()
+        kube.spawn(function() error({}) end)
+        kube.sleep(0.05)
+        assert(nil, kube.client.new_error(409, "AlreadyExists", 'namespaces "demo" already exists'))
+      end)
+    ]], ".lua")
+    local status, out = run_bounded(path)
+    os.remove(path)
+    assert.equal(1, status)
+    assert.matches("ERROR task failed: (error object is a table value)\\nstack traceback:\\n\t"
+      .. "[C]: in function 'error'\\n\t" .. path .. ":3: in function <" .. path .. ":3> task=task\n",
+      out, 1, true)
+    assert.matches("ERROR main task failed; stopping with exit status 1: AlreadyExists: "
+      .. 'namespaces "demo" already exists\\nstack traceback:\\n\t[C]: in function \'assert\'\\n\t'
+      .. path .. ":5: in function <" .. path .. ":2> task=main\n", out, 1, true)
+  end)
+
+  it("counts a task that a module spawns as the script requires it", function()
+    local dir = os.tmpname()
+    os.remove(dir)
+    assert(os.execute("mkdir " .. dir) == 0)
+    local f = assert(io.open(dir .. "/starter.lua", "w"))
+    f:write("require('kubelua').spawn(function() error('module task failed') end)\n")
+    f:close()
+    f = assert(io.open(dir .. "/main.lua", "w"))
+    f:write("require('starter')\n")
+    f:close()
+    local status, out = run_bounded(dir .. "/main.lua")
+    os.execute("rm -rf " .. dir)
+    assert.equal(1, status)
+    assert.matches("ERROR main task failed; stopping with exit status 1: " .. dir
+      .. "/starter.lua:1: module task failed", out, 1, true)
+  end)
+
+  it("only logs the failures of other tasks, reconciles and handlers", function()
+    local path = support.tempfile([[
+      local kube = require "kubelua"
+      local q = kube.workqueue("failing")
+      local reconciled, after, handled = false, false, false
+      kube.workers(q, 1, function()
+        reconciled = true
+        error("reconcile broke")
+      end)
+      kube.after(0, function()
+        after = true
+        error("timer task broke")
+      end)
+      local inf = kube.local_informer{ name = "local" }
+      inf:on_add(function()
+        handled = true
+        error("handler broke")
+      end)
+      kube.spawn(function()
+        kube.spawn(function() error("child task broke") end)
+        q:add("a")
+        inf:add{ apiVersion = "v1", kind = "ConfigMap", metadata = { name = "x", namespace = "d" } }
+        while not (reconciled and after and handled) do kube.sleep(0.01) end
+        kube.sleep(0.05)
+        kube.log.info("still running")
+        kube.stop()
+      end)
+    ]], ".lua")
+    local status, out = run_bounded(path)
+    os.remove(path)
+    assert.equal(0, status)
+    assert.matches("ERROR task failed: [^\n]*: child task broke\\nstack traceback:[^\n]* task=task\n",
+      out)
+    assert.matches("ERROR task failed: [^\n]*: timer task broke\\nstack traceback:[^\n]* task=after\n",
+      out)
+    assert.matches("ERROR reconcile failed [^\n]*reconcile broke", out)
+    assert.matches("ERROR handler failed: [^\n]*: handler broke\\nstack traceback:[^\n]* "
+      .. "informer=local handler=on_add key=d/x\n", out)
+    assert.matches("INFO  still running\n", out, 1, true)
+    assert.is_nil(out:find("main task failed", 1, true))
+  end)
+end)
+
 describe("examples/queue/controller.lua", function()
   it("reconciles every app to its desired state and stops", function()
     local status, out = sh(support.kubelua .. " run examples/queue/controller.lua")
