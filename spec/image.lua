@@ -8,6 +8,13 @@ local support = require "spec.support"
 
 local _M = {}
 
+local function first_line(cmd)
+  local p = io.popen(cmd)
+  local line = p:read("*l")
+  p:close()
+  return line
+end
+
 local function instruction(stage, name)
   local value = stage:match("\n" .. name .. " ([^\n]+)")
   return value
@@ -24,7 +31,7 @@ function _M.parse(text)
     local value = instruction(final, name)
     img[name:lower()] = value and assert(json.decode(value), name .. " is not an exec form")
   end
-  local cwd = io.popen("pwd"):read("*l")
+  local cwd = first_line("pwd")
   for src, dst in final:gmatch("\nCOPY (%S+) (%S+)") do
     if not src:match("^%-%-") then img.paths[dst] = src:match("^/") and src or cwd .. "/" .. src end
   end
@@ -47,7 +54,7 @@ function _M.argv(img, command, args, mounts)
   for _, a in ipairs(args or (not command and img.cmd) or {}) do argv[#argv + 1] = a end
   assert(argv[1] == (img.entrypoint or {})[1], "the command runs " .. tostring(argv[1])
     .. ", not the image's entrypoint")
-  argv[1] = io.popen("readlink -f " .. support.kubelua):read("*l")
+  argv[1] = first_line("readlink -f " .. support.kubelua)
   local maps = {}
   for dst, src in pairs(img.paths) do maps[#maps + 1] = { dst, src } end
   for dst, src in pairs(mounts or {}) do maps[#maps + 1] = { dst, src } end
