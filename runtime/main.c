@@ -342,6 +342,9 @@ out:
 }
 
 int main(int argc, char **argv) {
+  /* print() reaches a pipe (a container's log) line by line, not when a
+   * block fills or the process ends. */
+  setvbuf(stdout, NULL, _IOLBF, 0);
   if (argc < 2) {
     usage(stderr);
     return 2;

@@ -1,5 +1,7 @@
 -- `kubelua run`: load errors, exit statuses, graceful stop on signals.
 local support = require "spec.support"
+local helper = require "spec.integration.sim_helper"
+local proc_helper = require "spec.integration.proc_helper"
 local run_script, sh = support.run_script, support.sh
 
 describe("kubelua run", function()
@@ -42,6 +44,24 @@ describe("kubelua run", function()
     assert.equal(1, status)
     assert.matches("ERROR script failed: " .. path .. ":1: kube.run: not inside a task (kubelua"
       .. " test runs specs in one; a script's main chunk uses kube.spawn)\\nstack traceback:", out, 1, true)
+  end)
+
+  it("writes print output line by line when stdout is a file or a pipe", function()
+    local path = support.tempfile([[
+      local kube = require "kubelua"
+      print("first line")
+      io.write("second ")
+      io.write("line\n")
+      io.write("no newline yet")
+      kube.spawn(function() kube.sleep(60) end)
+    ]], ".lua")
+    local proc = proc_helper.start(path)
+    local out = proc_helper.wait_log(proc, "second line\n")
+    assert.matches("^first line\nsecond line\n", out)
+    assert.is_nil(out:find("no newline yet", 1, true))
+    out = helper.stop(proc)
+    os.remove(path)
+    assert.matches("^first line\nsecond line\n.*no newline yet$", out)
   end)
 
   it("exits with the status given to kube.stop", function()
