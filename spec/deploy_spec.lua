@@ -44,7 +44,7 @@ describe("deploy/kubelua.yaml", function()
     assert.equal("RuntimeDefault", pod.securityContext.seccompProfile.type)
     local c = pod.containers[1]
     assert.same({ "--leader-elect", "--leader-election-id=kubelua-mirror", "--log-format=json",
-                  "/scripts/controller.lua", "--demo=false" }, c.args)
+                  "/scripts/controller.lua", "--", "--demo=false" }, c.args)
     assert.same({ path = "/healthz", port = "health" }, c.livenessProbe.httpGet)
     assert.same({ path = "/readyz", port = "health" }, c.readinessProbe.httpGet)
     assert.is_false(c.securityContext.allowPrivilegeEscalation)

@@ -127,10 +127,100 @@ describe("kubelua run", function()
     assert.matches('kubelua: unknown command "frobnicate"', out, 1, true)
   end)
 
+  it("takes its options after the script too, and gives the script all after --", function()
+    local status, out = run_script([[
+      print(select("#", ...), ...)
+      require("kubelua").stop()
+    ]], "one --log-format json two --health-probe-bind-address=127.0.0.1:0 -- --three -h")
+    assert.equal(0, status)
+    assert.matches('^{"ts":"[^"]+","level":"info","msg":"probes: serving on http://127%.0%.0%.1:%d+'
+      .. '/healthz and /readyz"}\n4\tone\ttwo\t%-%-three\t%-h\n{"ts":"[^"]+","level":"info",'
+      .. '"msg":"stopping: waiting for 0 running reconciles"}\n$', out)
+  end)
+
+  it("refuses an unknown option before --, naming it", function()
+    local status, out = sh(support.kubelua .. " run x.lua --metrics-bind-adress :8080")
+    assert.equal(2, status)
+    assert.matches('^kubelua: unknown option %-%-metrics%-bind%-adress %(the script\'s own options go '
+      .. 'after "%-%-"%)\nusage: kubelua run %[options%] SCRIPT%.lua %[args%.%.%.%] %[%-%- args%.%.%.%]\n', out)
+    status, out = sh(support.kubelua .. " run --kubeconfig")
+    assert.equal(2, status)
+    assert.matches("^kubelua: option %-%-kubeconfig needs a value\nusage: kubelua run ", out)
+  end)
+
   it("prints its version", function()
     local status, out = sh(support.kubelua .. " version")
     assert.equal(0, status)
     assert.matches("^kubelua %d+%.%d+%.%d+ %(LuaJIT 2%.1", out)
+  end)
+end)
+
+describe("kubelua --help", function()
+  local function first_lines(out, n)
+    local lines = {}
+    for line in (out .. "\n"):gmatch("([^\n]*)\n") do
+      if #lines == n then break end
+      lines[#lines + 1] = line
+    end
+    return lines
+  end
+
+  it("answers -h and --help for every command with its own usage, status 0", function()
+    local firsts = {
+      [""] = "usage: kubelua run [options] SCRIPT.lua [args...] [-- args...]",
+      run = "usage: kubelua run [options] SCRIPT.lua [args...] [-- args...]",
+      sim = "usage: kubelua sim [--listen HOST:PORT] [options]",
+      test = "usage: kubelua test [options] [busted options] [spec paths...]",
+      version = "usage: kubelua version",
+    }
+    for cmd, first in pairs(firsts) do
+      for _, flag in ipairs({ "-h", "--help" }) do
+        local status, out = sh(support.kubelua .. " " .. cmd .. " " .. flag)
+        assert.equal(0, status, cmd .. " " .. flag)
+        assert.equal(first, first_lines(out, 1)[1], cmd .. " " .. flag)
+      end
+    end
+    local _, out = sh(support.kubelua .. " --help")
+    assert.same({ "usage: kubelua run [options] SCRIPT.lua [args...] [-- args...]",
+                  "       kubelua test [options] [busted options] [spec paths...]",
+                  "       kubelua sim [--listen HOST:PORT] [options]",
+                  "       kubelua version", "",
+                  "`kubelua COMMAND --help` lists a command's options." }, first_lines(out, 6))
+  end)
+
+  it("lists each command's own options", function()
+    local _, out = sh(support.kubelua .. " run --help")
+    assert.matches("\n  --health-probe-bind-address ADDR ", out, 1, true)
+    assert.equal("\n  -h, --help               this help\n", out:sub(-38))
+    _, out = sh(support.kubelua .. " sim -h")
+    assert.matches("\n  --bookmark-interval SECS how often a watch gets a bookmark (default 60)\n", out,
+                   1, true)
+    assert.is_nil(out:find("--kubeconfig", 1, true))
+    _, out = sh(support.kubelua .. " test --help")
+    assert.same({ "usage: kubelua test [options] [busted options] [spec paths...]", "",
+                  "Runs busted specs inside the runtime, in a task.", "", "options:",
+                  "  --log-level LEVEL        debug, info, warn or error (default info)",
+                  "  --log-format FORMAT      text (default) or json",
+                  "  -h, --help               this help, then busted's", "",
+                  "busted options:", "Usage: busted [OPTIONS] [--] [ROOT-1 [ROOT-2 [...]]]" },
+                first_lines(out, 11))
+    assert.matches("\n  -l, --list ", out, 1, true)
+  end)
+
+  it("runs kubelua test with --log-level, which busted never sees", function()
+    local path = support.tempfile([[
+      describe("x", function() it("passes", function() end) end)
+    ]], "_spec.lua")
+    local status, out = sh(support.kubelua .. " test -o TAP " .. path)
+    assert.equal(0, status)
+    assert.matches("\n[%d:.TZ-]+ INFO  stopping: waiting for 0 running reconciles\n", out)
+    status, out = sh(support.kubelua .. " test --log-level warn -o TAP " .. path)
+    assert.equal(0, status)
+    assert.matches("^ok 1 %- x passes\n1%.%.1\n$", out)
+    status, out = sh(support.kubelua .. " test --log-level=loud " .. path)
+    os.remove(path)
+    assert.equal(2, status)
+    assert.matches('^kubelua: unknown log level "loud"\nusage: kubelua test ', out)
   end)
 end)
 
