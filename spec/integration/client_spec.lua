@@ -447,7 +447,7 @@ describe("kubelua.client", function()
         .. "'http://127.0.0.1:1' }); kube.get('v1', 'configmaps', 'default', 'x')")
       assert.equal(1, status)
       assert.matches("ERROR script failed: " .. path .. ":1: kube.get: not inside a task (use "
-        .. "kube.spawn or a worker)\\nstack traceback:", out, 1, true)
+        .. "kube.spawn or a worker)\n    stack traceback:\n", out, 1, true)
     end)
 
     it("raises on misuse at the caller's line", function()

@@ -54,6 +54,20 @@ describe("logs", function()
     assert.matches("DEBUG reconcile duration=[%d.]+ key=bad queue=logged result=success\n", out)
   end)
 
+  it("writes a task's traceback under its line, indented", function()
+    local status, out, path = run_script([[
+      local kube = require "kubelua"
+      kube.spawn(function() error("boom\nsecond line") end)
+      kube.spawn(function() kube.stop() end)
+    ]])
+    assert.equal(0, status)
+    local p = path:gsub("%p", "%%%0")
+    assert.matches("^[%d:.TZ-]+ ERROR task failed: " .. p .. ":2: boom\\nsecond line task=task\n"
+      .. "    stack traceback:\n"
+      .. "        %[C%]: in function 'error'\n"
+      .. "        " .. p .. ":2: in function <" .. p .. ":2>\n[%d:.TZ-]+ INFO ", out)
+  end)
+
   it("refuses an unknown format", function()
     local status, out = support.sh(support.kubelua .. " run --log-format xml x.lua")
     assert.equal(2, status)

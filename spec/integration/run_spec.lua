@@ -16,7 +16,7 @@ describe("kubelua run", function()
     local status, out, path = run_script("local kube = require 'kubelua'\n\nerror('no config')\n")
     assert.equal(1, status)
     assert.matches("ERROR script failed: " .. path:gsub("%p", "%%%0")
-      .. ":3: no config\\nstack traceback:", out)
+      .. ":3: no config\n    stack traceback:\n", out)
   end)
 
   it("reports a missing script, status 1", function()
@@ -39,11 +39,11 @@ describe("kubelua run", function()
     local status, out, path = run_script("require('kubelua').sleep(1)")
     assert.equal(1, status)
     assert.matches("ERROR script failed: " .. path .. ":1: kube.sleep: not inside a task (use"
-      .. " kube.spawn, kube.after or a worker to run code that sleeps)\\nstack traceback:", out, 1, true)
+      .. " kube.spawn, kube.after or a worker to run code that sleeps)\n    stack traceback:\n", out, 1, true)
     status, out, path = run_script("require('kubelua').run(print)")
     assert.equal(1, status)
     assert.matches("ERROR script failed: " .. path .. ":1: kube.run: not inside a task (kubelua"
-      .. " test runs specs in one; a script's main chunk uses kube.spawn)\\nstack traceback:", out, 1, true)
+      .. " test runs specs in one; a script's main chunk uses kube.spawn)\n    stack traceback:\n", out, 1, true)
   end)
 
   it("writes print output line by line when stdout is a file or a pipe", function()
