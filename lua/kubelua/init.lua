@@ -511,10 +511,29 @@ local ctx_mt = { __index = function(ctx, k)
   return v
 end }
 
--- A raised terminal result stays a table; other errors get the traceback.
-local function on_error(e)
-  if getmetatable(e) == terminal_mt then return e end
-  return traceback(e, 2)
+-- The error handler of a worker that calls fn: a raised terminal result
+-- stays a table; another error gets a traceback from the user's frame that
+-- raised it (past error() and the library functions that raised it on its
+-- behalf) down to fn, without the worker's own frames below fn.
+local LIBRARY = "@kubelua/"
+local WORKER_FRAMES = "\n\t%[C%]: in function 'xpcall'\n\tkubelua/init%.lua:%d+: in function "
+  .. "<kubelua/init%.lua:%d+>$"
+local function error_handler(fn)
+  return function(e)
+    if getmetatable(e) == terminal_mt then return e end
+    local level = 2 -- 1 is this handler
+    while true do
+      local info = getinfo(level, "Sf")
+      if not info or info.func == fn
+        or info.what ~= "C" and info.source:sub(1, #LIBRARY) ~= LIBRARY then
+        break
+      end
+      level = level + 1
+    end
+    local tb = traceback(e, level)
+    if type(tb) ~= "string" then return tb end
+    return (tb:gsub(WORKER_FRAMES, ""))
+  end
 end
 
 local function failed(fields, key, msg, what)
@@ -575,6 +594,7 @@ local function worker_loop(q, fn, fields, with_ctx)
   local get, done, forget, add = q.get, q.done, q.forget, q.add
   local add_after, add_rate_limited = q.add_after, q.add_rate_limited
   local dead, gen = generation.dead, core.generation()
+  local on_error = error_handler(fn)
   local qname = q:name()
   local series, monotonic = reconcile_series(qname), core.monotonic
   series.debug = core.log_level() == "debug"
