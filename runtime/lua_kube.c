@@ -35,6 +35,7 @@
 #include "log.h"
 #include "mem.h"
 #include "metrics.h"
+#include "watchdog.h"
 
 #define TASK_MT "kubelua.task"
 #define AFTER_MT "kubelua.timer"
@@ -52,6 +53,8 @@ struct kl_task {
   int holds;    /* workqueue keys held (a reconcile in progress) */
   unsigned gen; /* the script generation it belongs to (0: the system's) */
   char name[48];
+  /* what it runs, for the watchdog: "task NAME", "reconcile of KEY …" */
+  char what[160];
   kl_defer_t defer;    /* run-queue node */
   kl_timer_t timer;    /* kube.sleep */
   kl_waitlist_t *wl;   /* the wait list it is parked on, if any */
@@ -112,6 +115,8 @@ struct kl_rt {
   int on_stop_ref;        /* core.on_stop functions (a table), or LUA_NOREF */
   int on_stop_pending;    /* they are yet to start */
   kl_defer_t on_stop_run; /* starts them, from the loop */
+  /* --hang-timeout's watchdog, or NULL */
+  kl_watchdog_t *watchdog;
 };
 
 static void task_resume(kl_defer_t *d);
@@ -239,7 +244,18 @@ int kl_task_wait_until(lua_State *L, kl_waitlist_t *wl,
 }
 
 void kl_task_hold(kl_task_t *t, int delta) {
-  if (t) t->holds += delta;
+  if (!t) return;
+  t->holds += delta;
+  if (t->holds == 0) snprintf(t->what, sizeof t->what, "task %s", t->name);
+}
+
+void kl_task_set_work(kl_task_t *t, const char *controller, const char *key,
+                      size_t len) {
+  if (!t) return;
+  snprintf(t->what, sizeof t->what, "reconcile of %.*s (controller %s)",
+           (int)(len < 100 ? len : 100), key, controller);
+  if (t->rt->watchdog && t->state == TASK_RUNNING)
+    kl_watchdog_enter(t->rt->watchdog, t->what);
 }
 
 /* Takes a task off every list and drops the references that keep it alive.
@@ -317,6 +333,7 @@ static kl_task_t *task_spawn(kl_rt_t *rt, lua_State *L, int nargs,
   t->gen = kl_rt_generation(rt);
   t->state = TASK_READY;
   snprintf(t->name, sizeof t->name, "%s", name ? name : "task");
+  snprintf(t->what, sizeof t->what, "task %s", t->name);
   kl_defer_init(&t->defer, task_resume);
   kl_timer_init(&t->timer, task_sleep_done, t);
   luaL_getmetatable(L, TASK_MT);
@@ -400,7 +417,9 @@ static void task_resume(kl_defer_t *d) {
 
   t->state = TASK_RUNNING;
   rt->current = t;
+  if (rt->watchdog) kl_watchdog_enter(rt->watchdog, t->what);
   int rc = lua_resume(co, nargs);
+  if (rt->watchdog) kl_watchdog_leave(rt->watchdog);
   rt->current = NULL;
 
   if (rc == LUA_YIELD) {
@@ -465,6 +484,7 @@ void kl_rt_stop(kl_rt_t *rt, int status) {
   if (status && !rt->status) rt->status = status;
   if (rt->stopping) return;
   rt->stopping = 1;
+  if (rt->watchdog) kl_watchdog_stopping(rt->watchdog);
   for (size_t i = 0; i < rt->nhooks; i++)
     rt->hooks[i].fn(rt, rt->hooks[i].ud);
   /* Tasks parked without a key, or not yet started, end now; the running
@@ -500,6 +520,37 @@ void kl_rt_on_stop(kl_rt_t *rt, kl_rt_stop_hook *hook, void *ud) {
 
 void kl_rt_set_shutdown_timeout(kl_rt_t *rt, double seconds) {
   rt->shutdown_timeout = seconds;
+}
+
+/* Runs on the stuck task's thread, at its next interpreted instruction (a
+ * count hook never fires inside JIT-compiled code): hands the watchdog the
+ * task's traceback, once. */
+static void hang_hook(lua_State *L, lua_Debug *ar) {
+  (void)ar;
+  lua_sethook(L, NULL, 0, 0);
+  kl_rt_t *rt = kl_rt_from(L);
+  if (!rt->watchdog || !kl_watchdog_wants_trace(rt->watchdog)) return;
+  luaL_traceback(L, L, NULL, 0);
+  kl_watchdog_set_trace(rt->watchdog, lua_tostring(L, -1));
+  lua_pop(L, 1);
+}
+
+/* The watchdog's on_hang, on its own thread: lua_sethook is the one call
+ * of the Lua API that may come from another thread (or a signal handler). */
+static void hang_arm(void *ud, int arm) {
+  kl_rt_t *rt = ud;
+  if (arm)
+    lua_sethook(rt->L, hang_hook, LUA_MASKCOUNT, 1);
+  else
+    lua_sethook(rt->L, NULL, 0, 0);
+}
+
+int kl_rt_set_hang_timeout(kl_rt_t *rt, double seconds) {
+  kl_watchdog_free(rt->watchdog);
+  rt->watchdog = NULL;
+  if (seconds <= 0) return 0;
+  rt->watchdog = kl_watchdog_new(seconds, hang_arm, rt);
+  return rt->watchdog ? 0 : -1;
 }
 
 /* kubelua.core functions */
@@ -978,6 +1029,16 @@ static int core_on_stop(lua_State *L) {
   return 0;
 }
 
+/* core.hang_probes(fd): the listening socket of /healthz, which the
+ * watchdog answers with 500 while a task hangs (kubelua run
+ * --hang-timeout). A no-op without a watchdog. */
+static int core_hang_probes(lua_State *L) {
+  kl_rt_t *rt = up_rt(L);
+  int fd = (int)luaL_checkinteger(L, 1);
+  if (rt->watchdog) kl_watchdog_set_probes(rt->watchdog, fd);
+  return 0;
+}
+
 /* core.on_hup(fn): fn runs from the loop on each SIGHUP (nil: none). */
 static int core_on_hup(lua_State *L) {
   kl_rt_t *rt = up_rt(L);
@@ -1009,6 +1070,7 @@ static const luaL_Reg core_funcs[] = {
     {"generation_busy", core_generation_busy},
     {"watch", core_watch},
     {"on_hup", core_on_hup},
+    {"hang_probes", core_hang_probes},
     {"on_stop", core_on_stop},
     {"spawn_system", core_spawn_system},
     {"in_task", core_in_task},
@@ -1219,6 +1281,7 @@ void kl_rt_free(kl_rt_t *rt) {
   kl_timers_stop(kl_loop_timers(rt->loop), &rt->stop_timer);
   kl_loop_undefer(rt->loop, &rt->hup);
   kl_loop_undefer(rt->loop, &rt->on_stop_run);
+  kl_watchdog_free(rt->watchdog); /* before the probes' socket closes */
   lua_close(rt->L); /* requests and reflectors end here, http is still up */
   kl_http_free(rt->http);
   kl_metrics_free(rt->metrics);

@@ -77,6 +77,10 @@ int kl_rt_stopping(const kl_rt_t *rt);
 void kl_rt_on_stop(kl_rt_t *rt, kl_rt_stop_hook *hook, void *ud);
 /* Seconds a graceful stop may take before the process gives up (default 30). */
 void kl_rt_set_shutdown_timeout(kl_rt_t *rt, double seconds);
+/* Starts a watchdog (watchdog.h) that reports a task which has not yielded
+ * for `seconds`, fails /healthz while it hangs and lets a second signal end
+ * the process; 0 stops it. Returns 0, or -1 when its thread cannot start. */
+int kl_rt_set_hang_timeout(kl_rt_t *rt, double seconds);
 
 /* Generations of the scripts (hot reload). Tasks, kube.after timers and
  * informer handlers belong to the generation whose code made them; 0 is the
@@ -123,6 +127,10 @@ size_t kl_waitlist_wake(kl_waitlist_t *wl, size_t n);
 /* Marks that t holds (+1) or released (-1) a workqueue key: a task holding a
  * key is in the middle of a reconcile, which a graceful stop lets finish. */
 void kl_task_hold(kl_task_t *t, int delta);
+/* Names what t works on now, for the watchdog's reports: the key it took
+ * from the queue of `controller`. */
+void kl_task_set_work(kl_task_t *t, const char *controller, const char *key,
+                      size_t len);
 
 /* The number of seconds at idx, finite; raises "NAME: seconds must be ..."
  * otherwise. */

@@ -58,6 +58,9 @@ static void usage_run(FILE *out) {
       "  --graceful-shutdown-timeout SECS (or --shutdown-timeout)\n"
       "                           how long a graceful stop may take "
       "(default 30)\n"
+      "  --hang-timeout SECS      a reconcile or task that runs this long\n"
+      "                           without yielding is logged and fails\n"
+      "                           /healthz (default 60; 0 turns it off)\n"
       "  -h, --help               this help\n",
       out);
 }
@@ -284,6 +287,7 @@ static const char *const run_valued[] = {"--kubeconfig",
                                          "--leader-election-namespace",
                                          "--shutdown-timeout",
                                          "--graceful-shutdown-timeout",
+                                         "--hang-timeout",
                                          "--log-level",
                                          "--v",
                                          "--log-format",
@@ -304,7 +308,7 @@ static int is_one_of(const char *name, const char *const *names) {
  * so is everything after "--". An unknown --option is refused, so that a
  * misspelt or misplaced runtime option never silently reaches the script. */
 static int run_script(int argc, char **argv) {
-  double shutdown_timeout = 30;
+  double shutdown_timeout = 30, hang_timeout = 60;
   int sim = 0, watch = 1, nargs = 0;
   const char *script = NULL;
   run_opts_t ro = {0};
@@ -361,11 +365,13 @@ static int run_script(int argc, char **argv) {
     } else if (strcmp(opt, "--leader-election-namespace") == 0) {
       ro.election_ns = val;
     } else {
+      int hang = strcmp(opt, "--hang-timeout") == 0;
       char *end;
-      shutdown_timeout = strtod(val, &end);
-      if (*end || end == val || !(shutdown_timeout >= 0))
-        return bad_usage(usage_run,
-                         "--shutdown-timeout needs seconds, got \"%s\"", val);
+      double secs = strtod(val, &end);
+      if (*end || end == val || !(secs >= 0) || secs > 1e9)
+        return bad_usage(usage_run, "%s needs seconds, got \"%s\"",
+                         hang ? "--hang-timeout" : "--shutdown-timeout", val);
+      *(hang ? &hang_timeout : &shutdown_timeout) = secs;
     }
   }
   if (!script) return bad_usage(usage_run, "%s", "run needs a script");
@@ -385,7 +391,12 @@ static int run_script(int argc, char **argv) {
     return 1;
   }
   kl_rt_set_shutdown_timeout(rt, shutdown_timeout);
-  int status = sim ? start_sim(rt) : 0;
+  int status = 0;
+  if (kl_rt_set_hang_timeout(rt, hang_timeout) != 0) {
+    fprintf(stderr, "kubelua: cannot start the watchdog thread\n");
+    status = 1;
+  }
+  if (status == 0 && sim) status = start_sim(rt);
   if (status == 0) status = serve_endpoints(rt, &ro, sim);
   if (status == 0 && (!sim || ro.leader_elect)) status = run_options(rt, &ro);
   if (status == 0) status = kl_rt_start_script(rt, script, nargs, argv, watch);

@@ -248,3 +248,133 @@ describe("examples/mirror/controller.lua", function()
     assert.is_nil(out:find("demo/private", 1, true))
   end)
 end)
+
+describe("kubelua run --hang-timeout", function()
+  local function alive(pid) return os.execute("kill -0 " .. pid .. " 2>/dev/null") == 0 end
+  local function signal(proc) assert(os.execute("kill -TERM " .. proc.pid) == 0) end
+
+  local function wait_gone(proc)
+    for _ = 1, 1000 do
+      if not alive(proc.pid) then return end
+      helper.sleep(0.01)
+    end
+    error("process " .. proc.pid .. " is still running")
+  end
+
+  -- GET /healthz on the probes' port named in the log: status and body.
+  local function healthz(out)
+    local port = assert(out:match("probes: serving on http://127%.0%.0%.1:(%d+)/healthz"))
+    local _, res = sh("curl -s -m 10 -w ' %{http_code}' http://127.0.0.1:" .. port .. "/healthz")
+    return tonumber(res:match(" (%d+)$")), res:match("^(.*) %d+$")
+  end
+
+  local function start(source, timeout)
+    local path = support.tempfile(source, ".lua")
+    local proc = proc_helper.start("--hang-timeout " .. timeout
+                                   .. " --health-probe-bind-address 127.0.0.1:0 " .. path)
+    proc.path = path
+    -- a spinning process must not outlive a failed spec
+    finally(function() os.execute("kill -9 " .. proc.pid .. " 2>/dev/null") end)
+    return proc
+  end
+
+  local function finish(proc)
+    os.remove(proc.path)
+    local out = helper.read_file(proc.log) or ""
+    os.remove(proc.log)
+    assert(not out:find("Sanitizer", 1, true) and not out:find("runtime error:", 1, true), out)
+    return out
+  end
+
+  it("reports a reconcile that never yields, fails /healthz and exits on a second SIGTERM",
+     function()
+    local proc = start([[
+      local kube = require "kubelua"
+      local q = kube.workqueue("work")
+      io.write("written before the hang, without a newline")
+      kube.workers(q, 1, function() while true do end end)
+      q:add("default/a")
+    ]], 0.5)
+    local out = proc_helper.wait_log(proc, "has not yielded")
+    -- `while true do end` runs as JIT-compiled code, where no Lua hook
+    -- fires: the line says what is known, without a traceback
+    assert.matches("\n[%d:.TZ-]+ ERROR reconcile of default/a %(controller work%) has not yielded "
+      .. "for [%d.]+ s; /healthz fails until it does\n", out)
+    local status, body = healthz(out)
+    assert.equal(500, status)
+    assert.matches("^reconcile of default/a %(controller work%) has not yielded for [%d.]+ s\n$", body)
+    signal(proc)
+    proc_helper.wait_log(proc, "WARN  signal 15: stopping once reconcile of default/a %(controller "
+      .. "work%) yields %(it has run for [%d.]+ s%); a second signal exits at once\n")
+    assert.is_true(alive(proc.pid))
+    signal(proc)
+    wait_gone(proc)
+    out = finish(proc)
+    assert.matches("WARN  second signal 15: exiting at once %(reconcile of default/a %(controller "
+      .. "work%) has not yielded for [%d.]+ s%)\n", out)
+    assert.matches("written before the hang, without a newline", out, 1, true)
+    assert.is_nil(out:find("stack traceback", 1, true))
+  end)
+
+  it("logs the traceback of interpreted code that never yields", function()
+    local proc = start([[
+      jit.off()
+      local kube = require "kubelua"
+      local q = kube.workqueue("work")
+      local function spin() while true do end end
+      kube.workers(q, 1, function() spin() end)
+      q:add("default/a")
+    ]], 0.5)
+    local out = proc_helper.wait_log(proc, "in function <")
+    local p = proc.path:gsub("%p", "%%%0")
+    assert.matches("ERROR reconcile of default/a %(controller work%) has not yielded for [%d.]+ s; "
+      .. "/healthz fails until it does\n    stack traceback:\n        " .. p
+      .. ":4: in function 'spin'\n        " .. p .. ":5: in function <" .. p .. ":5>\n", out)
+    signal(proc)
+    proc_helper.wait_log(proc, "stopping once")
+    signal(proc)
+    wait_gone(proc)
+    finish(proc)
+  end)
+
+  it("says when a reconcile yields again, and then stops on the signal it was sent", function()
+    local flag = os.tmpname()
+    os.remove(flag)
+    local proc = start(([[
+      local kube = require "kubelua"
+      local q = kube.workqueue("work")
+      kube.workers(q, 1, function()
+        while true do
+          local f = io.open(%q)
+          if f then f:close() break end
+        end
+      end)
+      q:add("default/a")
+    ]]):format(flag), 0.5)
+    local out = proc_helper.wait_log(proc, "has not yielded")
+    assert.equal(500, (healthz(out)))
+    signal(proc)
+    proc_helper.wait_log(proc, "stopping once")
+    assert(io.open(flag, "w")):close()
+    out = proc_helper.wait_log(proc, "stopping gracefully")
+    wait_gone(proc)
+    os.remove(flag)
+    finish(proc)
+    assert.matches("INFO  reconcile of default/a %(controller work%) yielded after [%d.]+ s; "
+      .. "/healthz is ok again\n[%d:.TZ-]+ INFO  signal 15: stopping gracefully\n", out)
+  end)
+
+  it("leaves a reconcile that yields alone, however long it takes", function()
+    local status, out = run_script([[
+      local kube = require "kubelua"
+      local q = kube.workqueue("work")
+      kube.workers(q, 1, function()
+        for _ = 1, 10 do kube.sleep(0.1) end
+        kube.stop()
+      end)
+      q:add("default/a")
+    ]], "", "--hang-timeout 0.3")
+    assert.equal(0, status)
+    assert.is_nil(out:find("yield", 1, true))
+  end)
+end)
