@@ -351,11 +351,26 @@ static kl_task_t *task_spawn(kl_rt_t *rt, lua_State *L, int nargs,
   return t;
 }
 
+/* The first level from `level` up of co's stack that is the user's code:
+ * neither a C function nor the embedded library ("@kubelua/…"), so that a
+ * traceback starts where the user's code raised the error, not in error()
+ * or in a library function that raised it on its behalf. `level` when no
+ * frame is the user's. */
+static int user_level(lua_State *co, int level) {
+  lua_Debug ar;
+  for (int l = level; lua_getstack(co, l, &ar); l++) {
+    if (!lua_getinfo(co, "S", &ar)) break;
+    if (*ar.what != 'C' && strncmp(ar.source, "@kubelua/", 9) != 0) return l;
+  }
+  return level;
+}
+
 static void log_task_error(kl_task_t *t, lua_State *co) {
   kl_rt_t *rt = t->rt;
   const char *msg = lua_tostring(co, -1);
   lua_checkstack(rt->L, LUA_MINSTACK);
-  luaL_traceback(rt->L, co, msg ? msg : "(error object is not a string)", 0);
+  luaL_traceback(rt->L, co, msg ? msg : "(error object is not a string)",
+                 user_level(co, 0));
   char fields[64];
   snprintf(fields, sizeof fields, " task=%s", t->name);
   kl_log_fields(KL_LOG_ERROR, fields, "task failed: %s",
@@ -779,6 +794,20 @@ static int core_log(lua_State *L) {
   return 0;
 }
 
+/* core.traceback(msg [, level]) -> debug.traceback(msg, level) (level 1
+ * by default), but from the first frame at or above level that is the
+ * user's code (see user_level); a msg that is neither a string nor nil is
+ * returned as it is, as debug.traceback does. */
+static int core_traceback(lua_State *L) {
+  if (!lua_isnoneornil(L, 1) && !lua_isstring(L, 1)) {
+    lua_settop(L, 1);
+    return 1;
+  }
+  int level = (int)luaL_optinteger(L, 2, 1); /* 0 is this function */
+  luaL_traceback(L, L, lua_tostring(L, 1), user_level(L, level));
+  return 1;
+}
+
 /* core.in_task() -> whether the caller runs in a task, where a call may
  * wait (a script's main chunk does not, even when a spec loads it from
  * its own task). */
@@ -1071,6 +1100,7 @@ static const luaL_Reg core_funcs[] = {
     {"watch", core_watch},
     {"on_hup", core_on_hup},
     {"hang_probes", core_hang_probes},
+    {"traceback", core_traceback},
     {"on_stop", core_on_stop},
     {"spawn_system", core_spawn_system},
     {"in_task", core_in_task},

@@ -21,7 +21,7 @@ local generation = require "kubelua.generation"
 local error, type, tostring, pairs, ipairs, select = error, type, tostring, pairs, ipairs, select
 local setmetatable, getmetatable, xpcall = setmetatable, getmetatable, xpcall
 local concat, sort, format = table.concat, table.sort, string.format
-local traceback, getinfo = debug.traceback, debug.getinfo
+local user_traceback, getinfo = core.traceback, debug.getinfo
 local unpack = unpack
 
 local function pack(...) return { n = select("#", ...), ... } end
@@ -511,29 +511,17 @@ local ctx_mt = { __index = function(ctx, k)
   return v
 end }
 
--- The error handler of a worker that calls fn: a raised terminal result
--- stays a table; another error gets a traceback from the user's frame that
--- raised it (past error() and the library functions that raised it on its
--- behalf) down to fn, without the worker's own frames below fn.
-local LIBRARY = "@kubelua/"
+-- A reconcile's error handler: a raised terminal result stays a table;
+-- another error gets a traceback from the user's frame that raised it (past
+-- error() and the library functions that raised it on its behalf) down to
+-- the reconcile function, without the worker's own frames below it.
 local WORKER_FRAMES = "\n\t%[C%]: in function 'xpcall'\n\tkubelua/init%.lua:%d+: in function "
   .. "<kubelua/init%.lua:%d+>$"
-local function error_handler(fn)
-  return function(e)
-    if getmetatable(e) == terminal_mt then return e end
-    local level = 2 -- 1 is this handler
-    while true do
-      local info = getinfo(level, "Sf")
-      if not info or info.func == fn
-        or info.what ~= "C" and info.source:sub(1, #LIBRARY) ~= LIBRARY then
-        break
-      end
-      level = level + 1
-    end
-    local tb = traceback(e, level)
-    if type(tb) ~= "string" then return tb end
-    return (tb:gsub(WORKER_FRAMES, ""))
-  end
+local function on_error(e)
+  if getmetatable(e) == terminal_mt then return e end
+  local tb = user_traceback(e, 2)
+  if type(tb) ~= "string" then return tb end
+  return (tb:gsub(WORKER_FRAMES, ""))
 end
 
 local function failed(fields, key, msg, what)
@@ -594,7 +582,6 @@ local function worker_loop(q, fn, fields, with_ctx)
   local get, done, forget, add = q.get, q.done, q.forget, q.add
   local add_after, add_rate_limited = q.add_after, q.add_rate_limited
   local dead, gen = generation.dead, core.generation()
-  local on_error = error_handler(fn)
   local qname = q:name()
   local series, monotonic = reconcile_series(qname), core.monotonic
   series.debug = core.log_level() == "debug"
