@@ -1,9 +1,11 @@
 /* main.c — the kubelua command line.
  *
- *   kubelua run [options] SCRIPT.lua [args]   run a controller script
- *   kubelua test [busted options] [paths]    run busted specs in the runtime
+ *   kubelua run [options] SCRIPT.lua [args] [-- args]   run a script
+ *   kubelua test [options] [busted options] [paths]   run busted specs
  *   kubelua sim --listen HOST:PORT [options]  serve the API simulator
  *   kubelua version
+ *
+ * Each command answers -h and --help with its own usage, on stdout.
  *
  * main wires the loop and the Lua runtime together and turns their outcome
  * into an exit status; everything else lives in the modules. */

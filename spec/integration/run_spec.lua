@@ -47,13 +47,16 @@ describe("kubelua run", function()
   end)
 
   it("writes print output line by line when stdout is a file or a pipe", function()
+    -- from a task: once the loop runs, SIGTERM stops the process gracefully
     local path = support.tempfile([[
       local kube = require "kubelua"
-      print("first line")
-      io.write("second ")
-      io.write("line\n")
-      io.write("no newline yet")
-      kube.spawn(function() kube.sleep(60) end)
+      kube.spawn(function()
+        print("first line")
+        io.write("second ")
+        io.write("line\n")
+        io.write("no newline yet")
+        kube.sleep(60)
+      end)
     ]], ".lua")
     local proc = proc_helper.start(path)
     local out = proc_helper.wait_log(proc, "second line\n")
