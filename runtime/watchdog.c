@@ -61,6 +61,7 @@ static double mono(void) { return kl_clock_monotonic(NULL); }
 static void to_timespec(double t, struct timespec *ts) {
   ts->tv_sec = (time_t)t;
   ts->tv_nsec = (long)((t - (double)ts->tv_sec) * 1e9);
+  if (ts->tv_nsec > 999999999) ts->tv_nsec = 999999999; /* rounding */
 }
 
 /* Waits on cond until `until` on CLOCK_MONOTONIC (the cond's clock). */
