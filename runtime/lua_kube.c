@@ -76,12 +76,23 @@ typedef struct after {
 } after_t;
 
 /* core.watch: files whose changes call fn, once they have settled. */
+typedef struct fwatch_entry {
+  int wd;                  /* the inotify watch of a directory */
+  char name[NAME_MAX + 1]; /* an entry in it that matters */
+} fwatch_entry_t;
+
 typedef struct fwatch {
   kl_rt_t *rt;
   int fd; /* inotify, or -1 */
   ev_io io;
   kl_timer_t settle, poll;
+  double every; /* the poll's period */
   int fn_ref;
+  char **paths; /* owned copies, followed again after each change */
+  size_t npaths;
+  fwatch_entry_t *entries; /* owned; what the paths resolve through */
+  size_t nentries, cap;
+  int full; /* FWATCH_MAX_ENTRIES reached (said once) */
 } fwatch_t;
 
 typedef struct stop_hook {
@@ -857,18 +868,24 @@ static int core_retire(lua_State *L) {
   return 0;
 }
 
-/* File watching: inotify on the files and their directories (a directory
- * reports changes to the files in it by name, so an editor's rename over
- * the file and a ConfigMap volume's `..data` symlink swap are seen too),
- * where a symlink points, and a slow poll as a safety net for filesystems
- * inotify does not cover. fn compares contents itself; a settle delay turns
- * an editor's write-rename-chmod into one call. */
+/* File watching: inotify on the directories that hold the files, and a
+ * slow poll as a safety net for filesystems inotify does not cover. A
+ * directory reports changes to the entries in it by name, so an editor's
+ * rename over the file and a ConfigMap volume's `..data` symlink swap are
+ * seen too; only the entries a file's path resolves through count (the
+ * file's own name, and every symbolic link on the way with what it names),
+ * so a log written next to the script keeps nothing waiting. fn compares
+ * contents itself; a settle delay turns an editor's write-rename-chmod into
+ * one call, after which the paths are followed again (a swapped symlink
+ * leads elsewhere). */
 
 #define SETTLE 0.2 /* seconds without a change before fn is called */
-#define POLL 5.0   /* fn runs this often regardless */
+#define POLL 5.0   /* fn runs this often regardless, by default */
 #define WATCH_MASK                                                             \
   (IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_MOVED_FROM | IN_MOVED_TO |      \
    IN_CREATE | IN_DELETE | IN_DELETE_SELF | IN_MOVE_SELF)
+#define FOLLOW_MAX 40           /* symbolic links on one path (the kernel's) */
+#define FWATCH_MAX_ENTRIES 1024 /* directory entries one watch looks at */
 
 static void fwatch_arm(fwatch_t *fw) {
   kl_timers_t *ts = kl_loop_timers(fw->rt->loop);
@@ -876,14 +893,125 @@ static void fwatch_arm(fwatch_t *fw) {
   kl_timers_start(ts, &fw->settle, kl_loop_now(fw->rt->loop) + SETTLE);
 }
 
+/* Watches dir and notes that its entry name (len bytes) matters. */
+static void fwatch_note(fwatch_t *fw, const char *dir, const char *name,
+                        size_t len) {
+  if (len == 0 || len > NAME_MAX || (len == 1 && name[0] == '.')) return;
+  int wd = inotify_add_watch(fw->fd, dir, WATCH_MASK);
+  if (wd < 0) return;
+  for (size_t i = 0; i < fw->nentries; i++)
+    if (fw->entries[i].wd == wd &&
+        strncmp(fw->entries[i].name, name, len) == 0 &&
+        fw->entries[i].name[len] == '\0')
+      return;
+  if (fw->nentries == FWATCH_MAX_ENTRIES) {
+    if (!fw->full)
+      kl_log(KL_LOG_WARN,
+             "file watch: more than %d directory entries; the others are "
+             "polled every %gs",
+             FWATCH_MAX_ENTRIES, fw->every);
+    fw->full = 1;
+    return;
+  }
+  if (fw->nentries == fw->cap) {
+    fw->cap = fw->cap ? 2 * fw->cap : 8;
+    fw->entries = kl_xrealloc(fw->entries, fw->cap * sizeof *fw->entries);
+  }
+  fwatch_entry_t *e = &fw->entries[fw->nentries++];
+  e->wd = wd;
+  memcpy(e->name, name, len);
+  e->name[len] = '\0';
+}
+
+/* Splits path into its directory ("." when it names none) and last name. */
+static void split_path(const char *path, char dir[PATH_MAX],
+                       char base[PATH_MAX]) {
+  const char *slash = strrchr(path, '/');
+  if (!slash)
+    snprintf(dir, PATH_MAX, ".");
+  else if (slash == path)
+    snprintf(dir, PATH_MAX, "/");
+  else
+    snprintf(dir, PATH_MAX, "%.*s", (int)(slash - path), path);
+  snprintf(base, PATH_MAX, "%s", slash ? slash + 1 : path);
+}
+
+/* Notes every directory entry that resolving path goes through: its name in
+ * its directory and, for each symbolic link on the way, the entries its
+ * target names (a relative target from the link's directory, an absolute
+ * one from the target's own directory). */
+static void fwatch_follow(fwatch_t *fw, const char *path) {
+  char dir[PATH_MAX], rest[PATH_MAX], entry[PATH_MAX], target[PATH_MAX];
+  char base[PATH_MAX], next[PATH_MAX];
+  int links = 0;
+  split_path(path, dir, rest);
+  while (rest[0]) {
+    size_t len = strcspn(rest, "/");
+    const char *after = rest + len + strspn(rest + len, "/");
+    fwatch_note(fw, dir, rest, len);
+    int n = snprintf(entry, sizeof entry, "%s/%.*s", dir, (int)len, rest);
+    if (n < 0 || (size_t)n >= sizeof entry) return;
+    ssize_t tn = readlink(entry, target, sizeof target - 1);
+    if (tn <= 0) { /* a directory or the file (or nothing yet) */
+      memcpy(dir, entry, (size_t)n + 1);
+      memmove(rest, after, strlen(after) + 1);
+      continue;
+    }
+    if (++links > FOLLOW_MAX) return;
+    target[tn] = '\0';
+    if (target[0] == '/') {
+      split_path(target, dir, base);
+      n = snprintf(next, sizeof next, "%s/%s", base, after);
+    } else {
+      n = snprintf(next, sizeof next, "%s/%s", target, after);
+    }
+    if (n < 0 || (size_t)n >= sizeof next) return;
+    memcpy(rest, next, (size_t)n + 1);
+  }
+}
+
+static void fwatch_follow_all(fwatch_t *fw) {
+  for (size_t i = 0; fw->fd >= 0 && i < fw->npaths; i++)
+    fwatch_follow(fw, fw->paths[i]);
+}
+
+/* Whether an event is about an entry that matters; an event that ends a
+ * watch forgets its entries. */
+static int fwatch_matters(fwatch_t *fw, const struct inotify_event *ev) {
+  int matters = 0;
+  if (ev->mask & IN_Q_OVERFLOW) return 1; /* events were lost */
+  for (size_t i = 0; i < fw->nentries;) {
+    fwatch_entry_t *e = &fw->entries[i];
+    if (e->wd != ev->wd) {
+      i++;
+      continue;
+    }
+    if (ev->len ? strcmp(ev->name, e->name) == 0
+                : (ev->mask & (IN_DELETE_SELF | IN_MOVE_SELF)) != 0)
+      matters = 1;
+    if (ev->mask & IN_IGNORED)
+      *e = fw->entries[--fw->nentries];
+    else
+      i++;
+  }
+  return matters;
+}
+
 static void fwatch_readable(struct ev_loop *ev, ev_io *w, int revents) {
   fwatch_t *fw = w->data;
   char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+  int matters = 0;
+  ssize_t n;
   (void)ev;
   (void)revents;
-  while (read(fw->fd, buf, sizeof buf) > 0)
-    ; /* which file does not matter: fn looks at all of them */
-  fwatch_arm(fw);
+  while ((n = read(fw->fd, buf, sizeof buf)) > 0) {
+    for (const char *p = buf; p < buf + n;) {
+      const struct inotify_event *e = (const struct inotify_event *)p;
+      matters |= fwatch_matters(fw, e);
+      p += sizeof *e + e->len;
+    }
+  }
+  if (matters) fwatch_arm(fw);
 }
 
 /* Calls the function a registry reference holds, from the loop's top
@@ -905,7 +1033,8 @@ static void fwatch_settled(kl_timer_t *timer, void *ud) {
   kl_rt_t *rt = fw->rt;
   if (timer == &fw->poll)
     kl_timers_start(kl_loop_timers(rt->loop), &fw->poll,
-                    kl_loop_now(rt->loop) + POLL);
+                    kl_loop_now(rt->loop) + fw->every);
+  fwatch_follow_all(fw);
   call_ref(rt, fw->fn_ref, "file watch");
 }
 
@@ -920,61 +1049,60 @@ static void fwatch_close(fwatch_t *fw) {
   if (fw->fn_ref != LUA_NOREF)
     luaL_unref(fw->rt->L, LUA_REGISTRYINDEX, fw->fn_ref);
   fw->fn_ref = LUA_NOREF;
+  for (size_t i = 0; i < fw->npaths; i++)
+    free(fw->paths[i]);
+  free(fw->paths);
+  free(fw->entries);
+  fw->paths = NULL;
+  fw->entries = NULL;
+  fw->npaths = fw->nentries = fw->cap = 0;
 }
 
-/* Watches path, its directory, and the same for where it resolves to. */
-static void fwatch_add(fwatch_t *fw, const char *path) {
-  char real[PATH_MAX], dir[PATH_MAX];
-  const char *paths[2] = {path, realpath(path, real)};
-  for (int i = 0; i < 2; i++) {
-    if (!paths[i]) continue;
-    inotify_add_watch(fw->fd, paths[i], WATCH_MASK);
-    snprintf(dir, sizeof dir, "%s", paths[i]);
-    char *slash = strrchr(dir, '/');
-    if (slash == dir)
-      dir[1] = '\0';
-    else if (slash)
-      *slash = '\0';
-    else
-      snprintf(dir, sizeof dir, ".");
-    inotify_add_watch(fw->fd, dir, WATCH_MASK);
-  }
-}
-
-/* core.watch(paths, fn) -> handle: calls fn (from the loop, not in a task)
- * after any of the paths changed, and every POLL seconds; handle:close()
- * stops watching. */
+/* core.watch(paths, fn [, poll]) -> handle: calls fn (from the loop, not in
+ * a task) after any of the paths changed, and every `poll` seconds (default
+ * POLL); handle:close() stops watching. */
 static int core_watch(lua_State *L) {
   kl_rt_t *rt = up_rt(L);
   luaL_checktype(L, 1, LUA_TTABLE);
   check_function(L, 2, "core.watch");
+  double every = POLL;
+  if (!lua_isnoneornil(L, 3)) {
+    every = kl_lua_check_seconds(L, 3, "core.watch");
+    if (every <= 0)
+      return kl_lua_error(L, "core.watch", "poll must be positive, got %g",
+                          every);
+  }
+  size_t n = lua_objlen(L, 1);
   fwatch_t *fw = lua_newuserdata(L, sizeof *fw);
   memset(fw, 0, sizeof *fw);
   fw->rt = rt;
   fw->fn_ref = LUA_NOREF;
   fw->fd = -1;
+  fw->every = every;
   kl_timer_init(&fw->settle, fwatch_settled, fw);
   kl_timer_init(&fw->poll, fwatch_settled, fw);
   luaL_getmetatable(L, WATCH_MT);
   lua_setmetatable(L, -2);
-  fw->fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
-  if (fw->fd < 0)
-    kl_log(KL_LOG_WARN, "file watch: inotify: %s; polling every %gs",
-           strerror(errno), POLL);
-  for (size_t i = 1, n = lua_objlen(L, 1); fw->fd >= 0 && i <= n; i++) {
+  fw->paths = kl_xcalloc(n ? n : 1, sizeof *fw->paths);
+  for (size_t i = 1; i <= n; i++) {
     lua_rawgeti(L, 1, (int)i);
     const char *path = lua_tostring(L, -1);
     if (!path) return luaL_error(L, "core.watch: paths must be strings");
-    fwatch_add(fw, path);
+    fw->paths[fw->npaths++] = kl_xstrdup(path);
     lua_pop(L, 1);
   }
+  fw->fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+  if (fw->fd < 0)
+    kl_log(KL_LOG_WARN, "file watch: inotify: %s; polling every %gs",
+           strerror(errno), every);
+  fwatch_follow_all(fw);
   if (fw->fd >= 0) {
     ev_io_init(&fw->io, fwatch_readable, fw->fd, EV_READ);
     fw->io.data = fw;
     ev_io_start(kl_loop_ev(rt->loop), &fw->io);
   }
   kl_timers_start(kl_loop_timers(rt->loop), &fw->poll,
-                  kl_loop_now(rt->loop) + POLL);
+                  kl_loop_now(rt->loop) + every);
   lua_pushvalue(L, 2);
   fw->fn_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   return 1;
@@ -1277,7 +1405,7 @@ int kl_lua_traceback(lua_State *L) {
 }
 
 int kl_rt_start_script(kl_rt_t *rt, const char *path, int argc, char **argv,
-                       int watch) {
+                       double watch_poll) {
   lua_State *L = rt->L;
   int base = lua_gettop(L);
   rt->main_fatal = 1;
@@ -1296,9 +1424,13 @@ int kl_rt_start_script(kl_rt_t *rt, const char *path, int argc, char **argv,
     lua_pushstring(L, argv[i]);
     lua_rawseti(L, -2, i + 1);
   }
-  lua_createtable(L, 0, 1);
-  lua_pushboolean(L, watch);
+  lua_createtable(L, 0, 2);
+  lua_pushboolean(L, watch_poll > 0);
   lua_setfield(L, -2, "watch");
+  if (watch_poll > 0) {
+    lua_pushnumber(L, watch_poll);
+    lua_setfield(L, -2, "poll");
+  }
   int rc = lua_pcall(L, 3, 2, base + 1);
   if (rc != 0 || !lua_toboolean(L, -2)) {
     kl_log(KL_LOG_ERROR, "%s", lua_tostring(L, -1));

@@ -61,14 +61,15 @@ struct kl_metrics *kl_rt_metrics(kl_rt_t *rt);
 kl_rt_t *kl_rt_from(lua_State *L);
 
 /* Runs a controller script as the first generation (lua/kubelua/
- * generation.lua: `args` as the global `arg`, arg[0] the script) and, with
- * `watch`, reloads it when its files change; SIGHUP reloads it too.
+ * generation.lua: `args` as the global `arg`, arg[0] the script) and, when
+ * watch_poll > 0, reloads it when its files change (inotify, and a look
+ * every watch_poll seconds); SIGHUP reloads it too.
  * From then on, a main task (kube.spawn from a generation's main chunk)
  * that raises is logged with its traceback and stops the runtime with
  * status 1 (kl_rt_stop); other tasks' errors are only logged.
  * Returns 0, or 1 with the message (file:line: …) logged. */
 int kl_rt_start_script(kl_rt_t *rt, const char *path, int argc, char **argv,
-                       int watch);
+                       double watch_poll);
 /* Runs the loop until the runtime has stopped; returns the exit status. */
 int kl_rt_loop_until_stopped(kl_rt_t *rt);
 

@@ -7,6 +7,7 @@
  *
  * main wires the loop and the Lua runtime together and turns their outcome
  * into an exit status; everything else lives in the modules. */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,6 +39,8 @@ static void usage(FILE *out) {
       "                           else \"default\")\n"
       "  --no-watch               reload the script on SIGHUP only, not when\n"
       "                           its files change\n"
+      "  --watch-poll SECS        look at the script's files this often even\n"
+      "                           without a change notice (default 5)\n"
       "  --metrics-bind-address ADDR   serve /metrics on HOST:PORT or :PORT;\n"
       "                           0 turns it off (default :8080 in a pod, else "
       "0)\n"
@@ -157,6 +160,7 @@ fail:
 
 static int run_script(int argc, char **argv) {
   double shutdown_timeout = 30;
+  double watch_poll = 5;
   int sim = 0, watch = 1;
   run_opts_t ro = {0};
   int i = 0;
@@ -216,6 +220,12 @@ static int run_script(int argc, char **argv) {
       ro.election_id = val;
     } else if (strcmp(opt, "--leader-election-namespace") == 0) {
       ro.election_ns = val;
+    } else if (strcmp(opt, "--watch-poll") == 0) {
+      char *end;
+      watch_poll = strtod(val, &end);
+      if (*end || end == val || !(watch_poll > 0) || isinf(watch_poll))
+        return bad_usage("--watch-poll needs positive seconds, got \"%s\"",
+                         val);
     } else if (strcmp(opt, "--shutdown-timeout") == 0 ||
                strcmp(opt, "--graceful-shutdown-timeout") == 0) {
       char *end;
@@ -246,7 +256,8 @@ static int run_script(int argc, char **argv) {
   if (status == 0) status = serve_endpoints(rt, &ro, sim);
   if (status == 0 && (!sim || ro.leader_elect)) status = run_options(rt, &ro);
   if (status == 0)
-    status = kl_rt_start_script(rt, argv[i], argc - i - 1, argv + i + 1, watch);
+    status = kl_rt_start_script(rt, argv[i], argc - i - 1, argv + i + 1,
+                                watch ? watch_poll : 0);
   if (status == 0) status = kl_rt_loop_until_stopped(rt);
   kl_rt_free(rt);
   kl_loop_free(loop);

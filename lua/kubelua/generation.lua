@@ -36,6 +36,7 @@ local _M = {}
 local last = 0     -- the last generation number handed out
 local current      -- the active generation
 local watcher      -- core.watch handle on its files
+local poll         -- its poll period (nil: the runtime's default)
 local retire_hooks = {}
 
 -- fn(gen) runs when generation gen retires or fails to load: kubelua's
@@ -200,15 +201,16 @@ end
 -- Watches a generation's files (the runtime adds their directories).
 watch = function(g)
   if watcher then watcher:close() end
-  watcher = core.watch(g.files, function() _M.reload(false) end)
+  watcher = core.watch(g.files, function() _M.reload(false) end, poll)
   -- A change made while it loaded, before the watch began.
   if changed(g) then watcher:poke() end
 end
 
 -- start(path, args, opts) -> true | nil, message: `kubelua run`'s first
 -- load; then reloads on SIGHUP, and on file changes unless opts.watch is
--- false.
+-- false (opts.poll: how often the files are looked at regardless).
 function _M.start(path, args, opts)
+  poll = opts and opts.poll
   local g, err = _M.load(path, args)
   if not g then return nil, err end
   core.on_hup(function()

@@ -8,10 +8,24 @@ local read_file, quote, sleep = helper.read_file, helper.quote, helper.sleep
 
 local _M = {}
 
+-- The binary under test as an absolute path, for a process started in
+-- another directory.
+local function kubelua_path()
+  if support.kubelua:sub(1, 1) == "/" then return support.kubelua end
+  local p = io.popen("pwd")
+  local cwd = p:read("*l")
+  p:close()
+  return cwd .. "/" .. support.kubelua
+end
+
 -- Starts `kubelua run ARGS` (a shell-quoted string); returns { pid, log }.
-function _M.start(args)
-  local log = os.tmpname()
-  local cmd = "exec " .. support.kubelua .. " run " .. args
+-- opts.cwd: the directory it runs in; opts.log: the file its output goes
+-- to (default a new temporary file).
+function _M.start(args, opts)
+  opts = opts or {}
+  local log = opts.log or os.tmpname()
+  local cmd = "exec " .. kubelua_path() .. " run " .. args
+  if opts.cwd then cmd = "cd " .. quote(opts.cwd) .. " && " .. cmd end
   local p = io.popen("sh -c " .. quote(cmd .. " >" .. log .. " 2>&1 & echo $!"))
   local pid = p:read("*l")
   p:close()
