@@ -82,11 +82,42 @@ describe("kubelua run hot reload", function()
     assert.matches("ERROR reload failed; generation 1 keeps running: script failed: "
       .. path:gsub("%p", "%%%0") .. ":4: bad value\\nstack traceback:", out)
     write(path, script("C"))
-    out = wait_log(proc, "reloaded: generation 3 ")
+    out = wait_log(proc, "reloaded: generation 2 ")
     assert.matches("version=C", out)
-    -- a number is never reused: 2 ran and failed (a syntax error never ran)
-    assert.matches("reloaded: generation 3 ", out)
-    stop(proc)
+    -- generations are numbered by the loads that succeeded
+    assert.matches("INFO  reloaded: generation 2 modules=0 script=", out)
+    out = stop(proc)
+    assert.equal(0, count(out, "generation 3"))
+  end)
+
+  it("logs a failed reload once for each content, and the return to the running one", function()
+    -- polled every 0.2 s: each poll would log the failure again
+    local path = dir .. "/c.lua"
+    write(path, script("A"))
+    local proc = start(path, "--watch-poll 0.2")
+    wait_log(proc, "version=A")
+    write(path, "local = 1\n")
+    wait_log(proc, "reload failed")
+    sleep(1.5)
+    local out = read_file(proc.log)
+    assert.equal(1, count(out, "reload failed"))
+    write(path, "local = 2\n") -- another content: said again, once
+    wait_log(proc, "reload failed", 2)
+    write(path, script("A")) -- back to what generation 1 runs
+    out = wait_log(proc, "files back")
+    assert.matches("reload failed; generation 1 keeps running: cannot load script: "
+      .. path:gsub("%p", "%%%0") .. ":1: '<name>' expected near '=' script=", out)
+    assert.matches("INFO  files back to generation 1's content; it keeps running script="
+      .. path:gsub("%p", "%%%0") .. "\n", out)
+    write(path, "local = 2\n") -- after a return, the same failure is news again
+    wait_log(proc, "reload failed", 3)
+    write(path, script("B"))
+    wait_log(proc, "reloaded: generation 2 ")
+    sleep(1)
+    out = stop(proc)
+    assert.equal(3, count(out, "reload failed"))
+    assert.equal(1, count(out, "files back"))
+    assert.equal(1, count(out, "reloaded: "))
   end)
 
   it("reloads on a ConfigMap volume's ..data symlink swap", function()
