@@ -26,11 +26,13 @@
 #include <errno.h>
 #include <limits.h>
 #include <sys/inotify.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include <ev.h>
 
 #include "clock.h"
+#include "error.h"
 #include "http.h"
 #include "log.h"
 #include "mem.h"
@@ -119,12 +121,13 @@ struct kl_rt {
    * system's (the simulator, the test runner), which never retires. */
   unsigned gen;
   kl_gen_scope_t scope;
-  int loading;         /* a generation's main chunk runs (core.load) */
-  int main_fatal;      /* a main task that fails stops the runtime, status 1 */
-  int hup_ref;         /* SIGHUP's function (a reload), or LUA_NOREF */
-  kl_defer_t hup;      /* runs it from the loop */
-  int on_stop_ref;     /* core.on_stop functions (a table), or LUA_NOREF */
-  int on_stop_pending; /* they are yet to start */
+  int loading;            /* a generation's main chunk runs (core.load) */
+  int main_fatal;         /* a main task that fails stops the runtime, status 1 */
+  int hup_ref;            /* SIGHUP's function (a reload), or LUA_NOREF */
+  kl_defer_t hup;         /* runs it from the loop */
+  int on_stop_ref;        /* core.on_stop functions (a table), or LUA_NOREF */
+  int seed_ref;           /* the standard math.randomseed */
+  int on_stop_pending;    /* they are yet to start */
   kl_defer_t on_stop_run; /* starts them, from the loop */
 };
 
@@ -541,6 +544,39 @@ void kl_rt_set_shutdown_timeout(kl_rt_t *rt, double seconds) {
   rt->shutdown_timeout = seconds;
 }
 
+/* Randomness */
+
+/* Fills buf with n (at most 256) bytes from the kernel's random source,
+ * getrandom(2). Returns 0, or KL_EIO with errno set. */
+static int os_random(void *buf, size_t n) {
+  ssize_t got;
+  do
+    got = getrandom(buf, n, 0);
+  while (got < 0 && errno == EINTR);
+  if (got < 0) return KL_EIO;
+  if ((size_t)got < n) { /* not for n <= 256, by the manual */
+    errno = EIO;
+    return KL_EIO;
+  }
+  return 0;
+}
+
+/* Seeds math.random from the kernel, so that no two processes, and no two
+ * generations of one, draw the same numbers (a leader's identity, a
+ * jitter). Without a random source, from the clocks and the pid, said. */
+static void seed_random(kl_rt_t *rt) {
+  lua_State *L = rt->L;
+  uint64_t x;
+  if (os_random(&x, sizeof x) != 0) {
+    kl_log(KL_LOG_WARN, "math.random: getrandom: %s; seeded from the clock",
+           strerror(errno));
+    x = (uint64_t)(kl_clock_wall() * 1e6) ^ ((uint64_t)getpid() << 32);
+  }
+  lua_rawgeti(L, LUA_REGISTRYINDEX, rt->seed_ref);
+  lua_pushnumber(L, (double)(x >> 11)); /* 53 bits: exact in a double */
+  lua_call(L, 1, 0);
+}
+
 /* kubelua.core functions */
 
 static kl_rt_t *up_rt(lua_State *L) {
@@ -560,6 +596,21 @@ double kl_lua_check_seconds(lua_State *L, int idx, const char *name) {
 static void check_function(lua_State *L, int idx, const char *name) {
   if (lua_type(L, idx) != LUA_TFUNCTION)
     kl_lua_error(L, name, "expected a function, got %s", luaL_typename(L, idx));
+}
+
+/* core.random_bytes(n) -> n (1 to 256) bytes from the kernel's random
+ * source, as a string. */
+static int core_random_bytes(lua_State *L) {
+  unsigned char buf[256];
+  lua_Integer n = luaL_checkinteger(L, 1);
+  if (n < 1 || n > (lua_Integer)sizeof buf)
+    return kl_lua_error(L, "core.random_bytes", "n must be 1 to 256, got %d",
+                        (int)n);
+  if (os_random(buf, (size_t)n) != 0)
+    return kl_lua_error(L, "core.random_bytes", "getrandom: %s",
+                        strerror(errno));
+  lua_pushlstring(L, (const char *)buf, (size_t)n);
+  return 1;
 }
 
 /* kube.now() -> seconds since the Unix epoch (wall clock, sub-second). */
@@ -813,7 +864,8 @@ static void end_generation(kl_rt_t *rt, unsigned gen) {
  * generation's main chunk. Tasks, timers and handlers it makes belong to
  * gen (the tasks it starts with kube.spawn are main tasks, see
  * kl_rt_start_script); when it returns, gen becomes the active generation, and
- * when it raises, what it started ends. The chunk runs as a script's top level
+ * when it raises, what it started ends. math.random is seeded afresh from the
+ * kernel for it. The chunk runs as a script's top level
  * does, outside any task (even when a spec calls this from one): it cannot
  * yield, and API calls there say so. */
 static int core_load(lua_State *L) {
@@ -824,6 +876,7 @@ static int core_load(lua_State *L) {
     return luaL_error(L, "generation %d is not newer than %d", (int)gen,
                       (int)rt->gen);
   int nargs = lua_gettop(L) - 2;
+  seed_random(rt);
   lua_pushcfunction(L, kl_lua_traceback);
   lua_replace(L, 1);
   kl_task_t *current = rt->current;
@@ -1156,6 +1209,7 @@ static int core_on_hup(lua_State *L) {
 static const luaL_Reg core_funcs[] = {
     {"now", core_now},
     {"monotonic", core_monotonic},
+    {"random_bytes", core_random_bytes},
     {"spawn", core_spawn},
     {"spawn_named", core_spawn_named},
     {"sleep", core_sleep},
@@ -1318,6 +1372,11 @@ kl_rt_t *kl_rt_new(kl_loop_t *loop) {
   kl_metrics_add_process(rt->metrics);
   luaL_openlibs(L);
   jitfix_traversal(L);
+  lua_getglobal(L, "math");
+  lua_getfield(L, -1, "randomseed");
+  rt->seed_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  lua_pop(L, 1);
+  seed_random(rt);
   kl_rt_t **box = lua_newuserdata(L, sizeof *box);
   *box = rt;
   lua_setfield(L, LUA_REGISTRYINDEX, RT_KEY);

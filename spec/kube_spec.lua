@@ -69,6 +69,25 @@ describe("kubelua", function()
     end)
   end)
 
+  describe("core.random_bytes", function()
+    local core = require "kubelua.core"
+
+    it("returns n bytes from the kernel, different each time", function()
+      local a, b = core.random_bytes(16), core.random_bytes(16)
+      assert.equal(16, #a)
+      assert.equal(256, #core.random_bytes(256))
+      assert.not_equal(a, b)
+    end)
+
+    it("refuses n outside 1 to 256", function()
+      for _, n in ipairs({ 0, 257 }) do
+        local ok, err = pcall(core.random_bytes, n)
+        assert.is_false(ok)
+        assert.equal("core.random_bytes: n must be 1 to 256, got " .. n, err)
+      end
+    end)
+  end)
+
   describe("run", function()
     it("returns what the task returns", function()
       local a, b, c = kube.run(function() return 1, nil, "x" end)

@@ -20,10 +20,11 @@ local core = require "kubelua.core"
 local client = require "kubelua.client"
 local metrics = require "kubelua.metrics"
 
-local type, error, tostring, pairs = type, error, tostring, pairs
+local type, error, tostring, pairs, unpack = type, error, tostring, pairs, unpack
 local setmetatable, getmetatable = setmetatable, getmetatable
 local xpcall, traceback = xpcall, debug.traceback
 local floor, random, format = math.floor, math.random, string.format
+local byte, band, bor = string.byte, bit.band, bit.bor
 
 local _M = {}
 
@@ -65,8 +66,18 @@ end
 local Elector = {}
 Elector.__index = Elector
 
--- The identity default: the pod's name (HOSTNAME in a pod) and a random
--- suffix, as controller-runtime makes it unique per process.
+-- A version 4 UUID from 16 bytes of the kernel's randomness.
+local function uuid4()
+  local b = { byte(core.random_bytes(16), 1, 16) }
+  b[7] = bor(band(b[7], 0x0f), 0x40)
+  b[9] = bor(band(b[9], 0x3f), 0x80)
+  local h = format(("%02x"):rep(16), unpack(b))
+  return h:sub(1, 8) .. "-" .. h:sub(9, 12) .. "-" .. h:sub(13, 16) .. "-" .. h:sub(17, 20)
+    .. "-" .. h:sub(21)
+end
+
+-- The identity default: the pod's name (HOSTNAME in a pod) and a UUID, as
+-- client-go makes it, unique per process even where hosts share a name.
 local function default_identity()
   local host = os.getenv("HOSTNAME")
   if not host or host == "" then
@@ -74,7 +85,7 @@ local function default_identity()
     host = f and f:read("*l") or "kubelua"
     if f then f:close() end
   end
-  return format("%s_%08x", host, random(0, 0x7fffffff))
+  return host .. "_" .. uuid4()
 end
 
 local function check_number(opts, k, dflt)

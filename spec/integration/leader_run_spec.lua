@@ -29,6 +29,9 @@ end
 
 local count, wait_log = procs.count, procs.wait_log
 
+-- The random part of a default identity: a version 4 UUID.
+local UUID4 = "%x%x%x%x%x%x%x%x%-%x%x%x%x%-4%x%x%x%-[89ab]%x%x%x%-" .. ("%x"):rep(12)
+
 describe("leader election between processes", function()
   local sim
   before_each(function() sim = helper.start() end)
@@ -95,6 +98,33 @@ describe("leader election between processes", function()
     helper.stop(b)
   end)
 
+  it("gives two processes on hosts of one name their own identities: exactly one leads", function()
+    local function twin()
+      return procs.start("--leader-elect --leader-election-id twin --leader-election-namespace default "
+        .. quote(SCRIPT) .. " " .. sim.base .. " cli", { env = "HOSTNAME=twin-host" })
+    end
+    local ps = { twin(), twin() }
+    local function leading()
+      local n = 0
+      for i = 1, 2 do n = n + count(read_file(ps[i].log) or "", "leading identity=") end
+      return n
+    end
+    for _ = 1, 500 do
+      if leading() >= 1 then break end
+      sleep(0.01)
+    end
+    sleep(1) -- each has tried the lease by now (it tries at once, then every 2 s)
+    assert.equal(1, leading())
+    local _, _, _, l = helper.request(sim, "GET",
+      "/apis/coordination.k8s.io/v1/namespaces/default/leases/twin")
+    assert.matches("^twin%-host_" .. UUID4 .. "$", l.spec.holderIdentity)
+    local worked = 0
+    for i = 1, 2 do
+      if count(helper.stop(ps[i]), "working") > 0 then worked = worked + 1 end
+    end
+    assert.equal(1, worked)
+  end)
+
   it("campaigns with --leader-elect", function()
     local status, out = support.sh(support.kubelua .. " run --leader-elect " .. SCRIPT)
     assert.equal(2, status)
@@ -103,7 +133,7 @@ describe("leader election between processes", function()
       .. "--leader-election-namespace default")
     wait_log(p, "working")
     local out_p = helper.stop(p)
-    assert.matches("leading identity=[^ ]+_%x+ lease=default/cli%-ctl", out_p)
+    assert.matches("leading identity=[^ ]+_" .. UUID4 .. " lease=default/cli%-ctl", out_p)
     assert.matches("released the lease", out_p)
   end)
 end)

@@ -20,11 +20,12 @@ end
 
 -- Starts `kubelua run ARGS` (a shell-quoted string); returns { pid, log }.
 -- opts.cwd: the directory it runs in; opts.log: the file its output goes
--- to (default a new temporary file).
+-- to (default a new temporary file); opts.env: NAME=VALUE settings for it.
 function _M.start(args, opts)
   opts = opts or {}
   local log = opts.log or os.tmpname()
-  local cmd = "exec " .. kubelua_path() .. " run " .. args
+  local cmd = "exec " .. (opts.env and "env " .. opts.env .. " " or "") .. kubelua_path() .. " run "
+    .. args
   if opts.cwd then cmd = "cd " .. quote(opts.cwd) .. " && " .. cmd end
   local p = io.popen("sh -c " .. quote(cmd .. " >" .. log .. " 2>&1 & echo $!"))
   local pid = p:read("*l")

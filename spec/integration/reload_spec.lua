@@ -228,4 +228,24 @@ describe("hot reload", function()
     assert.equal("h2", probe.helper)
     assert.is_nil(package.loaded.helper)
   end)
+
+  it("seeds math.random afresh for each generation", function()
+    -- each generation draws, then seeds 7: a generation that went on with
+    -- the one before it would draw 7's first number
+    local path = write("draws.lua", [[
+      local probe = require "reload_probe"
+      probe.draws[#probe.draws + 1] = math.random()
+      math.randomseed(7)
+    ]])
+    probe.draws = {}
+    t:load(path)
+    t:reload()
+    t:reload()
+    math.randomseed(7)
+    local sevens = math.random()
+    assert.equal(3, #probe.draws)
+    assert.not_equal(sevens, probe.draws[2])
+    assert.not_equal(sevens, probe.draws[3])
+    assert.not_equal(probe.draws[2], probe.draws[3])
+  end)
 end)

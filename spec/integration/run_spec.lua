@@ -51,6 +51,18 @@ describe("kubelua run", function()
     assert.equal(3, status)
   end)
 
+  it("seeds math.random from the kernel, so that two processes draw differently", function()
+    local draw = "io.write(('%.17g %.17g'):format(math.random(), math.random())) require('kubelua').stop()"
+    local status1, out1 = run_script(draw)
+    local status2, out2 = run_script(draw)
+    assert.equal(0, status1)
+    assert.equal(0, status2)
+    local draws1, draws2 = out1:match("\n(0%.%d+ 0%.%d+)$"), out2:match("\n(0%.%d+ 0%.%d+)$")
+    assert.is_string(draws1, out1)
+    assert.is_string(draws2, out2)
+    assert.not_equal(draws1, draws2)
+  end)
+
   it("stops from inside a task once the task yields", function()
     local status, out = run_script([[
       local kube = require "kubelua"
