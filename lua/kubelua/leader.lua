@@ -122,6 +122,7 @@ function _M.new(opts)
     client = opts.client, on_started_leading = opts.on_started_leading,
     on_stopped_leading = opts.on_stopped_leading, on_new_leader = opts.on_new_leader,
     leading = false, observed = nil, observed_at = nil, stopped = false,
+    reported = nil, -- the holder last noted
   }, Elector)
   if self.lease_duration <= self.renew_deadline then
     error("kube.leader_election: lease_duration must be greater than renew_deadline", 2)
@@ -145,6 +146,17 @@ function Elector:call(verb, ...)
     self.base, self.derived = base, c
   end
   return self.derived[verb](self.derived, ...)
+end
+
+-- Notes the holder a round saw: another one is said (and on_new_leader
+-- called) once, when it first shows, not at each retry or renewal.
+function Elector:note_holder(holder)
+  if holder == self.reported then return end
+  self.reported = holder
+  if holder == "" or holder == self.identity then return end
+  log("info", "leader election: standing by", { holder = holder, identity = self.identity,
+                                                lease = self.namespace .. "/" .. self.name })
+  if self.on_new_leader then self.on_new_leader(holder) end
 end
 
 -- One round of client-go's tryAcquireOrRenew. Returns true when this
@@ -174,15 +186,14 @@ function Elector:try()
       return false
     end
     self.observed, self.observed_at = mine, now
+    self:note_holder(mine.holder)
     return true
   end
   local old = record_of(lease)
   if not self.observed or not same(old, self.observed) then
     self.observed, self.observed_at = old, now
-    if old.holder ~= "" and old.holder ~= self.identity and self.on_new_leader then
-      self.on_new_leader(old.holder)
-    end
   end
+  self:note_holder(old.holder)
   local is_leader = old.holder == self.identity
   if old.holder ~= "" and not is_leader and self.observed_at + self.lease_duration > now then
     return false
@@ -198,6 +209,7 @@ function Elector:try()
     return false
   end
   self.observed, self.observed_at = mine, now
+  self:note_holder(mine.holder)
   return true
 end
 

@@ -86,6 +86,39 @@ describe("leader election between processes", function()
     for _, p in ipairs(ps) do helper.stop(p) end
   end)
 
+  it("says once who holds the lease while standing by, and again when that changes", function()
+    local a = start(sim, "a")
+    wait_log(a, "leading identity=a")
+    local ps = { b = start(sim, "b"), c = start(sim, "c") }
+    wait_log(ps.b, "standing by")
+    wait_log(ps.c, "standing by")
+    sleep(0.5) -- five retries each
+    for id, p in pairs(ps) do
+      local out = read_file(p.log)
+      assert.equal(1, count(out, "standing by"))
+      assert.matches("INFO  leader election: standing by holder=a identity=" .. id
+        .. " lease=default/ctl\n", out)
+    end
+    ffi.C.kill(a.pid, 9)
+    os.remove(a.log)
+    local new, other
+    for _ = 1, 500 do
+      if count(read_file(ps.b.log), "leading identity=b") > 0 then new, other = "b", "c" break end
+      if count(read_file(ps.c.log), "leading identity=c") > 0 then new, other = "c", "b" break end
+      sleep(0.01)
+    end
+    assert.is_string(new)
+    wait_log(ps[other], "standing by", 2)
+    sleep(0.5)
+    local out = read_file(ps[other].log)
+    assert.equal(2, count(out, "standing by"))
+    assert.matches("INFO  leader election: standing by holder=" .. new .. " identity=" .. other
+      .. " lease=default/ctl\n", out)
+    assert.equal(0, count(read_file(ps[new].log), "standing by holder=" .. new))
+    helper.stop(ps.b)
+    helper.stop(ps.c)
+  end)
+
   it("hands over at once on SIGTERM, releasing the lease", function()
     local a = start(sim, "a")
     wait_log(a, "leading identity=a")
@@ -118,11 +151,17 @@ describe("leader election between processes", function()
     local _, _, _, l = helper.request(sim, "GET",
       "/apis/coordination.k8s.io/v1/namespaces/default/leases/twin")
     assert.matches("^twin%-host_" .. UUID4 .. "$", l.spec.holderIdentity)
-    local worked = 0
+    -- the standby names the leader: the same host, another identity
+    local holder = l.spec.holderIdentity:gsub("%p", "%%%0")
+    local worked, standby = 0, nil
     for i = 1, 2 do
-      if count(helper.stop(ps[i]), "working") > 0 then worked = worked + 1 end
+      local out = helper.stop(ps[i])
+      if count(out, "working") > 0 then worked = worked + 1 else standby = out end
     end
     assert.equal(1, worked)
+    assert.matches("standing by holder=" .. holder .. " identity=twin%-host_" .. UUID4
+      .. " lease=default/twin\n", standby)
+    assert.equal(0, count(standby, "identity=" .. holder))
   end)
 
   it("campaigns with --leader-elect", function()
