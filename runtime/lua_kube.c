@@ -11,7 +11,7 @@
  * kube.after handles embed a kl_timer_t; they are userdata too, kept alive by
  * a registry reference while armed, and disarmed by __gc, so closing the Lua
  * state leaves nothing in the loop's heap. */
-#define _DEFAULT_SOURCE /* realpath */
+#define _DEFAULT_SOURCE /* readlink */
 #include "lua_kube.h"
 
 #include <math.h>
@@ -563,9 +563,9 @@ static int os_random(void *buf, size_t n) {
 
 /* Seeds math.random from the kernel, so that no two processes, and no two
  * generations of one, draw the same numbers (a leader's identity, a
- * jitter). Without a random source, from the clocks and the pid, said. */
-static void seed_random(kl_rt_t *rt) {
-  lua_State *L = rt->L;
+ * jitter). Without a random source, from the clocks and the pid, said.
+ * L is the running thread. */
+static void seed_random(lua_State *L, kl_rt_t *rt) {
   uint64_t x;
   if (os_random(&x, sizeof x) != 0) {
     kl_log(KL_LOG_WARN, "math.random: getrandom: %s; seeded from the clock",
@@ -876,7 +876,7 @@ static int core_load(lua_State *L) {
     return luaL_error(L, "generation %d is not newer than %d", (int)gen,
                       (int)rt->gen);
   int nargs = lua_gettop(L) - 2;
-  seed_random(rt);
+  seed_random(L, rt);
   lua_pushcfunction(L, kl_lua_traceback);
   lua_replace(L, 1);
   kl_task_t *current = rt->current;
@@ -1376,7 +1376,7 @@ kl_rt_t *kl_rt_new(kl_loop_t *loop) {
   lua_getfield(L, -1, "randomseed");
   rt->seed_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   lua_pop(L, 1);
-  seed_random(rt);
+  seed_random(L, rt);
   kl_rt_t **box = lua_newuserdata(L, sizeof *box);
   *box = rt;
   lua_setfield(L, LUA_REGISTRYINDEX, RT_KEY);
