@@ -611,11 +611,13 @@ static void watch_unauthorized(kl_reflector_t *r, void *ud) {
 }
 
 /* opts.watch = {url =, label_selector =, field_selector =, headers =
- * {name = value}, tls = {…}, creds = C, watch_list = bool}: a reflector
- * lists and watches url and feeds the cache; creds (kubelua.kubeconfig's)
- * gives the bearer token of each request, so rotated tokens are picked up;
- * watch_list streams the lists (sendInitialEvents), falling back to
- * list+watch when the server does not. */
+ * {name = value}, tls = {…}, creds = C, watch_list = bool, backoff_initial
+ * = seconds}: a reflector lists and watches url and feeds the cache; creds
+ * (kubelua.kubeconfig's) gives the bearer token of each request, so
+ * rotated tokens are picked up; watch_list streams the lists
+ * (sendInitialEvents), falling back to list+watch when the server does
+ * not (asked once per server and process); backoff_initial is the first
+ * backoff wait (0.8 s, client-go's, by default). */
 static void start_watch(lua_State *L, linf_t *li, int idx,
                         const kl_informer_opts_t *io) {
   static const char *fn = "kube.informer";
@@ -635,6 +637,11 @@ static void start_watch(lua_State *L, linf_t *li, int idx,
   ro.field_selector = lua_tostring(L, -1);
   lua_getfield(L, idx, "watch_list");
   ro.watch_list = lua_toboolean(L, -1);
+  lua_getfield(L, idx, "backoff_initial");
+  if (!lua_isnil(L, -1) &&
+      (lua_type(L, -1) != LUA_TNUMBER || !(lua_tonumber(L, -1) > 0)))
+    kl_lua_error(L, fn, "opts.watch.backoff_initial must be a positive number");
+  ro.backoff_initial = lua_tonumber(L, -1);
   if (!ro.url) kl_lua_error(L, fn, "opts.watch.url is required");
   lua_getfield(L, idx, "headers");
   if (lua_type(L, -1) == LUA_TTABLE) {
@@ -670,6 +677,7 @@ static void start_watch(lua_State *L, linf_t *li, int idx,
     ro.auth_ud = li;
   }
   ro.name = li->name;
+  ro.servers = kl_rt_reflector_servers(li->rt);
   ro.api_version = io->api_version;
   ro.kind = io->kind;
   kl_http_t *http = kl_rt_http(li->rt);

@@ -37,6 +37,7 @@
 #include "log.h"
 #include "mem.h"
 #include "metrics.h"
+#include "reflector.h"
 
 #define TASK_MT "kubelua.task"
 #define AFTER_MT "kubelua.timer"
@@ -113,8 +114,9 @@ struct kl_rt {
   kl_timer_t stop_timer;
   stop_hook_t *hooks;
   size_t nhooks;
-  kl_http_t *http;       /* made on first use; outlives the Lua state */
-  kl_metrics_t *metrics; /* outlives the Lua state too */
+  kl_http_t *http; /* made on first use; outlives the Lua state */
+  kl_reflector_servers_t *servers; /* likewise */
+  kl_metrics_t *metrics;           /* outlives the Lua state too */
   /* Generations of the scripts (hot reload): the active one, and the one
    * code runs for when C calls Lua on a generation's behalf (a load, a
    * handler, a timer, a server's request) while `scoped`; 0 is the
@@ -1442,9 +1444,15 @@ void kl_rt_free(kl_rt_t *rt) {
   kl_loop_undefer(rt->loop, &rt->on_stop_run);
   lua_close(rt->L); /* requests and reflectors end here, http is still up */
   kl_http_free(rt->http);
+  kl_reflector_servers_free(rt->servers);
   kl_metrics_free(rt->metrics);
   free(rt->hooks);
   free(rt);
+}
+
+kl_reflector_servers_t *kl_rt_reflector_servers(kl_rt_t *rt) {
+  if (!rt->servers) rt->servers = kl_reflector_servers_new();
+  return rt->servers;
 }
 
 lua_State *kl_rt_lua(kl_rt_t *rt) { return rt->L; }

@@ -52,6 +52,11 @@ lua_State *kl_rt_lua(kl_rt_t *rt);
 /* The runtime's HTTP client, shared by every request and watch; NULL when
  * libcurl cannot start. Freed after the Lua state closes. */
 struct kl_http *kl_rt_http(kl_rt_t *rt);
+struct kl_reflector_servers;
+/* What the process's reflectors learnt about their servers (reflector.h),
+ * shared by every informer: made on first use, freed after the Lua state
+ * closes. */
+struct kl_reflector_servers *kl_rt_reflector_servers(kl_rt_t *rt);
 kl_loop_t *kl_rt_loop(kl_rt_t *rt);
 struct kl_metrics;
 /* The runtime's metrics registry (metrics.h): it outlives the Lua state, so
