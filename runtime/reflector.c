@@ -78,8 +78,7 @@
 #define RETRY_AFTER_MAX 60.0 /* a 429's Retry-After honoured up to this */
 #define AUTH_MAX (16 * 1024) /* the credential's header line */
 #define AUTH_POLL 0.05       /* seconds between asks while auth says EAGAIN */
-#define ASK_POLL 0.05 /* seconds between looks while another asks the server   \
-                       */
+#define ASK_POLL 0.05        /* seconds between looks while another asks */
 #define WL_MAX ((size_t)16 << 20) /* objects in one streaming list */
 #define INITIAL_EVENTS_END "k8s.io/initial-events-end"
 
