@@ -1423,6 +1423,8 @@ kl_rt_t *kl_rt_new(kl_loop_t *loop) {
   lua_setfield(L, -2, "kubelua.kubeconfig");
   lua_pushcfunction(L, kl_luaopen_metrics);
   lua_setfield(L, -2, "kubelua.metrics.core");
+  lua_pushcfunction(L, kl_luaopen_process);
+  lua_setfield(L, -2, "kubelua.process");
   for (const kl_lua_module_t *m = kl_lua_modules; m->name; m++) {
     lua_pushlightuserdata(L, (void *)m); /* static data, not heap */
     lua_pushcclosure(L, load_embedded, 1);

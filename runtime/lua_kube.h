@@ -160,5 +160,6 @@ int kl_luaopen_informer(lua_State *L);
 int kl_luaopen_http(lua_State *L);
 int kl_luaopen_kubeconfig(lua_State *L);
 int kl_luaopen_metrics(lua_State *L);
+int kl_luaopen_process(lua_State *L);
 
 #endif
