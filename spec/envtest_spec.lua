@@ -1,0 +1,104 @@
+-- kubelua.envtest without the servers: where it looks for them, and what
+-- it says when they are not there. (spec/real/ starts them.)
+local envtest = require "kubelua.envtest"
+local process = require "kubelua.process"
+local support = require "spec.support"
+
+local ffi = require "ffi"
+pcall(ffi.cdef, [[
+  int setenv(const char *name, const char *value, int overwrite);
+  int unsetenv(const char *name);
+]])
+
+local function setenv(name, value)
+  if value then ffi.C.setenv(name, value, 1) else ffi.C.unsetenv(name) end
+end
+
+local function touch(path, mode)
+  local f = assert(io.open(path, "w"))
+  f:write("#!/bin/sh\n")
+  f:close()
+  os.execute("chmod " .. (mode or "755") .. " " .. path)
+end
+
+describe("kubelua.envtest", function()
+  local dir, saved_assets, saved_path
+  before_each(function()
+    dir = assert(process.mkdtemp(os.tmpname() .. "-envtest-"))
+    saved_assets, saved_path = os.getenv("KUBEBUILDER_ASSETS"), os.getenv("PATH")
+  end)
+  after_each(function()
+    setenv("KUBEBUILDER_ASSETS", saved_assets)
+    setenv("PATH", saved_path)
+    os.execute("rm -rf " .. dir)
+  end)
+
+  describe("find", function()
+    it("names what is missing from KUBEBUILDER_ASSETS", function()
+      setenv("KUBEBUILDER_ASSETS", dir)
+      touch(dir .. "/etcd")
+      local bins, err = envtest.find()
+      assert.is_nil(bins)
+      assert.equal("envtest: kube-apiserver not found in KUBEBUILDER_ASSETS=" .. dir
+        .. " (set KUBEBUILDER_ASSETS to a directory holding kube-apiserver, etcd and, for the "
+        .. "controller manager, kube-controller-manager, as setup-envtest installs them)", err)
+      touch(dir .. "/kube-apiserver")
+      assert.same({ etcd = dir .. "/etcd", ["kube-apiserver"] = dir .. "/kube-apiserver" },
+        envtest.find())
+      bins, err = envtest.find{ controller_manager = true }
+      assert.is_nil(bins)
+      assert.equal("envtest: kube-controller-manager not found in KUBEBUILDER_ASSETS=" .. dir
+        .. " (set KUBEBUILDER_ASSETS to a directory holding kube-apiserver, etcd and, for the "
+        .. "controller manager, kube-controller-manager, as setup-envtest installs them)", err)
+    end)
+
+    it("looks in PATH when KUBEBUILDER_ASSETS is unset, and not at directories", function()
+      os.execute("mkdir -p " .. dir .. "/a/etcd " .. dir .. "/b")
+      setenv("KUBEBUILDER_ASSETS", nil)
+      setenv("PATH", dir .. "/a:" .. dir .. "/b")
+      touch(dir .. "/b/etcd")
+      local bins, err = envtest.find()
+      assert.is_nil(bins)
+      assert.equal("envtest: kube-apiserver not found in PATH=" .. dir .. "/a:" .. dir .. "/b"
+        .. " (set KUBEBUILDER_ASSETS to a directory holding kube-apiserver, etcd and, for the "
+        .. "controller manager, kube-controller-manager, as setup-envtest installs them)", err)
+      touch(dir .. "/a/kube-apiserver")
+      assert.same({ etcd = dir .. "/b/etcd", ["kube-apiserver"] = dir .. "/a/kube-apiserver" },
+        envtest.find())
+    end)
+
+    it("takes opts.assets before KUBEBUILDER_ASSETS", function()
+      setenv("KUBEBUILDER_ASSETS", "/nonexistent")
+      local bins, err = envtest.find{ assets = dir }
+      assert.is_nil(bins)
+      assert.equal("envtest: etcd and kube-apiserver not found in the assets directory " .. dir
+        .. " (set KUBEBUILDER_ASSETS to a directory holding kube-apiserver, etcd and, for the "
+        .. "controller manager, kube-controller-manager, as setup-envtest installs them)", err)
+    end)
+  end)
+
+  describe("start", function()
+    it("returns find's error, and leaves no directory behind when a server cannot run", function()
+      local _, err = envtest.start{ assets = dir }
+      assert.equal("envtest: etcd and kube-apiserver not found in the assets directory " .. dir
+        .. " (set KUBEBUILDER_ASSETS to a directory holding kube-apiserver, etcd and, for the "
+        .. "controller manager, kube-controller-manager, as setup-envtest installs them)", err)
+      touch(dir .. "/etcd", "644") -- not executable
+      touch(dir .. "/kube-apiserver")
+      local tmp = dir .. "/tmp"
+      os.execute("mkdir " .. tmp)
+      setenv("TMPDIR", tmp)
+      local cp
+      cp, err = envtest.start{ assets = dir }
+      setenv("TMPDIR", nil)
+      assert.is_nil(cp)
+      assert.equal("envtest: etcd: cannot run " .. dir .. "/etcd: Permission denied", err)
+      assert.equal("", (select(2, support.sh("ls -A " .. tmp))))
+    end)
+
+    it("raises on misuse", function()
+      support.raises("envtest.start: opts must be a table, got string",
+        function() envtest.start("x") end)
+    end)
+  end)
+end)
