@@ -22,7 +22,8 @@
 static void usage(FILE *out) {
   fputs(
       "usage: kubelua run [options] SCRIPT.lua [args...]\n"
-      "       kubelua test [busted options] [spec paths...]\n"
+      "       kubelua test [--apiserver sim|real] [--controller-manager]\n"
+      "                    [busted options] [spec paths...]\n"
       "       kubelua sim --listen HOST:PORT [--token T] [--user NAME=T]\n"
       "                   [--tls-cert F --tls-key F] [--load DIR]\n"
       "                   [--history N] [--bookmark-interval SECS]\n"
@@ -82,6 +83,17 @@ static int start_sim(kl_rt_t *rt) {
   return 0;
 }
 
+/* Pushes require(mod)[fn]. Returns 0, or 1 with the error message pushed
+ * (the stack otherwise as it was). */
+static int push_module_fn(lua_State *L, const char *mod, const char *fn) {
+  lua_getglobal(L, "require");
+  lua_pushstring(L, mod);
+  if (lua_pcall(L, 1, 1, 0) != 0) return 1;
+  lua_getfield(L, -1, fn);
+  lua_remove(L, -2);
+  return 0;
+}
+
 typedef struct run_opts {
   const char *kubeconfig, *context;
   const char *metrics_addr, *probes_addr; /* NULL: the default */
@@ -93,14 +105,11 @@ typedef struct run_opts {
  * leader election. */
 static int run_options(kl_rt_t *rt, const run_opts_t *o) {
   lua_State *L = kl_rt_lua(rt);
-  lua_getglobal(L, "require");
-  lua_pushliteral(L, "kubelua");
-  if (lua_pcall(L, 1, 1, 0) != 0) {
+  if (push_module_fn(L, "kubelua", "_run_options")) {
     fprintf(stderr, "kubelua: %s\n", lua_tostring(L, -1));
     lua_settop(L, 0);
     return 1;
   }
-  lua_getfield(L, -1, "_run_options");
   lua_createtable(L, 0, 5);
   const char *strs[][2] = {{"kubeconfig", o->kubeconfig},
                            {"context", o->context},
@@ -139,10 +148,7 @@ static int serve_endpoints(kl_rt_t *rt, const run_opts_t *o, int sim) {
   const char *paddr = o->probes_addr ? o->probes_addr : pod ? ":8081" : "0";
   if (strcmp(maddr, "0") == 0 && strcmp(paddr, "0") == 0) return 0;
   lua_State *L = kl_rt_lua(rt);
-  lua_getglobal(L, "require");
-  lua_pushliteral(L, "kubelua.metrics");
-  if (lua_pcall(L, 1, 1, 0) != 0) goto fail;
-  lua_getfield(L, -1, "serve");
+  if (push_module_fn(L, "kubelua.metrics", "serve")) goto fail;
   lua_createtable(L, 0, 2);
   lua_pushstring(L, maddr);
   lua_setfield(L, -2, "metrics");
@@ -264,9 +270,56 @@ static int run_script(int argc, char **argv) {
   return status;
 }
 
+/* kubelua.testing.configure{apiserver=, controller_manager=}: the server
+ * the harnesses start. Returns 0, or 1 with the reason said (a binary that
+ * is not there). */
+static int test_options(kl_rt_t *rt, const char *apiserver, int cm) {
+  lua_State *L = kl_rt_lua(rt);
+  int status = 1;
+  if (push_module_fn(L, "kubelua.testing", "configure")) goto out;
+  lua_createtable(L, 0, 2);
+  lua_pushstring(L, apiserver);
+  lua_setfield(L, -2, "apiserver");
+  lua_pushboolean(L, cm);
+  lua_setfield(L, -2, "controller_manager");
+  if (lua_pcall(L, 1, 2, 0) != 0) goto out;
+  if (lua_toboolean(L, -2)) status = 0;
+out:
+  if (status) fprintf(stderr, "kubelua test: %s\n", lua_tostring(L, -1));
+  lua_settop(L, 0);
+  return status;
+}
+
 /* Runs busted inside the runtime, in a task: specs get the same Lua state,
  * library and loop as scripts, and kube.run waits for tasks from a spec. */
 static int run_tests(int argc, char **argv) {
+  /* Ours, taken out of busted's: --apiserver sim|real, --controller-manager */
+  const char *apiserver = "sim";
+  int cm = 0, n = 0;
+  char **rest = argv;
+  for (int i = 0; i < argc; i++) {
+    if (strcmp(argv[i], "--") == 0) {
+      while (i < argc)
+        rest[n++] = argv[i++];
+      break;
+    }
+    if (strcmp(argv[i], "--controller-manager") == 0) {
+      cm = 1;
+    } else if (strcmp(argv[i], "--apiserver") == 0) {
+      if (i + 1 >= argc)
+        return bad_usage("%s", "--apiserver needs sim or real");
+      apiserver = argv[++i];
+    } else if (strncmp(argv[i], "--apiserver=", 12) == 0) {
+      apiserver = argv[i] + 12;
+    } else {
+      rest[n++] = argv[i];
+    }
+  }
+  if (strcmp(apiserver, "sim") != 0 && strcmp(apiserver, "real") != 0)
+    return bad_usage("--apiserver needs sim or real, got \"%s\"", apiserver);
+  if (cm && strcmp(apiserver, "real") != 0)
+    return bad_usage("%s", "--controller-manager needs --apiserver real");
+  argc = n;
   static const char runner[] =
       "local kube = require 'kubelua'\n"
       "kube.spawn(function()\n"
@@ -299,12 +352,16 @@ static int run_tests(int argc, char **argv) {
     lua_rawseti(L, -2, i + 1);
   }
   lua_setglobal(L, "arg");
-  int status = 1;
-  if (luaL_loadbuffer(L, runner, sizeof runner - 1, "=kubelua test") == 0 &&
-      lua_pcall(L, 0, 0, 0) == 0)
-    status = kl_rt_loop_until_stopped(rt);
-  else
-    fprintf(stderr, "kubelua test: %s\n", lua_tostring(L, -1));
+  int status = test_options(rt, apiserver, cm);
+  if (status == 0) {
+    if (luaL_loadbuffer(L, runner, sizeof runner - 1, "=kubelua test") == 0 &&
+        lua_pcall(L, 0, 0, 0) == 0) {
+      status = kl_rt_loop_until_stopped(rt);
+    } else {
+      fprintf(stderr, "kubelua test: %s\n", lua_tostring(L, -1));
+      status = 1;
+    }
+  }
   kl_rt_free(rt);
   kl_loop_free(loop);
   return status;

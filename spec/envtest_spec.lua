@@ -101,4 +101,26 @@ describe("kubelua.envtest", function()
         function() envtest.start("x") end)
     end)
   end)
+
+  describe("kubelua test --apiserver", function()
+    it("fails at once, naming what is missing and where it looked", function()
+      local status, out = support.sh("KUBEBUILDER_ASSETS=" .. dir .. " " .. support.kubelua
+        .. " test --apiserver real --controller-manager spec/envtest_spec.lua")
+      assert.equal(1, status)
+      assert.equal("kubelua test: envtest: etcd, kube-apiserver and kube-controller-manager "
+        .. "not found in KUBEBUILDER_ASSETS=" .. dir .. " (set KUBEBUILDER_ASSETS to a directory "
+        .. "holding kube-apiserver, etcd and, for the controller manager, "
+        .. "kube-controller-manager, as setup-envtest installs them)\n", out)
+    end)
+
+    it("refuses a server it does not know, and a controller manager without a real server",
+      function()
+        local status, out = support.sh(support.kubelua .. " test --apiserver=kind x")
+        assert.equal(2, status)
+        assert.equal('kubelua: --apiserver needs sim or real, got "kind"', out:match("^[^\n]*"))
+        status, out = support.sh(support.kubelua .. " test --controller-manager x")
+        assert.equal(2, status)
+        assert.equal("kubelua: --controller-manager needs --apiserver real", out:match("^[^\n]*"))
+      end)
+  end)
 end)

@@ -27,11 +27,12 @@
 
 local core = require "kubelua.core"
 local http = require "kubelua.http"
+local json = require "kubelua.json"
 local process = require "kubelua.process"
 
 local type, tostring, pairs, ipairs, error, setmetatable = type, tostring, pairs, ipairs, error,
   setmetatable
-local format, concat = string.format, table.concat
+local format, concat, sort = string.format, table.concat, table.sort
 local open, getenv = io.open, os.getenv
 
 local _M = {}
@@ -112,10 +113,12 @@ function _M.find(opts)
     if not p then missing[#missing + 1] = name end
   end
   if #missing > 0 then
+    local last = table.remove(missing)
+    if #missing > 0 then last = concat(missing, ", ") .. " and " .. last end
     return nil, format("envtest: %s not found in %s (set KUBEBUILDER_ASSETS to a directory "
       .. "holding kube-apiserver, etcd and, for the controller manager, "
       .. "kube-controller-manager, as setup-envtest installs them)",
-      concat(missing, " and "), where)
+      last, where)
   end
   return found
 end
@@ -129,8 +132,8 @@ local function run(dir, name, path, args)
     local how, code = p:poll()
     if how == "exited" and code == 0 then return true end
     if how then
-      return nil, format("envtest: %s %s %d:%s", name, how == "exited" and "exited with status"
-        or "killed by signal", code, tail(log))
+      return nil, format("envtest: %s %s %d; the end of its log:%s", name,
+        how == "exited" and "exited with status" or "was killed by signal", code, tail(log))
     end
     sleep(0.01)
   end
@@ -224,13 +227,13 @@ function CP:_serve(name, path, args, extra, check)
   while true do
     local how, code = p:poll()
     if how then
-      return nil, format("envtest: %s %s %d before it was ready (its log: %s):%s", name,
-        how == "exited" and "exited with status" or "was killed by signal", code, log, tail(log))
+      return nil, format("envtest: %s %s %d before it was ready; the end of its log:%s", name,
+        how == "exited" and "exited with status" or "was killed by signal", code, tail(log))
     end
     if check() then return true end
     if core.monotonic() >= deadline then
-      return nil, format("envtest: %s was not ready within %gs (its log: %s):%s", name,
-        self.timeout, log, tail(log))
+      return nil, format("envtest: %s was not ready within %gs; the end of its log:%s", name,
+        self.timeout, tail(log))
     end
     sleep(0.1)
   end
@@ -310,6 +313,130 @@ function CP:_start_controller_manager(bins, extra)
   end)
 end
 
+-- What clean() keeps besides the server's own objects: what the controller
+-- manager publishes into every namespace (it would only put them back).
+local KEEP = {
+  ["v1/serviceaccounts/default"] = true,
+  ["v1/configmaps/kube-root-ca.crt"] = true,
+  ["v1/configmaps/openshift-service-ca.crt"] = true,
+}
+
+-- Every resource that can be listed and deleted, in each group's preferred
+-- version (namespaces aside): { api_version, name, namespaced }.
+local function deletable(c)
+  local gvs = { "v1" }
+  local groups, err = c:request("GET", "/apis")
+  if not groups then return nil, err end
+  for _, g in ipairs(groups.groups or {}) do
+    if g.preferredVersion then gvs[#gvs + 1] = g.preferredVersion.groupVersion end
+  end
+  local out = {}
+  for _, gv in ipairs(gvs) do
+    local entry
+    entry, err = c:discover(gv)
+    if not entry then return nil, err end
+    for name, info in pairs(entry.resources) do
+      local verbs = {}
+      for _, v in ipairs(info.verbs or {}) do verbs[v] = true end
+      if verbs.list and verbs.delete and name ~= "namespaces" then
+        out[#out + 1] = { api_version = gv, name = name, namespaced = info.namespaced }
+      end
+    end
+  end
+  sort(out, function(a, b)
+    return a.api_version .. "/" .. a.name < b.api_version .. "/" .. b.name
+  end)
+  return out
+end
+
+-- The uids of every object there is now, namespaces included.
+local function snapshot(c)
+  local res, err = deletable(c)
+  if not res then return nil, err end
+  res[#res + 1] = { api_version = "v1", name = "namespaces" }
+  local uids = {}
+  for _, r in ipairs(res) do
+    local list = c:list_all(r.api_version, r.name)
+    for _, o in ipairs(list and list.items or {}) do uids[o.metadata.uid] = true end
+  end
+  return uids
+end
+
+local function ignore_not_found(res, err)
+  if res or err.code == 404 then return true end
+  return nil, err
+end
+
+-- cp:clean([c]) -> true, or nil, err: deletes every object made since the
+-- server became ready (all namespaces made since, and everything in the
+-- others, finalizers cleared first), so that a server serves one spec
+-- after another as if new; waits until the namespaces are gone, which a
+-- real server does only once their contents are (the controller manager's
+-- namespace controller, when it runs, does the same).
+function CP:clean(c)
+  c = c or self:client{ qps = 0 }
+  local res, err = deletable(c)
+  if not res then return nil, err end
+  local keep = self.baseline
+  local doomed = {}
+  local nss = c:list_all("v1", "namespaces")
+  for _, ns in ipairs(nss and nss.items or {}) do
+    if not keep[ns.metadata.uid] then
+      doomed[#doomed + 1] = ns.metadata.name
+      local ok, derr = ignore_not_found(c:delete("v1", "namespaces", nil, ns.metadata.name))
+      if not ok then return nil, derr end
+    end
+  end
+  -- twice: a controller may have made objects from the ones deleted
+  for _ = 1, 2 do
+    local deleted = 0
+    for _, r in ipairs(res) do
+      local list = c:list_all(r.api_version, r.name)
+      for _, o in ipairs(list and list.items or {}) do
+        local md = o.metadata
+        if not keep[md.uid] and not KEEP[r.api_version .. "/" .. r.name .. "/" .. md.name] then
+          local ok, derr = true, nil
+          if md.finalizers and #md.finalizers > 0 then
+            ok, derr = ignore_not_found(c:patch(r.api_version, r.name, md.namespace, md.name,
+              { metadata = { finalizers = json.null } }))
+          end
+          if ok then
+            ok, derr = ignore_not_found(c:delete(r.api_version, r.name, md.namespace, md.name,
+              { grace_period_seconds = 0, propagation_policy = "Background" }))
+          end
+          if not ok then return nil, derr end
+          deleted = deleted + 1
+        end
+      end
+    end
+    if deleted == 0 then break end
+  end
+  for _, name in ipairs(doomed) do
+    local deadline = core.monotonic() + 30
+    while true do
+      local ns, gerr = c:get("v1", "namespaces", nil, name)
+      if not ns then
+        if gerr.code == 404 then break end
+        return nil, gerr
+      end
+      if ns.metadata.finalizers and #ns.metadata.finalizers > 0 then
+        ignore_not_found(c:patch("v1", "namespaces", nil, name,
+          { metadata = { finalizers = json.null } }))
+      end
+      if ns.spec and ns.spec.finalizers and #ns.spec.finalizers > 0 then
+        ns.spec.finalizers = json.array{}
+        ignore_not_found(c:request("PUT", "/api/v1/namespaces/" .. name .. "/finalize", nil,
+          json.encode(ns), "application/json"))
+      end
+      if core.monotonic() >= deadline then
+        return nil, "envtest: namespace " .. name .. " is still there after 30s"
+      end
+      sleep(0.05)
+    end
+  end
+  return true
+end
+
 -- The servers in order, each ready before the next starts.
 local function boot(cp, bins, opts)
   local dir = cp.dir
@@ -329,6 +456,8 @@ local function boot(cp, bins, opts)
     ok, err = cp:_start_controller_manager(bins, opts.controller_manager_args)
     if not ok then return nil, err end
   end
+  cp.baseline, err = snapshot(cp:client{ qps = 0 })
+  if not cp.baseline then return nil, "envtest: " .. tostring(err) end
   return true
 end
 
@@ -338,7 +467,8 @@ local stop_hooked = false
 -- else KUBEBUILDER_ASSETS, else PATH), controller_manager (boolean),
 -- apiserver_args and controller_manager_args (extra flags, after ours, so
 -- they may override), timeout (seconds each server may take to be ready,
--- default 60). Call it from a task.
+-- default 60), tmpdir (where its directory goes: else TMPDIR, else /tmp).
+-- Call it from a task.
 function _M.start(opts)
   opts = opts or {}
   if type(opts) ~= "table" then
@@ -347,7 +477,7 @@ function _M.start(opts)
   if not core.in_task() then error("envtest.start: not inside a task (use kube.spawn)", 2) end
   local bins, err = _M.find(opts)
   if not bins then return nil, err end
-  local tmp = getenv("TMPDIR")
+  local tmp = opts.tmpdir or getenv("TMPDIR")
   if not tmp or tmp == "" then tmp = "/tmp" end
   local dir
   dir, err = process.mkdtemp(tmp .. "/kubelua-envtest-")

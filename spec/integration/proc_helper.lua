@@ -18,6 +18,15 @@ local function kubelua_path()
   return cwd .. "/" .. support.kubelua
 end
 
+-- Runs the shell command cmd in the background, its output to the file
+-- log; returns its pid.
+function _M.background(cmd, log)
+  local p = io.popen("sh -c " .. quote(cmd .. " >" .. log .. " 2>&1 & echo $!"))
+  local pid = p:read("*l")
+  p:close()
+  return tonumber(pid)
+end
+
 -- Starts `kubelua run ARGS` (a shell-quoted string); returns { pid, log }.
 -- opts.cwd: the directory it runs in; opts.log: the file its output goes
 -- to (default a new temporary file); opts.env: NAME=VALUE settings for it.
@@ -27,10 +36,7 @@ function _M.start(args, opts)
   local cmd = "exec " .. (opts.env and "env " .. opts.env .. " " or "") .. kubelua_path() .. " run "
     .. args
   if opts.cwd then cmd = "cd " .. quote(opts.cwd) .. " && " .. cmd end
-  local p = io.popen("sh -c " .. quote(cmd .. " >" .. log .. " 2>&1 & echo $!"))
-  local pid = p:read("*l")
-  p:close()
-  return { pid = tonumber(pid), log = log }
+  return { pid = _M.background(cmd, log), log = log }
 end
 
 -- The number of matches of pattern in s.
