@@ -16,7 +16,9 @@
 -- certificate for 127.0.0.1, an admin token (group system:masters) in a
 -- token file, service-account keys and an admin kubeconfig; runs the
 -- servers with their logs there; and waits (yielding the task) until etcd
--- is healthy and kube-apiserver's /readyz says ok. Failures return nil,
+-- is healthy and kube-apiserver's /readyz says ok. Without the controller
+-- manager, the ServiceAccount admission plugin is off (no default
+-- ServiceAccount would ever be made for Pods to use). Failures return nil,
 -- "envtest: …" with the tail of the failing server's log.
 --
 -- The servers cannot outlive kubelua: each runs in a process group of its
@@ -267,7 +269,7 @@ function CP:_start_etcd(bins)
   end)
 end
 
-function CP:_start_apiserver(bins, extra)
+function CP:_start_apiserver(bins, extra, cm)
   local d = self.dir
   local secure_port = port()
   local args = {
@@ -282,6 +284,9 @@ function CP:_start_apiserver(bins, extra)
     "--service-account-signing-key-file=" .. d .. "/sa.key",
     "--service-cluster-ip-range=10.96.0.0/12", "--allow-privileged=true", "--profiling=false",
   }
+  -- Without the controller manager nothing makes the default
+  -- ServiceAccount that this plugin wants a Pod's namespace to have.
+  if not cm then args[#args + 1] = "--disable-admission-plugins=ServiceAccount" end
   self.server = "https://127.0.0.1:" .. secure_port
   local headers = { Authorization = "Bearer " .. self.token }
   local tls = { ca_file = self.ca_file }
@@ -343,9 +348,12 @@ local function deletable(c)
       end
     end
   end
-  sort(out, function(a, b)
-    return a.api_version .. "/" .. a.name < b.api_version .. "/" .. b.name
-  end)
+  -- CRDs last: their objects go first (a CRD that goes deletes its
+  -- objects, but waits for their finalizers)
+  local function rank(r)
+    return (r.name == "customresourcedefinitions" and "1" or "0") .. r.api_version .. "/" .. r.name
+  end
+  sort(out, function(a, b) return rank(a) < rank(b) end)
   return out
 end
 
@@ -387,6 +395,7 @@ function CP:clean(c)
       if not ok then return nil, derr end
     end
   end
+  local crds = {}
   -- twice: a controller may have made objects from the ones deleted
   for _ = 1, 2 do
     local deleted = 0
@@ -396,6 +405,7 @@ function CP:clean(c)
         local md = o.metadata
         if not keep[md.uid] and not KEEP[r.api_version .. "/" .. r.name .. "/" .. md.name] then
           local ok, derr = true, nil
+          if r.name == "customresourcedefinitions" then crds[#crds + 1] = md.name end
           if md.finalizers and #md.finalizers > 0 then
             ok, derr = ignore_not_found(c:patch(r.api_version, r.name, md.namespace, md.name,
               { metadata = { finalizers = json.null } }))
@@ -410,6 +420,15 @@ function CP:clean(c)
       end
     end
     if deleted == 0 then break end
+  end
+  for _, name in ipairs(crds) do
+    local deadline = core.monotonic() + 30
+    while c:get("apiextensions.k8s.io/v1", "customresourcedefinitions", nil, name) do
+      if core.monotonic() >= deadline then
+        return nil, "envtest: CustomResourceDefinition " .. name .. " is still there after 30s"
+      end
+      sleep(0.05)
+    end
   end
   for _, name in ipairs(doomed) do
     local deadline = core.monotonic() + 30
@@ -448,7 +467,7 @@ local function boot(cp, bins, opts)
   if not ok then return nil, "envtest: " .. err end
   ok, err = cp:_start_etcd(bins)
   if not ok then return nil, err end
-  ok, err = cp:_start_apiserver(bins, opts.apiserver_args)
+  ok, err = cp:_start_apiserver(bins, opts.apiserver_args, opts.controller_manager)
   if not ok then return nil, err end
   ok, err = write_file(cp.kubeconfig, kubeconfig(cp.server, cp.ca_file, cp.token))
   if not ok then return nil, "envtest: " .. err end

@@ -138,7 +138,8 @@ function _M.start(opts)
     local cp = real_server(opts)
     kube.connect{ server = cp.server, token = cp.token, tls = { ca_file = cp.ca_file } }
     kube.client.set_default(cp:client{ qps = opts.qps or 0 })
-    t = setmetatable({ apiserver = "real", cp = cp }, Harness)
+    t = setmetatable({ apiserver = "real", cp = cp, controller_manager = real.controller_manager },
+                     Harness)
   else
     local sim = kube.start_sim(opts.sim)
     kube.client.set_default(kube.client.new{ server = kube.server(), qps = opts.qps or 0 })
@@ -196,9 +197,14 @@ local function check(fname, obj, err)
   return obj
 end
 
--- t:namespace(name) -> the Namespace (created if missing).
+-- t:namespace(name) -> the Namespace (created if missing). With a real
+-- controller manager, once its default ServiceAccount is there (a Pod
+-- cannot be made before).
 function Harness:namespace(name)
   local ns, err = kube.create{ apiVersion = "v1", kind = "Namespace", metadata = { name = name } }
+  if ns and rawget(self, "controller_manager") then
+    self:eventually(function() return kube.get("v1", "serviceaccounts", name, "default") end, 30)
+  end
   if ns then return ns end
   if kube.is_already_exists(err) then
     local r = check("namespace", kube.get("v1", "namespaces", nil, name))

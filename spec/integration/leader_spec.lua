@@ -116,6 +116,7 @@ describe("leader election", function()
   end)
 
   it("steps down when it cannot renew within the deadline", function()
+    t = testing.start{ apiserver = "sim" } -- its faults
     les[1] = candidate("a", log)
     t:eventually(function() return les[1]:is_leader() end)
     t.sim:inject{ fail_next = 1000, code = 500, retry_after = 0 }

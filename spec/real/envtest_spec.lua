@@ -73,6 +73,50 @@ describe("kubelua.envtest (real servers)", function()
       assert.is_nil(t:get("v1", "namespaces", nil, "demo").metadata.deletionTimestamp)
     end)
 
+    it("waits until a CRD has gone with its objects, so that one of the same name starts empty",
+      function()
+      local crd = { apiVersion = "apiextensions.k8s.io/v1", kind = "CustomResourceDefinition",
+        metadata = { name = "widgets.example.com" },
+        spec = { group = "example.com", scope = "Namespaced",
+          names = { plural = "widgets", singular = "widget", kind = "Widget", listKind = "WidgetList" },
+          versions = { { name = "v1", served = true, storage = true,
+            schema = { openAPIV3Schema = { type = "object",
+              ["x-kubernetes-preserve-unknown-fields"] = true } } } } } }
+        for round = 1, 2 do
+          t = testing.start{ apiserver = "real" }
+          t:create(crd)
+          t:eventually(function() return t:list("example.com/v1", "widgets", "default") end)
+          assert.same({}, t:list("example.com/v1", "widgets", "default"), "round " .. round)
+          t:create{ apiVersion = "example.com/v1", kind = "Widget",
+            metadata = { name = "w", namespace = "default", finalizers = { "example.com/hold" } } }
+          t:stop()
+        end
+        t = nil
+      end)
+
+    it("lets Pods be made without a controller manager, which would make their ServiceAccount",
+      function()
+        t = testing.start{ apiserver = "real", namespaces = { "demo" } }
+        assert.is_nil(t:get("v1", "serviceaccounts", "demo", "default"))
+        local pod = t:create{ apiVersion = "v1", kind = "Pod", metadata = { name = "p", namespace = "demo" },
+          spec = { containers = { { name = "c", image = "busybox" } } } }
+        assert.equal("Pending", pod.status.phase)
+      end)
+
+    it("runs the controller manager when asked, and waits for a namespace's ServiceAccount",
+      function()
+        local before = t and t.cp
+        t = testing.start{ apiserver = "real", controller_manager = true, namespaces = { "demo" } }
+        assert.not_equal(before, t.cp) -- restarted, with it
+        assert.truthy(t:get("v1", "serviceaccounts", "demo", "default"))
+        t:create{ apiVersion = "apps/v1", kind = "Deployment", metadata = { name = "d", namespace = "demo" },
+          spec = { selector = { matchLabels = { app = "d" } }, template = {
+            metadata = { labels = { app = "d" } },
+            spec = { containers = { { name = "c", image = "busybox" } } } } } }
+        -- its controllers work: a ReplicaSet for the Deployment
+        t:eventually(function() return #t:list("apps/v1", "replicasets", "demo") == 1 end, 30)
+      end)
+
     it("names the simulator's features, which a real server has not", function()
       t = testing.start{ apiserver = "real" }
       local ok, err = pcall(function() return t.sim end)
