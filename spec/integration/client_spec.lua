@@ -104,8 +104,10 @@ describe("kubelua.client", function()
         { preconditions = { uid = "not-the-uid" } })
       assert.is_nil(res)
       assert.is_true(kube.is_conflict(err))
-      assert.matches("^Conflict: Operation cannot be fulfilled on configmaps \"del\": "
-        .. "Precondition failed: UID in precondition: not%-the%-uid", tostring(err))
+      assert.equal('Conflict: Operation cannot be fulfilled on ConfigMap "del": the UID in the '
+        .. "precondition (not-the-uid) does not match the UID in record (" .. obj.metadata.uid
+        .. "). The object might have been deleted and then recreated", tostring(err))
+      assert.same({ kind = "ConfigMap", name = "del" }, err.details)
       res = assert(kube.delete("v1", "configmaps", NS, "del", { propagation_policy = "Background",
         grace_period_seconds = 0, preconditions = { uid = obj.metadata.uid } }))
       assert.equal("Success", res.status)
