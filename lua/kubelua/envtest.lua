@@ -463,7 +463,11 @@ local function boot(cp, bins, opts)
   if not cp.token then return nil, "envtest: cannot read /dev/urandom" end
   local ok, err = make_certs(dir)
   if not ok then return nil, err end
-  ok, err = write_file(dir .. "/tokens.csv", cp.token .. ',admin,admin,"system:masters"\n')
+  local lines = { cp.token .. ',admin,admin,"system:masters"' }
+  for user, token in pairs(opts.users or {}) do
+    lines[#lines + 1] = format("%s,%s,%s", token, user, user)
+  end
+  ok, err = write_file(dir .. "/tokens.csv", concat(lines, "\n") .. "\n")
   if not ok then return nil, "envtest: " .. err end
   ok, err = cp:_start_etcd(bins)
   if not ok then return nil, err end
@@ -486,7 +490,9 @@ local stop_hooked = false
 -- else KUBEBUILDER_ASSETS, else PATH), controller_manager (boolean),
 -- apiserver_args and controller_manager_args (extra flags, after ours, so
 -- they may override), timeout (seconds each server may take to be ready,
--- default 60), tmpdir (where its directory goes: else TMPDIR, else /tmp).
+-- default 60), tmpdir (where its directory goes: else TMPDIR, else /tmp),
+-- users ({ name = token }: more users, in no group, so that RBAC lets them
+-- do nothing until a spec grants it).
 -- Call it from a task.
 function _M.start(opts)
   opts = opts or {}
@@ -494,6 +500,13 @@ function _M.start(opts)
     error("envtest.start: opts must be a table, got " .. type(opts), 2)
   end
   if not core.in_task() then error("envtest.start: not inside a task (use kube.spawn)", 2) end
+  for user, token in pairs(opts.users or {}) do
+    if type(user) ~= "string" or type(token) ~= "string" or user:find("[,\n\"]")
+       or token:find("[,\n\"]") then
+      error("envtest.start: opts.users must map names to tokens (strings without , \" or a "
+        .. "line break)", 2)
+    end
+  end
   local bins, err = _M.find(opts)
   if not bins then return nil, err end
   local tmp = opts.tmpdir or getenv("TMPDIR")

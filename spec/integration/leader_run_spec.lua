@@ -4,6 +4,7 @@
 local support = require "spec.support"
 local helper = require "spec.integration.sim_helper"
 local procs = require "spec.integration.proc_helper"
+local testing = require "kubelua.testing"
 
 local ffi = require "ffi" -- kill(), declared by sim_helper
 local sleep, read_file, quote = helper.sleep, helper.read_file, helper.quote
@@ -12,7 +13,7 @@ local sleep, read_file, quote = helper.sleep, helper.read_file, helper.quote
 local SCRIPT = support.tempfile([[
 local kube = require "kubelua"
 local server, id = ...
-kube.connect{ server = server }
+if server ~= "-" then kube.connect{ server = server } end -- "-": --kubeconfig's
 if id ~= "cli" then
   kube.leader_election{ name = "ctl", namespace = "default", identity = id,
                         lease_duration = 1, renew_deadline = 0.6, retry_period = 0.1 }
@@ -23,8 +24,32 @@ local n = 0
 kube.workers(q, 1, function() n = n + 1 if n % 5 == 1 then kube.log.info("working", { n = n }) end end)
 ]], ".lua")
 
+-- The server the processes share: a `kubelua sim`, or under `kubelua test
+-- --apiserver real` the harness's real one, through its kubeconfig.
+local real = testing.apiserver() == "real"
+local t
+
+local function serve()
+  if not real then return helper.start() end
+  t = testing.start()
+  return { kubeconfig = t.cp.kubeconfig }
+end
+
+local function unserve(sim)
+  if real then t:stop() else helper.stop(sim) end
+end
+
+local function lease(sim, name)
+  if real then return t:get("coordination.k8s.io/v1", "leases", "default", name) end
+  local _, _, _, l = helper.request(sim, "GET",
+    "/apis/coordination.k8s.io/v1/namespaces/default/leases/" .. name)
+  return l
+end
+
 local function start(sim, id, options)
-  return procs.start((options or "") .. " " .. quote(SCRIPT) .. " " .. sim.base .. " " .. id)
+  local server = sim.base or "-"
+  if sim.kubeconfig then options = (options or "") .. " --kubeconfig " .. quote(sim.kubeconfig) end
+  return procs.start((options or "") .. " " .. quote(SCRIPT) .. " " .. server .. " " .. id)
 end
 
 local count, wait_log = procs.count, procs.wait_log
@@ -34,8 +59,8 @@ local UUID4 = "%x%x%x%x%x%x%x%x%-%x%x%x%x%-4%x%x%x%-[89ab]%x%x%x%-" .. ("%x"):re
 
 describe("leader election between processes", function()
   local sim
-  before_each(function() sim = helper.start() end)
-  after_each(function() helper.stop(sim) end)
+  before_each(function() sim = serve() end)
+  after_each(function() unserve(sim) end)
 
   it("lets only the leader work, and replaces a killed one after its lease", function()
     local a = start(sim, "a")
@@ -49,8 +74,7 @@ describe("leader election between processes", function()
     local out = wait_log(b, "working")
     assert.matches("leading identity=b lease=default/ctl", out)
     assert.is_true(os.time() - killed <= 3)
-    local _, _, _, l = helper.request(sim, "GET",
-      "/apis/coordination.k8s.io/v1/namespaces/default/leases/ctl")
+    local l = lease(sim, "ctl")
     assert.equal("b", l.spec.holderIdentity)
     assert.equal(1, l.spec.leaseTransitions)
     helper.stop(b)
