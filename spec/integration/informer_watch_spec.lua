@@ -1,15 +1,20 @@
--- kube.informer against the in-process simulator: list, watch, resume and
--- relist through the reflector, and the cache converging after faults.
+-- kube.informer against the in-process simulator (or a real server under
+-- kubelua test --apiserver real): list, watch, resume and relist through
+-- the reflector, and the cache converging after faults (#sim: the
+-- simulator's).
 local kube = require "kubelua"
 local http = require "kubelua.http"
 local support = require "spec.support"
+local testing = require "kubelua.testing"
 
-local sim
+local sim, t
 
 local function call(method, path, obj)
+  local conn = kube.connection()
   local r = http.request{
-    method = method, url = kube.server() .. path,
-    headers = obj and { ["Content-Type"] = "application/json" } or nil,
+    method = method, url = kube.server() .. path, tls = conn.tls,
+    headers = { ["Content-Type"] = obj and "application/json" or nil,
+                Authorization = conn.authorization() },
     body = obj and kube.json.encode(obj) or nil,
   }
   assert(r, "request failed")
@@ -41,12 +46,10 @@ end
 
 describe("kube.informer", function()
   setup(function()
-    sim = kube.start_sim()
-    for _, ns in ipairs({ "w1", "w2", "w3" }) do
-      call("POST", "/api/v1/namespaces", { apiVersion = "v1", kind = "Namespace",
-                                           metadata = { name = ns } })
-    end
+    t = testing.start{ namespaces = { "w1", "w2", "w3" } }
+    sim = t.apiserver == "sim" and t.sim
   end)
+  teardown(function() t:stop() end)
 
   it("lists, syncs, then follows the watch in order", function()
     for i = 1, 3 do call("POST", "/api/v1/namespaces/w1/configmaps", cm("w1", "c" .. i, { i = "" .. i })) end
@@ -68,12 +71,12 @@ describe("kube.informer", function()
     events = {}
     call("PUT", "/api/v1/namespaces/w1/configmaps/c2", cm("w1", "c2", { i = "22" }))
     call("DELETE", "/api/v1/namespaces/w1/configmaps/c3")
-    call("POST", "/api/v1/namespaces/w1/configmaps", cm("w1", "c4", { i = "4" }))
+    local _, c4 = call("POST", "/api/v1/namespaces/w1/configmaps", cm("w1", "c4", { i = "4" }))
     assert.is_true(eventually(function() return #events == 3 end))
     assert.same({ { "update", "w1/c2", "2->22" }, { "delete", "w1/c3", false },
                   { "add", "w1/c4", false } }, events)
     assert.same(server_names("w1"), cache_names(inf, "w1"))
-    assert.equal(inf:last_sync_resource_version(), sim:inject{}.resourceVersion)
+    assert.equal(c4.metadata.resourceVersion, inf:last_sync_resource_version())
   end)
 
   it("returns the same informer for the same spec", function()
@@ -93,7 +96,7 @@ describe("kube.informer", function()
     assert.same({ "yes", "yes2" }, cache_names(inf, "w2"))
   end)
 
-  it("resumes a dropped watch and relists after a compaction, converging", function()
+  it("resumes a dropped watch and relists after a compaction, converging #sim", function()
     local inf = kube.informer("v1", "configmaps", { namespace = "w3" })
     local deleted = {}
     inf:on_delete(function(ev) deleted[ev.key] = ev.tombstone and "tombstone" or "delete" end)
@@ -120,7 +123,7 @@ describe("kube.informer", function()
     assert.truthy(deleted["w3/k2"])
   end)
 
-  it("streams its lists (watch_list, the default), and converges after faults", function()
+  it("streams its lists (watch_list, the default), and converges after faults #sim", function()
     call("POST", "/api/v1/namespaces", { apiVersion = "v1", kind = "Namespace",
                                          metadata = { name = "w4" } })
     for i = 1, 3 do call("POST", "/api/v1/namespaces/w4/configmaps", cm("w4", "s" .. i, {})) end
@@ -154,7 +157,7 @@ describe("kube.informer", function()
     for _, q in ipairs(seen) do assert.matches("watch=true", q, 1, true) end -- never a list
   end)
 
-  it("lists and watches where the server refuses streaming lists", function()
+  it("lists and watches where the server refuses streaming lists #sim", function()
     call("POST", "/api/v1/namespaces", { apiVersion = "v1", kind = "Namespace",
                                          metadata = { name = "w5" } })
     call("POST", "/api/v1/namespaces/w5/configmaps", cm("w5", "t1", {}))
