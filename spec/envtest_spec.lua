@@ -96,6 +96,20 @@ describe("kubelua.envtest", function()
       assert.equal("", (select(2, support.sh("ls -A " .. tmp))))
     end)
 
+    it("removes the directories that a kubelua killed before its stop left", function()
+      local p = assert(process.spawn{ path = "/bin/true", log = dir .. "/log" })
+      local dead = p:pid()
+      assert.is_true(support.eventually(function() return p:poll() ~= nil end))
+      local mine = assert(io.open("/proc/self/stat")):read("*n")
+      local tmp = dir .. "/tmp"
+      os.execute("mkdir -p " .. tmp .. "/kubelua-envtest-" .. dead .. "-AbC123/etcd "
+        .. tmp .. "/kubelua-envtest-" .. mine .. "-AbC123 " .. tmp .. "/other-" .. dead)
+      local _, err = envtest.start{ assets = dir, tmpdir = tmp }
+      assert.matches("^envtest: etcd and kube%-apiserver not found", err)
+      assert.equal("kubelua-envtest-" .. mine .. "-AbC123\nother-" .. dead .. "\n",
+        (select(2, support.sh("ls -A " .. tmp))))
+    end)
+
     it("raises on misuse", function()
       support.raises("envtest.start: opts must be a table, got string",
         function() envtest.start("x") end)

@@ -484,6 +484,33 @@ local function boot(cp, bins, opts)
   return true
 end
 
+local function own_pid()
+  local f = open("/proc/self/stat")
+  local pid = f and f:read("*n")
+  if f then f:close() end
+  return pid or 0
+end
+
+local function quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
+
+-- Removes the directories in tmp that a kubelua which died without a stop
+-- (SIGKILL, a crash) left: their name says whose they were. (Its servers
+-- died with it.)
+local function sweep(tmp)
+  local ls = io.popen("ls -1 " .. quote(tmp) .. " 2>/dev/null")
+  if not ls then return end
+  for name in ls:lines() do
+    local pid = tonumber(name:match("^kubelua%-envtest%-(%d+)%-%w+$"))
+    local f = pid and open("/proc/" .. pid .. "/stat")
+    if f then
+      f:close()
+    elseif pid then
+      os.execute("rm -rf -- " .. quote(tmp .. "/" .. name))
+    end
+  end
+  ls:close()
+end
+
 local stop_hooked = false
 
 -- start([opts]) -> cp, or nil, "envtest: …". opts: assets (a directory,
@@ -507,12 +534,13 @@ function _M.start(opts)
         .. "line break)", 2)
     end
   end
-  local bins, err = _M.find(opts)
-  if not bins then return nil, err end
   local tmp = opts.tmpdir or getenv("TMPDIR")
   if not tmp or tmp == "" then tmp = "/tmp" end
+  sweep(tmp)
+  local bins, err = _M.find(opts)
+  if not bins then return nil, err end
   local dir
-  dir, err = process.mkdtemp(tmp .. "/kubelua-envtest-")
+  dir, err = process.mkdtemp(tmp .. "/kubelua-envtest-" .. own_pid() .. "-")
   if not dir then return nil, "envtest: " .. err end
   if not stop_hooked then
     stop_hooked = true
@@ -559,7 +587,7 @@ function CP:stop(grace)
       end
     end
   end
-  os.execute("rm -rf -- '" .. self.dir:gsub("'", "'\\''") .. "'")
+  os.execute("rm -rf -- " .. quote(self.dir))
 end
 
 return _M
