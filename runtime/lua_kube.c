@@ -110,6 +110,7 @@ struct kl_rt {
   size_t ntasks;
   kl_task_t *current;
   int stopping, status, stopped;
+  int stop_signal; /* the signal that began the stop, or 0 */
   double shutdown_timeout;
   kl_timer_t stop_timer;
   stop_hook_t *hooks;
@@ -534,6 +535,8 @@ void kl_rt_stop(kl_rt_t *rt, int status) {
 }
 
 int kl_rt_stopping(const kl_rt_t *rt) { return rt->stopping; }
+
+int kl_rt_stop_signal(const kl_rt_t *rt) { return rt->stop_signal; }
 
 void kl_rt_on_stop(kl_rt_t *rt, kl_rt_stop_hook *hook, void *ud) {
   rt->hooks = kl_xrealloc(rt->hooks, (rt->nhooks + 1) * sizeof *rt->hooks);
@@ -1528,6 +1531,7 @@ static void on_signal(kl_loop_t *loop, int signum, void *ud) {
     return;
   }
   kl_log(KL_LOG_INFO, "signal %d: stopping gracefully", signum);
+  rt->stop_signal = signum;
   kl_rt_stop(rt, 0);
 }
 

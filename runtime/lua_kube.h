@@ -83,6 +83,8 @@ int kl_rt_loop_until_stopped(kl_rt_t *rt);
  * Later calls only lower a zero status to a failure. */
 void kl_rt_stop(kl_rt_t *rt, int status);
 int kl_rt_stopping(const kl_rt_t *rt);
+/* The signal (SIGINT, SIGTERM) that began the stop, or 0. */
+int kl_rt_stop_signal(const kl_rt_t *rt);
 void kl_rt_on_stop(kl_rt_t *rt, kl_rt_stop_hook *hook, void *ud);
 /* Seconds a graceful stop may take before the process gives up (default 30). */
 void kl_rt_set_shutdown_timeout(kl_rt_t *rt, double seconds);

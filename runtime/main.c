@@ -357,6 +357,12 @@ static int run_tests(int argc, char **argv) {
     if (luaL_loadbuffer(L, runner, sizeof runner - 1, "=kubelua test") == 0 &&
         lua_pcall(L, 0, 0, 0) == 0) {
       status = kl_rt_loop_until_stopped(rt);
+      /* specs cut short are no success, whatever they said so far */
+      if (kl_rt_stop_signal(rt)) {
+        fprintf(stderr, "kubelua test: interrupted by signal %d\n",
+                kl_rt_stop_signal(rt));
+        status = 1;
+      }
     } else {
       fprintf(stderr, "kubelua test: %s\n", lua_tostring(L, -1));
       status = 1;

@@ -3,6 +3,7 @@
 local envtest = require "kubelua.envtest"
 local process = require "kubelua.process"
 local support = require "spec.support"
+local quote = require("spec.integration.sim_helper").quote
 
 local ffi = require "ffi"
 pcall(ffi.cdef, [[
@@ -116,8 +117,8 @@ describe("kubelua.envtest", function()
     end)
   end)
 
-  describe("kubelua test --apiserver", function()
-    it("fails at once, naming what is missing and where it looked", function()
+  describe("kubelua test", function()
+    it("--apiserver real fails at once, naming what is missing and where it looked", function()
       local status, out = support.sh("KUBEBUILDER_ASSETS=" .. dir .. " " .. support.kubelua
         .. " test --apiserver real --controller-manager spec/envtest_spec.lua")
       assert.equal(1, status)
@@ -125,6 +126,21 @@ describe("kubelua.envtest", function()
         .. "not found in KUBEBUILDER_ASSETS=" .. dir .. " (set KUBEBUILDER_ASSETS to a directory "
         .. "holding kube-apiserver, etcd and, for the controller manager, "
         .. "kube-controller-manager, as setup-envtest installs them)\n", out)
+    end)
+
+    it("fails when interrupted, saying so, whatever the specs said so far", function()
+      local marker = dir .. "/started"
+      local spec = support.tempfile(([[
+        it("waits", function()
+          io.open(%q, "w"):close()
+          require("kubelua").sleep(600)
+        end)
+      ]]):format(marker), "_spec.lua")
+      local status, out = support.sh("sh -c " .. quote(support.kubelua .. " test " .. spec
+        .. " & p=$!; while [ ! -f " .. marker .. " ]; do sleep 0.05; done; kill -INT $p; wait $p"))
+      os.remove(spec)
+      assert.equal(1, status)
+      assert.matches("\nkubelua test: interrupted by signal 2\n$", out)
     end)
 
     it("refuses a server it does not know, and a controller manager without a real server",
