@@ -9,6 +9,7 @@
  *
  * main wires the loop and the Lua runtime together and turns their outcome
  * into an exit status; everything else lives in the modules. */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,6 +50,8 @@ static void usage_run(FILE *out) {
       "                           else \"default\")\n"
       "  --no-watch               reload the script on SIGHUP only, not when\n"
       "                           its files change\n"
+      "  --watch-poll SECS        look at the script's files this often even\n"
+      "                           without a change notice (default 5)\n"
       "  --metrics-bind-address ADDR   serve /metrics on HOST:PORT or :PORT;\n"
       "                           0 turns it off (default :8080 in a pod, else "
       "0)\n"
@@ -73,6 +76,12 @@ static void usage_test(FILE *out) {
         "Runs busted specs inside the runtime, in a task.\n"
         "\n"
         "options:\n"
+        "  --apiserver sim|real     the server testing.start serves: the\n"
+        "                           simulator (default) or a real\n"
+        "                           kube-apiserver and etcd, found in\n"
+        "                           KUBEBUILDER_ASSETS, else PATH\n"
+        "  --controller-manager     with real: run kube-controller-manager "
+        "too\n"
         "  --log-level LEVEL        debug, info, warn or error (default info)\n"
         "  --log-format FORMAT      text (default) or json\n"
         "  -h, --help               this help, then busted's\n",
@@ -141,6 +150,17 @@ static int start_sim(kl_rt_t *rt) {
   return 0;
 }
 
+/* Pushes require(mod)[fn]. Returns 0, or 1 with the error message pushed
+ * (the stack otherwise as it was). */
+static int push_module_fn(lua_State *L, const char *mod, const char *fn) {
+  lua_getglobal(L, "require");
+  lua_pushstring(L, mod);
+  if (lua_pcall(L, 1, 1, 0) != 0) return 1;
+  lua_getfield(L, -1, fn);
+  lua_remove(L, -2);
+  return 0;
+}
+
 typedef struct run_opts {
   const char *kubeconfig, *context;
   const char *metrics_addr, *probes_addr; /* NULL: the default */
@@ -152,14 +172,11 @@ typedef struct run_opts {
  * leader election. */
 static int run_options(kl_rt_t *rt, const run_opts_t *o) {
   lua_State *L = kl_rt_lua(rt);
-  lua_getglobal(L, "require");
-  lua_pushliteral(L, "kubelua");
-  if (lua_pcall(L, 1, 1, 0) != 0) {
+  if (push_module_fn(L, "kubelua", "_run_options")) {
     fprintf(stderr, "kubelua: %s\n", lua_tostring(L, -1));
     lua_settop(L, 0);
     return 1;
   }
-  lua_getfield(L, -1, "_run_options");
   lua_createtable(L, 0, 5);
   const char *strs[][2] = {{"kubeconfig", o->kubeconfig},
                            {"context", o->context},
@@ -198,10 +215,7 @@ static int serve_endpoints(kl_rt_t *rt, const run_opts_t *o, int sim) {
   const char *paddr = o->probes_addr ? o->probes_addr : pod ? ":8081" : "0";
   if (strcmp(maddr, "0") == 0 && strcmp(paddr, "0") == 0) return 0;
   lua_State *L = kl_rt_lua(rt);
-  lua_getglobal(L, "require");
-  lua_pushliteral(L, "kubelua.metrics");
-  if (lua_pcall(L, 1, 1, 0) != 0) goto fail;
-  lua_getfield(L, -1, "serve");
+  if (push_module_fn(L, "kubelua.metrics", "serve")) goto fail;
   lua_createtable(L, 0, 2);
   lua_pushstring(L, maddr);
   lua_setfield(L, -2, "metrics");
@@ -290,6 +304,7 @@ static const char *const run_valued[] = {"--kubeconfig",
                                          "--shutdown-timeout",
                                          "--graceful-shutdown-timeout",
                                          "--hang-timeout",
+                                         "--watch-poll",
                                          "--log-level",
                                          "--v",
                                          "--log-format",
@@ -310,7 +325,7 @@ static int is_one_of(const char *name, const char *const *names) {
  * so is everything after "--". An unknown --option is refused, so that a
  * misspelt or misplaced runtime option never silently reaches the script. */
 static int run_script(int argc, char **argv) {
-  double shutdown_timeout = 30, hang_timeout = 60;
+  double shutdown_timeout = 30, hang_timeout = 60, watch_poll = 5;
   int sim = 0, watch = 1, nargs = 0;
   const char *script = NULL;
   run_opts_t ro = {0};
@@ -366,6 +381,12 @@ static int run_script(int argc, char **argv) {
       ro.election_id = val;
     } else if (strcmp(opt, "--leader-election-namespace") == 0) {
       ro.election_ns = val;
+    } else if (strcmp(opt, "--watch-poll") == 0) {
+      char *end;
+      watch_poll = strtod(val, &end);
+      if (*end || end == val || !(watch_poll > 0) || isinf(watch_poll))
+        return bad_usage(
+            usage_run, "--watch-poll needs positive seconds, got \"%s\"", val);
     } else {
       int hang = strcmp(opt, "--hang-timeout") == 0;
       char *end;
@@ -401,7 +422,9 @@ static int run_script(int argc, char **argv) {
   if (status == 0 && sim) status = start_sim(rt);
   if (status == 0) status = serve_endpoints(rt, &ro, sim);
   if (status == 0 && (!sim || ro.leader_elect)) status = run_options(rt, &ro);
-  if (status == 0) status = kl_rt_start_script(rt, script, nargs, argv, watch);
+  if (status == 0)
+    status =
+        kl_rt_start_script(rt, script, nargs, argv, watch ? watch_poll : 0);
   if (status == 0) status = kl_rt_loop_until_stopped(rt);
   kl_rt_free(rt);
   kl_loop_free(loop);
@@ -418,12 +441,35 @@ static const char busted_help[] =
     "  :gsub('; re%-run with %-%-help for usage%.$', '')\n"
     "io.stdout:write('\\nbusted options:\\n', text, '\\n')\n";
 
+/* kubelua.testing.configure{apiserver=, controller_manager=}: the server
+ * the harnesses start. Returns 0, or 1 with the reason said (a binary that
+ * is not there). */
+static int test_options(kl_rt_t *rt, const char *apiserver, int cm) {
+  lua_State *L = kl_rt_lua(rt);
+  int status = 1;
+  if (push_module_fn(L, "kubelua.testing", "configure")) goto out;
+  lua_createtable(L, 0, 2);
+  lua_pushstring(L, apiserver);
+  lua_setfield(L, -2, "apiserver");
+  lua_pushboolean(L, cm);
+  lua_setfield(L, -2, "controller_manager");
+  if (lua_pcall(L, 1, 2, 0) != 0) goto out;
+  if (lua_toboolean(L, -2)) status = 0;
+out:
+  if (status) fprintf(stderr, "kubelua test: %s\n", lua_tostring(L, -1));
+  lua_settop(L, 0);
+  return status;
+}
+
 /* Runs busted inside the runtime, in a task: specs get the same Lua state,
  * library and loop as scripts, and kube.run waits for tasks from a spec.
  * kubelua's own options (logs, help) are taken out of the arguments before
  * "--"; the rest are busted's. */
 static int run_tests(int argc, char **argv) {
-  int nargs = 0, help = 0;
+  /* Ours, taken out of busted's: --apiserver sim|real,
+   * --controller-manager, the log options and help. */
+  const char *apiserver = "sim";
+  int cm = 0, nargs = 0, help = 0;
   for (int i = 0; i < argc; i++) {
     if (strcmp(argv[i], "--") == 0) {
       while (i < argc)
@@ -434,6 +480,11 @@ static int run_tests(int argc, char **argv) {
     opt_split(&o, argv[i]);
     if (is_help(argv[i])) {
       help = 1;
+    } else if (strcmp(argv[i], "--controller-manager") == 0) {
+      cm = 1;
+    } else if (strcmp(o.name, "--apiserver") == 0) {
+      apiserver = opt_value(&o, argc, argv, &i, usage_test);
+      if (!apiserver) return 2;
     } else if (is_one_of(o.name, test_valued)) {
       const char *val = opt_value(&o, argc, argv, &i, usage_test);
       if (!val || log_option(o.name, val, usage_test) == 2) return 2;
@@ -441,6 +492,12 @@ static int run_tests(int argc, char **argv) {
       argv[nargs++] = argv[i];
     }
   }
+  if (strcmp(apiserver, "sim") != 0 && strcmp(apiserver, "real") != 0)
+    return bad_usage(usage_test, "--apiserver needs sim or real, got \"%s\"",
+                     apiserver);
+  if (cm && strcmp(apiserver, "real") != 0)
+    return bad_usage(usage_test, "%s",
+                     "--controller-manager needs --apiserver real");
   if (help) usage_test(stdout);
   static const char runner[] =
       "local kube = require 'kubelua'\n"
@@ -483,12 +540,22 @@ static int run_tests(int argc, char **argv) {
     lua_rawseti(L, -2, i + 1);
   }
   lua_setglobal(L, "arg");
-  int status = 1;
-  if (luaL_loadbuffer(L, runner, sizeof runner - 1, "=kubelua test") == 0 &&
-      lua_pcall(L, 0, 0, 0) == 0)
-    status = kl_rt_loop_until_stopped(rt);
-  else
-    fprintf(stderr, "kubelua test: %s\n", lua_tostring(L, -1));
+  int status = test_options(rt, apiserver, cm);
+  if (status == 0) {
+    if (luaL_loadbuffer(L, runner, sizeof runner - 1, "=kubelua test") == 0 &&
+        lua_pcall(L, 0, 0, 0) == 0) {
+      status = kl_rt_loop_until_stopped(rt);
+      /* specs cut short are no success, whatever they said so far */
+      if (kl_rt_stop_signal(rt)) {
+        fprintf(stderr, "kubelua test: interrupted by signal %d\n",
+                kl_rt_stop_signal(rt));
+        status = 1;
+      }
+    } else {
+      fprintf(stderr, "kubelua test: %s\n", lua_tostring(L, -1));
+      status = 1;
+    }
+  }
   kl_rt_free(rt);
   kl_loop_free(loop);
   return status;

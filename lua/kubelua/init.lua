@@ -316,8 +316,10 @@ end
 
 -- kube.informer(api_version, kind_or_resource, opts) -> a shared informer:
 -- the same arguments give the same informer (one watch, one cache).
--- kind_or_resource is the plural resource ("configmaps") or a Kind
--- ("ConfigMap", a CRD's kind), found by discovery. opts: namespace or
+-- kind_or_resource is the plural resource ("configmaps"), a Kind
+-- ("ConfigMap", a CRD's kind) or a singular ("configmap"), found by
+-- discovery as the client's positional calls find it (c:resource_info; a
+-- singular only from a task or discovery's cache). opts: namespace or
 -- namespaces, label_selector, field_selector, resync, indexers, transform,
 -- keep_managed_fields, watch_list (default true: stream the initial list as
 -- watch events, sendInitialEvents, as client-go does from 1.35; a server
@@ -355,7 +357,7 @@ function _M.informer(api_version, resource, opts)
     if not info and is_kind then return nil, "kube.informer: " .. tostring(err), err.reason end
   end
   if not is_kind and not namespaces then
-    return shared_informer(api_version, resource, opts, info and info.kind)
+    return shared_informer(api_version, info and info.name or resource, opts, info and info.kind)
   end
 
   local id = table.concat({ conn.server, core.generation(), api_version, resource,

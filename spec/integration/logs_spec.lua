@@ -90,11 +90,11 @@ describe("logs", function()
     local status, out, path = run_script([[
       local kube = require "kubelua"
       kube.spawn(function() error("boom\nsecond line") end)
-      kube.spawn(function() kube.stop() end)
     ]])
-    assert.equal(0, status)
+    assert.equal(1, status)
     local p = path:gsub("%p", "%%%0")
-    assert.matches("^[%d:.TZ-]+ ERROR task failed: " .. p .. ":2: boom\\nsecond line task=task\n"
+    assert.matches("^[%d:.TZ-]+ ERROR main task failed; stopping with exit status 1: " .. p
+      .. ":2: boom\\nsecond line task=main\n"
       .. "    stack traceback:\n"
       .. "        " .. p .. ":2: in function <" .. p .. ":2>\n[%d:.TZ-]+ INFO ", out)
   end)

@@ -1,4 +1,5 @@
 -- `kubelua run`: load errors, exit statuses, graceful stop on signals.
+local kube = require "kubelua"
 local support = require "spec.support"
 local helper = require "spec.integration.sim_helper"
 local proc_helper = require "spec.integration.proc_helper"
@@ -71,6 +72,18 @@ describe("kubelua run", function()
   it("exits with the status given to kube.stop", function()
     local status = run_script("require('kubelua').stop(3)")
     assert.equal(3, status)
+  end)
+
+  it("seeds math.random from the kernel, so that two processes draw differently", function()
+    local draw = "io.write(('%.17g %.17g'):format(math.random(), math.random())) require('kubelua').stop()"
+    local status1, out1 = run_script(draw)
+    local status2, out2 = run_script(draw)
+    assert.equal(0, status1)
+    assert.equal(0, status2)
+    local draws1, draws2 = out1:match("\n(0%.%d+ 0%.%d+)$"), out2:match("\n(0%.%d+ 0%.%d+)$")
+    assert.is_string(draws1, out1)
+    assert.is_string(draws2, out2)
+    assert.not_equal(draws1, draws2)
   end)
 
   it("stops from inside a task once the task yields", function()
@@ -203,11 +216,16 @@ describe("kubelua --help", function()
     _, out = sh(support.kubelua .. " test --help")
     assert.same({ "usage: kubelua test [options] [busted options] [spec paths...]", "",
                   "Runs busted specs inside the runtime, in a task.", "", "options:",
+                  "  --apiserver sim|real     the server testing.start serves: the",
+                  "                           simulator (default) or a real",
+                  "                           kube-apiserver and etcd, found in",
+                  "                           KUBEBUILDER_ASSETS, else PATH",
+                  "  --controller-manager     with real: run kube-controller-manager too",
                   "  --log-level LEVEL        debug, info, warn or error (default info)",
                   "  --log-format FORMAT      text (default) or json",
                   "  -h, --help               this help, then busted's", "",
                   "busted options:", "Usage: busted [OPTIONS] [--] [ROOT-1 [ROOT-2 [...]]]" },
-                first_lines(out, 11))
+                first_lines(out, 16))
     assert.matches("\n  -l, --list ", out, 1, true)
   end)
 
@@ -225,6 +243,123 @@ describe("kubelua --help", function()
     os.remove(path)
     assert.equal(2, status)
     assert.matches('^kubelua: unknown log level "loud"\nusage: kubelua test ', out)
+  end)
+end)
+
+describe("kubelua run: a script's main tasks", function()
+  -- Without a stop, the process would idle on: `timeout` ends it (124).
+  local function run_bounded(path)
+    return sh("timeout 30 " .. support.kubelua .. " run " .. path)
+  end
+
+  it("stops, status 1, after a graceful stop when a main task fails", function()
+    local path = support.tempfile([[
+      local kube = require "kubelua"
+      local q = kube.workqueue("busy")
+      local started = false
+      kube.workers(q, 1, function(key)
+        started = true
+        kube.sleep(0.2)
+        kube.log.info("reconcile finished", { key = key })
+      end)
+      kube.spawn(function()
+        q:add("a")
+        while not started do kube.sleep(0.01) end
+        error("cannot go on")
+      end)
+    ]], ".lua")
+    local status, out = run_bounded(path)
+    os.remove(path)
+    assert.equal(1, status)
+    assert.matches("ERROR main task failed; stopping with exit status 1: " .. path
+      .. ":12: cannot go on task=main\n    stack traceback:\n        " .. path
+      .. ":12: in function <" .. path .. ":9>\n", out, 1, true)
+    -- the reconcile in progress finishes: a graceful stop
+    local failed = out:find("main task failed", 1, true)
+    local waiting = out:find("INFO  stopping: waiting for 1 running reconciles\n", 1, true)
+    local finished = out:find("INFO  reconcile finished key=a\n", 1, true)
+    assert.is_true(failed < waiting and waiting < finished, out)
+    assert.equal(1, select(2, out:gsub("main task failed", "")))
+  end)
+
+  it("says what a raised error table is: the client's errors, through __tostring", function()
+    local path = support.tempfile([[
+      local kube = require "kubelua"
+      kube.spawn(function()
+        kube.spawn(function() error({}) end)
+        kube.sleep(0.05)
+        assert(nil, kube.client.new_error(409, "AlreadyExists", 'namespaces "demo" already exists'))
+      end)
+    ]], ".lua")
+    local status, out = run_bounded(path)
+    os.remove(path)
+    assert.equal(1, status)
+    assert.matches("ERROR task failed: (error object is a table value) task=task\n"
+      .. "    stack traceback:\n        " .. path .. ":3: in function <" .. path .. ":3>\n",
+      out, 1, true)
+    assert.matches("ERROR main task failed; stopping with exit status 1: AlreadyExists: "
+      .. 'namespaces "demo" already exists task=main\n    stack traceback:\n        '
+      .. path .. ":5: in function <" .. path .. ":2>\n", out, 1, true)
+  end)
+
+  it("counts a task that a module spawns as the script requires it", function()
+    local dir = os.tmpname()
+    os.remove(dir)
+    assert(os.execute("mkdir " .. dir) == 0)
+    local f = assert(io.open(dir .. "/starter.lua", "w"))
+    f:write("require('kubelua').spawn(function() error('module task failed') end)\n")
+    f:close()
+    f = assert(io.open(dir .. "/main.lua", "w"))
+    f:write("require('starter')\n")
+    f:close()
+    local status, out = run_bounded(dir .. "/main.lua")
+    os.execute("rm -rf " .. dir)
+    assert.equal(1, status)
+    assert.matches("ERROR main task failed; stopping with exit status 1: " .. dir
+      .. "/starter.lua:1: module task failed", out, 1, true)
+  end)
+
+  it("only logs the failures of other tasks, reconciles and handlers", function()
+    local path = support.tempfile([[
+      local kube = require "kubelua"
+      local q = kube.workqueue("failing")
+      local reconciled, after, handled = false, false, false
+      kube.workers(q, 1, function()
+        reconciled = true
+        error("reconcile broke")
+      end)
+      kube.after(0, function()
+        after = true
+        error("timer task broke")
+      end)
+      local inf = kube.local_informer{ name = "local" }
+      inf:on_add(function()
+        handled = true
+        error("handler broke")
+      end)
+      kube.spawn(function()
+        kube.spawn(function() error("child task broke") end)
+        q:add("a")
+        inf:add{ apiVersion = "v1", kind = "ConfigMap", metadata = { name = "x", namespace = "d" } }
+        while not (reconciled and after and handled) do kube.sleep(0.01) end
+        kube.sleep(0.05)
+        kube.log.info("still running")
+        kube.stop()
+      end)
+    ]], ".lua")
+    local status, out = run_bounded(path)
+    os.remove(path)
+    assert.equal(0, status)
+    assert.matches("ERROR task failed: [^\n]*: child task broke task=task\n    stack traceback:\n",
+      out)
+    assert.matches("ERROR task failed: [^\n]*: timer task broke task=after\n    stack traceback:\n",
+      out)
+    assert.matches("ERROR reconcile failed [^\n]*reconcile broke", out)
+    assert.matches("ERROR handler failed: " .. path .. ":15: handler broke "
+      .. "informer=local handler=on_add key=d/x\n    stack traceback:\n        " .. path .. ":15:",
+      out, 1, true)
+    assert.matches("INFO  still running\n", out, 1, true)
+    assert.is_nil(out:find("main task failed", 1, true))
   end)
 end)
 
@@ -251,6 +386,52 @@ describe("examples/mirror/controller.lua", function()
     end
     assert.is_nil(out:find("demo/private", 1, true))
   end)
+
+  it("runs its demo in a cluster that has its namespaces and a kube-root-ca.crt in each",
+    function()
+      local sim = helper.start("--token secret")
+      local c = kube.client.new{ server = sim.base, token = "secret", qps = 0 }
+      local ca = { apiVersion = "v1", kind = "ConfigMap",
+        metadata = { name = "kube-root-ca.crt", annotations = { ["kubernetes.io/description"] =
+          "Contains a CA bundle that can be used to verify the kube-apiserver when using "
+          .. "internal endpoints such as the internal service IP or kubernetes.default.svc. "
+          .. "No other usage is guaranteed across distributions of Kubernetes clusters." } },
+        data = { ["ca.crt"] = "-----BEGIN CERTIFICATE-----\nMIIDCzCCAfOgAwIBAgIU\n"
+          .. "-----END CERTIFICATE-----\n" } }
+      local seeded = {}
+      for _, ns in ipairs({ "demo", "mirror" }) do
+        -- as kube-controller-manager's root CA publisher does in every namespace
+        assert(c:create{ apiVersion = "v1", kind = "Namespace", metadata = { name = ns } })
+        ca.metadata.namespace = ns
+        seeded[ns] = assert(c:create(ca))
+      end
+      local config = support.tempfile(([[
+apiVersion: v1
+kind: Config
+current-context: c
+clusters: [{name: s, cluster: {server: "%s"}}]
+users: [{name: u, user: {token: secret}}]
+contexts: [{name: c, context: {cluster: s, user: u}}]
+]]):format(sim.base))
+      local status, out = sh("timeout 60 " .. support.kubelua .. " run --kubeconfig " .. config
+        .. " examples/mirror/controller.lua")
+      os.remove(config)
+      local after = {}
+      for _, ns in ipairs({ "demo", "mirror" }) do
+        after[ns] = c:get("v1", "configmaps", ns, "kube-root-ca.crt")
+      end
+      local copies = assert(c:list("v1", "configmaps", "mirror"))
+      helper.stop(sim)
+      assert.equal(0, status, out)
+      assert.matches("the copies match their sources; stopping", out, 1, true)
+      assert.is_nil(out:find("kube-root-ca.crt", 1, true))
+      -- what it did not make is as it was
+      assert.same(seeded, after)
+      local names = {}
+      for _, item in ipairs(copies.items) do names[#names + 1] = item.metadata.name end
+      table.sort(names)
+      assert.same({ "kube-root-ca.crt", "settings" }, names)
+    end)
 end)
 
 describe("kubelua run --hang-timeout", function()
