@@ -386,11 +386,12 @@ function CP:clean(c)
   local res, err = deletable(c)
   if not res then return nil, err end
   local keep = self.baseline
-  local doomed = {}
+  local doomed, going = {}, {}
   local nss = c:list_all("v1", "namespaces")
   for _, ns in ipairs(nss and nss.items or {}) do
     if not keep[ns.metadata.uid] then
       doomed[#doomed + 1] = ns.metadata.name
+      going[ns.metadata.name] = true
       local ok, derr = ignore_not_found(c:delete("v1", "namespaces", nil, ns.metadata.name))
       if not ok then return nil, derr end
     end
@@ -403,7 +404,11 @@ function CP:clean(c)
       local list = c:list_all(r.api_version, r.name)
       for _, o in ipairs(list and list.items or {}) do
         local md = o.metadata
-        if not keep[md.uid] and not KEEP[r.api_version .. "/" .. r.name .. "/" .. md.name] then
+        -- what the controller manager makes in every namespace stays, but
+        -- not in a namespace that goes: finalizing it below would leave
+        -- its contents behind, for a namespace of the same name to find
+        if not keep[md.uid] and (going[md.namespace]
+            or not KEEP[r.api_version .. "/" .. r.name .. "/" .. md.name]) then
           local ok, derr = true, nil
           if r.name == "customresourcedefinitions" then crds[#crds + 1] = md.name end
           if md.finalizers and #md.finalizers > 0 then

@@ -289,13 +289,13 @@ describe("kubelua.client", function()
       assert.equal("2", p.data.k)
       assert.equal(NS, assert(kube.get("v1", "Namespace", nil, NS)).metadata.name)
       -- kube.informer finds a singular the same way
-      assert(kube.connect{ server = sim.base, token = "secret" })
+      assert(kube.connect{ server = srv.base, token = srv.token, tls = srv.tls })
       local inf = kube.informer("v1", "configmap", { namespace = NS })
       client.set_default(c)
       assert.equal("v1/configmaps@" .. NS, inf:name())
       assert.is_true(kube.wait_for_sync(inf, 10))
       assert.same(obj.metadata.uid, inf:get(NS .. "/kinded").metadata.uid)
-      kube._stop_informers(sim.base)
+      kube._stop_informers(srv.base)
       assert(kube.delete("v1", "ConfigMap", NS, "kinded"))
       -- get-then-create: a missing object of a known kind is a real NotFound
       local res, err = kube.get("v1", "ConfigMap", NS, "kinded")
@@ -337,8 +337,7 @@ describe("kubelua.client", function()
     it("fetches discovery again on a miss at most once per discovery_refresh", function()
       local fetches = {}
       local function counting(refresh)
-        local cc = client.new{ server = sim.base, token = "secret", qps = 0,
-          discovery_refresh = refresh }
+        local cc = new_client{ qps = 0, discovery_refresh = refresh }
         cc.request = function(self, method, path, ...)
           if path == "/api/v1" or path:match("^/apis/[^/]+/[^/]+$") then
             fetches[path] = (fetches[path] or 0) + 1

@@ -46,10 +46,11 @@ local function lease(sim, name)
   return l
 end
 
-local function start(sim, id, options)
+local function start(sim, id, options, env)
   local server = sim.base or "-"
   if sim.kubeconfig then options = (options or "") .. " --kubeconfig " .. quote(sim.kubeconfig) end
-  return procs.start((options or "") .. " " .. quote(SCRIPT) .. " " .. server .. " " .. id)
+  return procs.start((options or "") .. " " .. quote(SCRIPT) .. " " .. server .. " " .. id,
+    { env = env })
 end
 
 local count, wait_log = procs.count, procs.wait_log
@@ -157,8 +158,8 @@ describe("leader election between processes", function()
 
   it("gives two processes on hosts of one name their own identities: exactly one leads", function()
     local function twin()
-      return procs.start("--leader-elect --leader-election-id twin --leader-election-namespace default "
-        .. quote(SCRIPT) .. " " .. sim.base .. " cli", { env = "HOSTNAME=twin-host" })
+      return start(sim, "cli", "--leader-elect --leader-election-id twin "
+        .. "--leader-election-namespace default", "HOSTNAME=twin-host")
     end
     local ps = { twin(), twin() }
     local function leading()
@@ -172,8 +173,7 @@ describe("leader election between processes", function()
     end
     sleep(1) -- each has tried the lease by now (it tries at once, then every 2 s)
     assert.equal(1, leading())
-    local _, _, _, l = helper.request(sim, "GET",
-      "/apis/coordination.k8s.io/v1/namespaces/default/leases/twin")
+    local l = lease(sim, "twin")
     assert.matches("^twin%-host_" .. UUID4 .. "$", l.spec.holderIdentity)
     -- the standby names the leader: the same host, another identity
     local holder = l.spec.holderIdentity:gsub("%p", "%%%0")
