@@ -38,6 +38,7 @@ local function alive(pid)
   f:close()
   return not stat:match("^%d+ %b() [ZX]")
 end
+_M.alive = alive
 
 -- Starts a simulator; args are extra command-line options. Returns
 -- { pid, port, base, log }.
