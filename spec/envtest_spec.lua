@@ -3,6 +3,7 @@
 local envtest = require "kubelua.envtest"
 local process = require "kubelua.process"
 local support = require "spec.support"
+local quote = require("spec.integration.sim_helper").quote
 
 local ffi = require "ffi"
 pcall(ffi.cdef, [[
@@ -96,9 +97,60 @@ describe("kubelua.envtest", function()
       assert.equal("", (select(2, support.sh("ls -A " .. tmp))))
     end)
 
+    it("removes the directories that a kubelua killed before its stop left", function()
+      local p = assert(process.spawn{ path = "/bin/true", log = dir .. "/log" })
+      local dead = p:pid()
+      assert.is_true(support.eventually(function() return p:poll() ~= nil end))
+      local mine = assert(io.open("/proc/self/stat")):read("*n")
+      local tmp = dir .. "/tmp"
+      os.execute("mkdir -p " .. tmp .. "/kubelua-envtest-" .. dead .. "-AbC123/etcd "
+        .. tmp .. "/kubelua-envtest-" .. mine .. "-AbC123 " .. tmp .. "/other-" .. dead)
+      local _, err = envtest.start{ assets = dir, tmpdir = tmp }
+      assert.matches("^envtest: etcd and kube%-apiserver not found", err)
+      assert.equal("kubelua-envtest-" .. mine .. "-AbC123\nother-" .. dead .. "\n",
+        (select(2, support.sh("ls -A " .. tmp))))
+    end)
+
     it("raises on misuse", function()
       support.raises("envtest.start: opts must be a table, got string",
         function() envtest.start("x") end)
     end)
+  end)
+
+  describe("kubelua test", function()
+    it("--apiserver real fails at once, naming what is missing and where it looked", function()
+      local status, out = support.sh("KUBEBUILDER_ASSETS=" .. dir .. " " .. support.kubelua
+        .. " test --apiserver real --controller-manager spec/envtest_spec.lua")
+      assert.equal(1, status)
+      assert.equal("kubelua test: envtest: etcd, kube-apiserver and kube-controller-manager "
+        .. "not found in KUBEBUILDER_ASSETS=" .. dir .. " (set KUBEBUILDER_ASSETS to a directory "
+        .. "holding kube-apiserver, etcd and, for the controller manager, "
+        .. "kube-controller-manager, as setup-envtest installs them)\n", out)
+    end)
+
+    it("fails when interrupted, saying so, whatever the specs said so far", function()
+      local marker = dir .. "/started"
+      local spec = support.tempfile(([[
+        it("waits", function()
+          io.open(%q, "w"):close()
+          require("kubelua").sleep(600)
+        end)
+      ]]):format(marker), "_spec.lua")
+      local status, out = support.sh("sh -c " .. quote(support.kubelua .. " test " .. spec
+        .. " & p=$!; while [ ! -f " .. marker .. " ]; do sleep 0.05; done; kill -INT $p; wait $p"))
+      os.remove(spec)
+      assert.equal(1, status)
+      assert.matches("\nkubelua test: interrupted by signal 2\n$", out)
+    end)
+
+    it("refuses a server it does not know, and a controller manager without a real server",
+      function()
+        local status, out = support.sh(support.kubelua .. " test --apiserver=kind x")
+        assert.equal(2, status)
+        assert.equal('kubelua: --apiserver needs sim or real, got "kind"', out:match("^[^\n]*"))
+        status, out = support.sh(support.kubelua .. " test --controller-manager x")
+        assert.equal(2, status)
+        assert.equal("kubelua: --controller-manager needs --apiserver real", out:match("^[^\n]*"))
+      end)
   end)
 end)

@@ -6,6 +6,7 @@ local support = require "spec.support"
 
 local ffi = require "ffi"
 local alive = require("spec.integration.sim_helper").alive
+local proc_helper = require "spec.integration.proc_helper"
 
 local function wait_exit(p)
   local how, code
@@ -87,10 +88,8 @@ describe("kubelua.process", function()
         f:close()
         kube.spawn(function() while true do kube.sleep(1) end end)
       ]]):format(dir .. "/log", dir .. "/pid"), ".lua")
-      local sh = io.popen("sh -c '" .. support.kubelua .. " run " .. script
-        .. " >" .. dir .. "/run.log 2>&1 & echo $!'")
-      local kubelua_pid = tonumber(sh:read("*l"))
-      sh:close()
+      local kubelua_pid = proc_helper.background("exec " .. support.kubelua .. " run " .. script,
+        dir .. "/run.log")
       local pid
       assert.is_true(support.eventually(function()
         local f = io.open(dir .. "/pid")

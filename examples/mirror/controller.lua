@@ -2,15 +2,19 @@
 -- into namespace "mirror", keeps the copies in step, and deletes a copy when
 -- its source goes away.
 --
---   kubelua run --sim examples/mirror/controller.lua         (no cluster)
---   kubelua run examples/mirror/controller.lua --demo=false  (a real one)
+--   kubelua run --sim examples/mirror/controller.lua            (no cluster)
+--   kubelua run examples/mirror/controller.lua -- --demo=false  (a real one)
 --
 -- With --sim (the default in scripts/example) the simulator starts empty, so
 -- the script first creates the namespaces and a few ConfigMaps, then plays a
 -- short scene — a change, a deletion — and stops once the copies match.
+-- The demo also runs against a real cluster: it takes namespaces and sources
+-- left by an earlier run as they are, and it checks only the objects it made
+-- (a cluster has others, such as the kube-root-ca.crt in every namespace).
 local kube = require "kubelua"
 
 local SOURCE, TARGET = "demo", "mirror"
+local MADE_BY = "mirrored-from" -- the label of the copies: the source namespace
 local demo = (arg[1] or "--demo=true") ~= "--demo=false"
 
 local function configmap(ns, name, data, labels)
@@ -27,11 +31,15 @@ end
 kube.spawn(function()
   if demo then
     for _, ns in ipairs({ SOURCE, TARGET }) do
-      assert(kube.create{ apiVersion = "v1", kind = "Namespace", metadata = { name = ns } })
+      local _, err = kube.create{ apiVersion = "v1", kind = "Namespace", metadata = { name = ns } }
+      assert(not err or kube.is_already_exists(err), tostring(err))
     end
-    assert(kube.create(configmap(SOURCE, "settings", { color = "blue" }, { mirror = "true" })))
-    assert(kube.create(configmap(SOURCE, "flags", { beta = "on" }, { mirror = "true" })))
-    assert(kube.create(configmap(SOURCE, "private", { secret = "no" })))
+    -- applied: what an earlier run left is set back to the scene's start
+    local as_demo = { field_manager = "mirror-demo", force = true }
+    local mirrored = { mirror = "true" }
+    assert(kube.apply(configmap(SOURCE, "settings", { color = "blue" }, mirrored), as_demo))
+    assert(kube.apply(configmap(SOURCE, "flags", { beta = "on" }, mirrored), as_demo))
+    assert(kube.apply(configmap(SOURCE, "private", { secret = "no" }), as_demo))
   end
 
   local cms = kube.informer("v1", "configmaps", { namespace = SOURCE,
@@ -55,7 +63,7 @@ kube.spawn(function()
       return
     end
     if not dst then
-      local _, cerr = kube.create(configmap(TARGET, name, src.data, { ["mirrored-from"] = SOURCE }))
+      local _, cerr = kube.create(configmap(TARGET, name, src.data, { [MADE_BY] = SOURCE }))
       if cerr then return nil, cerr end
       kube.log.info("created copy", { key = key })
     elseif not same(dst.data, src.data) then
@@ -70,8 +78,10 @@ kube.spawn(function()
 
   if not demo then return end
   assert(kube.wait_for_sync(cms, 10), "the cache did not sync")
+  -- the copies of the scene's sources, and only those
   local function copies()
-    local list = assert(kube.list("v1", "configmaps", TARGET))
+    local list = assert(kube.list("v1", "configmaps", TARGET,
+                                  { label_selector = MADE_BY .. "=" .. SOURCE }))
     local out = {}
     for _, item in ipairs(list.items) do out[item.metadata.name] = item.data end
     return out
@@ -80,8 +90,9 @@ kube.spawn(function()
     for _ = 1, 200 do
       local have = copies()
       local ok = true
-      for name, data in pairs(want) do ok = ok and same(have[name], data) end
-      for name in pairs(have) do ok = ok and want[name] ~= nil end
+      for _, name in ipairs({ "settings", "flags", "private" }) do
+        ok = ok and (want[name] == nil and have[name] == nil or same(have[name], want[name]))
+      end
       if ok then return true end
       kube.sleep(0.02)
     end

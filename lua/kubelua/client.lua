@@ -5,10 +5,13 @@
 --   local cm, err = c:get("v1", "configmaps", "default", "app")
 --   if client.is_not_found(err) then … end
 --
--- Resources are named either by (api_version, plural) — ("v1",
--- "configmaps"), ("apps/v1", "deployments") — or by an object with
--- apiVersion and kind, resolved through discovery (GET /api/v1 or
--- /apis/G/V, cached per group-version, fetched again once on a miss).
+-- Resources are named either by (api_version, resource) — ("v1",
+-- "configmaps"), ("apps/v1", "Deployment"), ("v1", "secret"): a plural, a
+-- Kind or a singular — or by an object with apiVersion and kind, all
+-- resolved through discovery (GET /api/v1 or /apis/G/V, cached per
+-- group-version, fetched again once on a miss, at most once a second). A
+-- name the server does not serve is a NoKindMatch or NoResourceMatch
+-- error (client.is_no_match), never a NotFound.
 -- Every call yields the calling task until the answer arrives; outside a
 -- task it raises. Objects in and out are kubelua.json tables (exact round
 -- trip). Failures return nil, err where err is a table built from the
@@ -34,7 +37,9 @@ local metrics = require "kubelua.metrics"
 
 local type, tostring, tonumber, pairs, setmetatable, getmetatable, error =
   type, tostring, tonumber, pairs, setmetatable, getmetatable, error
-local format, sub, find, byte = string.format, string.sub, string.find, string.byte
+local format, sub, find, match, byte = string.format, string.sub, string.find, string.match,
+  string.byte
+local lower = string.lower
 local concat, sort = table.concat, table.sort
 local min, floor = math.min, math.floor
 local in_task = core.in_task
@@ -117,9 +122,13 @@ _M.is_forbidden = predicate("Forbidden", 403)
 _M.is_invalid = predicate("Invalid", 422)
 _M.is_unauthorized = predicate("Unauthorized", 401)
 _M.is_too_many_requests = predicate("TooManyRequests", 429)
--- The server serves no such kind or group-version (apimachinery's
--- meta.IsNoMatchError): found out by discovery, before any request.
-_M.is_no_match = predicate("NoKindMatch")
+-- The server serves no such kind or resource (apimachinery's
+-- meta.IsNoMatchError: NoKindMatch, NoResourceMatch): found out by
+-- discovery, before any request.
+_M.is_no_match = function(err)
+  local r = reason_of(err)
+  return r == "NoKindMatch" or r == "NoResourceMatch"
+end
 _M.is_error = function(err) return getmetatable(err) == error_mt end
 
 -- Argument checks (misuse raises at the caller's line) ------------------------
@@ -194,7 +203,8 @@ Client.__index = Client
 -- each request (it overrides token); after a 401, creds:invalidate(start)
 -- and the request is tried once more. namespace is used for namespaced
 -- objects without metadata.namespace; field_manager for apply when the call
--- gives none.
+-- gives none; discovery_refresh = 1: the seconds that must pass before a
+-- name discovery does not know fetches its group-version again.
 function _M.new(opts)
   if type(opts) ~= "table" then misuse("client.new", "opts must be a table, got " .. type(opts)) end
   local server = opts.server
@@ -207,7 +217,8 @@ function _M.new(opts)
       misuse("client.new", "opts." .. k .. " must be a string, got " .. type(opts[k]))
     end
   end
-  for _, k in pairs({ "qps", "burst", "timeout", "connect_timeout", "idle_timeout" }) do
+  for _, k in pairs({ "qps", "burst", "timeout", "connect_timeout", "idle_timeout",
+                      "discovery_refresh" }) do
     local v = opts[k]
     if v ~= nil and (type(v) ~= "number" or v ~= v or v < 0) then
       misuse("client.new", "opts." .. k .. " must be a number >= 0, got "
@@ -240,7 +251,7 @@ function _M.new(opts)
     namespace = opts.namespace or "default",
     field_manager = opts.field_manager,
     qps = qps, burst = burst, tokens = burst, last = nil,
-    discovery = {}, discovering = {},
+    discovery = {}, discovering = {}, discovery_refresh = opts.discovery_refresh or 1,
   }, Client)
 end
 
@@ -352,7 +363,9 @@ end
 
 -- Discovery ------------------------------------------------------------------
 
--- Fetches the APIResourceList of a group-version into the cache.
+-- Fetches the APIResourceList of a group-version into the cache. A
+-- group-version the server does not serve (404) is cached as one with no
+-- resources, so that its misses are rate limited as any other's.
 function Client:discover(gv)
   -- another task fetches it: wait for it (bounded, in case that task dies)
   local start = monotonic()
@@ -364,15 +377,23 @@ function Client:discover(gv)
   self.discovering[gv] = monotonic() + self.timeout + 1
   local list, err = self:request("GET", resource_path(gv, ""):sub(1, -2))
   self.discovering[gv] = nil
-  if not list then return nil, err end
-  local entry = { kinds = {}, resources = {} }
-  local items = type(list.resources) == "table" and list.resources or {}
+  if not list and err.code ~= 404 then return nil, err end
+  local entry = { kinds = {}, resources = {}, names = {} }
+  local items = list and type(list.resources) == "table" and list.resources or {}
   for _, r in pairs(items) do
     if type(r) == "table" and type(r.name) == "string" and not find(r.name, "/", 1, true) then
       local info = { name = r.name, kind = r.kind, namespaced = r.namespaced == true,
         verbs = r.verbs, subresources = {} }
       entry.resources[r.name] = info
       if type(r.kind) == "string" then entry.kinds[r.kind] = info end
+      -- the singular, as client-go's RESTMapper has it: singularName, or
+      -- (empty for built-in resources before 1.27) the kind in lower case
+      local singular = r.singularName
+      if type(singular) ~= "string" or singular == "" then
+        singular = type(r.kind) == "string" and lower(r.kind) or nil
+      end
+      if singular then entry.names[singular] = entry.names[singular] or info end
+      entry.names[lower(r.name)] = info
     end
   end
   for _, r in pairs(items) do
@@ -387,49 +408,77 @@ function Client:discover(gv)
   return entry
 end
 
--- Looks name up in a group-version's discovery map ("kinds" or
--- "resources"); a miss, or nothing cached, fetches the group-version
--- again (once: for CRDs created after the first look). -> info, or nil
--- and the request's error (none for a plain miss).
-local function lookup(self, api_version, map, name)
+-- What name stands for in a group-version's discovery: a Kind (exactly,
+-- when kind_only), else also a plural resource or a singular, in any case
+-- ("configmaps", "configmap", "ConfigMap", "ConfigMaps").
+local function find_info(entry, name, kind_only)
+  local info = entry.kinds[name]
+  if info or kind_only then return info end
+  return entry.resources[name] or entry.names[lower(name)]
+end
+
+-- Looks name up in a group-version's discovery. A miss, or nothing cached,
+-- fetches the group-version again (for CRDs created since), at most once
+-- per discovery_refresh seconds: a miss in between is answered from the
+-- cache. -> info, or nil and the request's error (none for a plain miss).
+local function lookup(self, api_version, name, kind_only)
   local entry = self.discovery[api_version]
-  local info = entry and entry[map][name]
-  if not info then
-    local err
-    entry, err = self:discover(api_version)
-    -- an unknown group-version is no "object not found"
-    if not entry and err.code ~= 404 then return nil, err end
-    info = entry and entry[map][name]
+  local info = entry and find_info(entry, name, kind_only)
+  if info or entry and monotonic() - entry.at < self.discovery_refresh then return info end
+  local err
+  entry, err = self:discover(api_version)
+  if not entry then return nil, err end
+  return find_info(entry, name, kind_only)
+end
+
+-- The error for a name discovery does not know (apimachinery's
+-- NoKindMatchError and NoResourceMatchError): no request was made, so no
+-- "not found" about an object.
+local function no_match(api_version, name, kind)
+  if kind then
+    return new_error(0, "NoKindMatch", format('no matches for kind "%s" in version "%s"',
+      name, api_version))
   end
-  return info
+  local group, version = match(api_version, "^(.*)/([^/]*)$")
+  return new_error(0, "NoResourceMatch", format("no matches for %s/%s, Resource=%s",
+    group or "", version or api_version, name))
 end
 
 -- c:resolve(api_version, kind) -> { name, kind, namespaced, verbs,
--- subresources } | nil, err.
+-- subresources } | nil, err (NoKindMatch, or discovery's own error).
 function Client:resolve(api_version, kind)
-  local info, err = lookup(self, api_version, "kinds", kind)
+  local info, err = lookup(self, api_version, kind, true)
   if info or err then return info, err end
-  return nil, new_error(0, "NoKindMatch", format('no matches for kind "%s" in version "%s"',
-    kind, api_version))
+  return nil, no_match(api_version, kind, true)
 end
 
--- c:resource_info(api_version, kind_or_resource) -> as c:resolve, for a
--- Kind ("ConfigMap": it starts with a capital) or a plural resource name
--- ("configmaps").
+-- c:resource_info(api_version, name) -> as c:resolve, for a Kind
+-- ("ConfigMap"), a plural resource ("configmaps") or a singular
+-- ("configmap"). An unknown name is a NoKindMatch when it starts with a
+-- capital, else a NoResourceMatch.
 function Client:resource_info(api_version, name)
-  if find(name, "^%u") then return self:resolve(api_version, name) end
-  local info, err = lookup(self, api_version, "resources", name)
+  local info, err = lookup(self, api_version, name)
   if info or err then return info, err end
-  return nil, new_error(0, "NotFound", format('the server has no resource "%s" in version "%s"',
-    name, api_version))
+  return nil, no_match(api_version, name, find(name, "^%u") ~= nil)
 end
 
--- c:cached_resource_info(api_version, kind_or_resource) -> the discovery
--- answer when it is cached, else nil (no request, so no task needed).
+-- c:resource_name(api_version, name) -> the plural resource that name
+-- stands for (c:resource_info's), for a request's path | nil, err. When
+-- discovery itself fails, a name in lower case goes to the server as
+-- given (the server's answer then tells); a Kind cannot.
+function Client:resource_name(api_version, name)
+  local info, err = self:resource_info(api_version, name)
+  if info then return info.name end
+  if _M.is_no_match(err) or find(name, "^%u") then return nil, err end
+  return name
+end
+
+-- c:cached_resource_info(api_version, name) -> as c:resource_info when the
+-- group-version's discovery is cached, else nil (no request, so no task
+-- needed).
 function Client:cached_resource_info(api_version, name)
   local entry = self.discovery[api_version]
-  if not entry then return nil end
-  return find(name, "^%u") and entry.kinds[name] or entry.resources[name]
+  return entry and find_info(entry, name) or nil
 end
 
 -- Targets --------------------------------------------------------------------
@@ -458,7 +507,7 @@ local function object_target(self, name, obj, depth, for_list)
 end
 
 -- (api_version, resource, namespace, name, x) or (obj, x) ->
--- api_version, resource, namespace, name, x; or nil, err.
+-- api_version, plural resource, namespace, name, x; or nil, err.
 local function target(self, name, a, b, c, d, e)
   if type(a) == "table" then
     local av, res, ns, oname = object_target(self, name, a, 2)
@@ -472,7 +521,9 @@ local function target(self, name, a, b, c, d, e)
   check_string(name, "resource", b, false, 2)
   check_string(name, "namespace", c, true, 2)
   check_string(name, "name", d, false, 2)
-  return a, b, c, d, e
+  local res, err = self:resource_name(a, b)
+  if not res then return nil, err end
+  return a, res, c, d, e
 end
 
 local function check_self(name, self)
@@ -500,6 +551,9 @@ end
 
 -- Verbs ----------------------------------------------------------------------
 
+-- In the positional forms, resource is a plural, a Kind or a singular
+-- (c:resource_name).
+
 -- c:get(api_version, resource, namespace, name [, opts]) or c:get(obj [, opts])
 -- -> the object | nil, err. opts: subresource ("status", "scale"),
 -- resource_version.
@@ -526,15 +580,18 @@ local function list_args(self, name, a, b, c, d)
   if type(a) == "table" then
     av, res, ns = object_target(self, name, a, 2, true)
     if not av then return nil, res end
-    opts = b
+    opts = check_opts(name, b, 2)
   else
     check_string(name, "api_version", a, false, 2)
     check_string(name, "resource", b, false, 2)
     if type(c) == "table" and d == nil then c, d = nil, c end
     check_string(name, "namespace", c, true, 2)
-    av, res, ns, opts = a, b, c, d
+    opts = check_opts(name, d, 2)
+    local err
+    res, err = self:resource_name(a, b)
+    if not res then return nil, err end
+    av, ns = a, c
   end
-  opts = check_opts(name, opts, 2)
   local q = {}
   for k, p in pairs(list_params) do
     if opts[k] ~= nil then q[p] = tostring(opts[k]) end

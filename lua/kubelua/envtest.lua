@@ -16,7 +16,9 @@
 -- certificate for 127.0.0.1, an admin token (group system:masters) in a
 -- token file, service-account keys and an admin kubeconfig; runs the
 -- servers with their logs there; and waits (yielding the task) until etcd
--- is healthy and kube-apiserver's /readyz says ok. Failures return nil,
+-- is healthy and kube-apiserver's /readyz says ok. Without the controller
+-- manager, the ServiceAccount admission plugin is off (no default
+-- ServiceAccount would ever be made for Pods to use). Failures return nil,
 -- "envtest: …" with the tail of the failing server's log.
 --
 -- The servers cannot outlive kubelua: each runs in a process group of its
@@ -27,11 +29,12 @@
 
 local core = require "kubelua.core"
 local http = require "kubelua.http"
+local json = require "kubelua.json"
 local process = require "kubelua.process"
 
 local type, tostring, pairs, ipairs, error, setmetatable = type, tostring, pairs, ipairs, error,
   setmetatable
-local format, concat = string.format, table.concat
+local format, concat, sort = string.format, table.concat, table.sort
 local open, getenv = io.open, os.getenv
 
 local _M = {}
@@ -112,10 +115,12 @@ function _M.find(opts)
     if not p then missing[#missing + 1] = name end
   end
   if #missing > 0 then
+    local last = table.remove(missing)
+    if #missing > 0 then last = concat(missing, ", ") .. " and " .. last end
     return nil, format("envtest: %s not found in %s (set KUBEBUILDER_ASSETS to a directory "
       .. "holding kube-apiserver, etcd and, for the controller manager, "
       .. "kube-controller-manager, as setup-envtest installs them)",
-      concat(missing, " and "), where)
+      last, where)
   end
   return found
 end
@@ -129,8 +134,8 @@ local function run(dir, name, path, args)
     local how, code = p:poll()
     if how == "exited" and code == 0 then return true end
     if how then
-      return nil, format("envtest: %s %s %d:%s", name, how == "exited" and "exited with status"
-        or "killed by signal", code, tail(log))
+      return nil, format("envtest: %s %s %d; the end of its log:%s", name,
+        how == "exited" and "exited with status" or "was killed by signal", code, tail(log))
     end
     sleep(0.01)
   end
@@ -224,13 +229,13 @@ function CP:_serve(name, path, args, extra, check)
   while true do
     local how, code = p:poll()
     if how then
-      return nil, format("envtest: %s %s %d before it was ready (its log: %s):%s", name,
-        how == "exited" and "exited with status" or "was killed by signal", code, log, tail(log))
+      return nil, format("envtest: %s %s %d before it was ready; the end of its log:%s", name,
+        how == "exited" and "exited with status" or "was killed by signal", code, tail(log))
     end
     if check() then return true end
     if core.monotonic() >= deadline then
-      return nil, format("envtest: %s was not ready within %gs (its log: %s):%s", name,
-        self.timeout, log, tail(log))
+      return nil, format("envtest: %s was not ready within %gs; the end of its log:%s", name,
+        self.timeout, tail(log))
     end
     sleep(0.1)
   end
@@ -264,7 +269,7 @@ function CP:_start_etcd(bins)
   end)
 end
 
-function CP:_start_apiserver(bins, extra)
+function CP:_start_apiserver(bins, extra, cm)
   local d = self.dir
   local secure_port = port()
   local args = {
@@ -279,6 +284,9 @@ function CP:_start_apiserver(bins, extra)
     "--service-account-signing-key-file=" .. d .. "/sa.key",
     "--service-cluster-ip-range=10.96.0.0/12", "--allow-privileged=true", "--profiling=false",
   }
+  -- Without the controller manager nothing makes the default
+  -- ServiceAccount that this plugin wants a Pod's namespace to have.
+  if not cm then args[#args + 1] = "--disable-admission-plugins=ServiceAccount" end
   self.server = "https://127.0.0.1:" .. secure_port
   local headers = { Authorization = "Bearer " .. self.token }
   local tls = { ca_file = self.ca_file }
@@ -310,6 +318,149 @@ function CP:_start_controller_manager(bins, extra)
   end)
 end
 
+-- What clean() keeps besides the server's own objects: what the controller
+-- manager publishes into every namespace (it would only put them back).
+local KEEP = {
+  ["v1/serviceaccounts/default"] = true,
+  ["v1/configmaps/kube-root-ca.crt"] = true,
+  ["v1/configmaps/openshift-service-ca.crt"] = true,
+}
+
+-- Every resource that can be listed and deleted, in each group's preferred
+-- version (namespaces aside): { api_version, name, namespaced }.
+local function deletable(c)
+  local gvs = { "v1" }
+  local groups, err = c:request("GET", "/apis")
+  if not groups then return nil, err end
+  for _, g in ipairs(groups.groups or {}) do
+    if g.preferredVersion then gvs[#gvs + 1] = g.preferredVersion.groupVersion end
+  end
+  local out = {}
+  for _, gv in ipairs(gvs) do
+    local entry
+    entry, err = c:discover(gv)
+    if not entry then return nil, err end
+    for name, info in pairs(entry.resources) do
+      local verbs = {}
+      for _, v in ipairs(info.verbs or {}) do verbs[v] = true end
+      if verbs.list and verbs.delete and name ~= "namespaces" then
+        out[#out + 1] = { api_version = gv, name = name, namespaced = info.namespaced }
+      end
+    end
+  end
+  -- CRDs last: their objects go first (a CRD that goes deletes its
+  -- objects, but waits for their finalizers)
+  local function rank(r)
+    return (r.name == "customresourcedefinitions" and "1" or "0") .. r.api_version .. "/" .. r.name
+  end
+  sort(out, function(a, b) return rank(a) < rank(b) end)
+  return out
+end
+
+-- The uids of every object there is now, namespaces included.
+local function snapshot(c)
+  local res, err = deletable(c)
+  if not res then return nil, err end
+  res[#res + 1] = { api_version = "v1", name = "namespaces" }
+  local uids = {}
+  for _, r in ipairs(res) do
+    local list = c:list_all(r.api_version, r.name)
+    for _, o in ipairs(list and list.items or {}) do uids[o.metadata.uid] = true end
+  end
+  return uids
+end
+
+local function ignore_not_found(res, err)
+  if res or err.code == 404 then return true end
+  return nil, err
+end
+
+-- cp:clean([c]) -> true, or nil, err: deletes every object made since the
+-- server became ready (all namespaces made since, and everything in the
+-- others, finalizers cleared first), so that a server serves one spec
+-- after another as if new; waits until the namespaces are gone, which a
+-- real server does only once their contents are (the controller manager's
+-- namespace controller, when it runs, does the same).
+function CP:clean(c)
+  c = c or self:client{ qps = 0 }
+  local res, err = deletable(c)
+  if not res then return nil, err end
+  local keep = self.baseline
+  local doomed, going = {}, {}
+  local nss = c:list_all("v1", "namespaces")
+  for _, ns in ipairs(nss and nss.items or {}) do
+    if not keep[ns.metadata.uid] then
+      doomed[#doomed + 1] = ns.metadata.name
+      going[ns.metadata.name] = true
+      local ok, derr = ignore_not_found(c:delete("v1", "namespaces", nil, ns.metadata.name))
+      if not ok then return nil, derr end
+    end
+  end
+  local crds = {}
+  -- twice: a controller may have made objects from the ones deleted
+  for _ = 1, 2 do
+    local deleted = 0
+    for _, r in ipairs(res) do
+      local list = c:list_all(r.api_version, r.name)
+      for _, o in ipairs(list and list.items or {}) do
+        local md = o.metadata
+        -- what the controller manager makes in every namespace stays, but
+        -- not in a namespace that goes: finalizing it below would leave
+        -- its contents behind, for a namespace of the same name to find
+        if not keep[md.uid] and (going[md.namespace]
+            or not KEEP[r.api_version .. "/" .. r.name .. "/" .. md.name]) then
+          local ok, derr = true, nil
+          if r.name == "customresourcedefinitions" then crds[#crds + 1] = md.name end
+          if md.finalizers and #md.finalizers > 0 then
+            ok, derr = ignore_not_found(c:patch(r.api_version, r.name, md.namespace, md.name,
+              { metadata = { finalizers = json.null } }))
+          end
+          if ok then
+            ok, derr = ignore_not_found(c:delete(r.api_version, r.name, md.namespace, md.name,
+              { grace_period_seconds = 0, propagation_policy = "Background" }))
+          end
+          if not ok then return nil, derr end
+          deleted = deleted + 1
+        end
+      end
+    end
+    if deleted == 0 then break end
+  end
+  for _, name in ipairs(crds) do
+    local deadline = core.monotonic() + 30
+    while c:get("apiextensions.k8s.io/v1", "customresourcedefinitions", nil, name) do
+      if core.monotonic() >= deadline then
+        return nil, "envtest: CustomResourceDefinition " .. name .. " is still there after 30s"
+      end
+      sleep(0.05)
+    end
+  end
+  for _, name in ipairs(doomed) do
+    local deadline = core.monotonic() + 30
+    while true do
+      local ns, gerr = c:get("v1", "namespaces", nil, name)
+      if not ns then
+        if gerr.code == 404 then break end
+        return nil, gerr
+      end
+      if ns.metadata.finalizers and #ns.metadata.finalizers > 0 then
+        ignore_not_found(c:patch("v1", "namespaces", nil, name,
+          { metadata = { finalizers = json.null } }))
+      end
+      if ns.spec and ns.spec.finalizers and #ns.spec.finalizers > 0 then
+        ns.spec.finalizers = json.array{}
+        ignore_not_found(c:request("PUT", "/api/v1/namespaces/" .. name .. "/finalize", nil,
+          json.encode(ns), "application/json"))
+      end
+      if core.monotonic() >= deadline then
+        return nil, "envtest: namespace " .. name .. " is still there after 30s"
+      end
+      sleep(0.05)
+    end
+  end
+  return true
+end
+
 -- The servers in order, each ready before the next starts.
 local function boot(cp, bins, opts)
   local dir = cp.dir
@@ -317,11 +468,15 @@ local function boot(cp, bins, opts)
   if not cp.token then return nil, "envtest: cannot read /dev/urandom" end
   local ok, err = make_certs(dir)
   if not ok then return nil, err end
-  ok, err = write_file(dir .. "/tokens.csv", cp.token .. ',admin,admin,"system:masters"\n')
+  local lines = { cp.token .. ',admin,admin,"system:masters"' }
+  for user, token in pairs(opts.users or {}) do
+    lines[#lines + 1] = format("%s,%s,%s", token, user, user)
+  end
+  ok, err = write_file(dir .. "/tokens.csv", concat(lines, "\n") .. "\n")
   if not ok then return nil, "envtest: " .. err end
   ok, err = cp:_start_etcd(bins)
   if not ok then return nil, err end
-  ok, err = cp:_start_apiserver(bins, opts.apiserver_args)
+  ok, err = cp:_start_apiserver(bins, opts.apiserver_args, opts.controller_manager)
   if not ok then return nil, err end
   ok, err = write_file(cp.kubeconfig, kubeconfig(cp.server, cp.ca_file, cp.token))
   if not ok then return nil, "envtest: " .. err end
@@ -329,7 +484,36 @@ local function boot(cp, bins, opts)
     ok, err = cp:_start_controller_manager(bins, opts.controller_manager_args)
     if not ok then return nil, err end
   end
+  cp.baseline, err = snapshot(cp:client{ qps = 0 })
+  if not cp.baseline then return nil, "envtest: " .. tostring(err) end
   return true
+end
+
+local function own_pid()
+  local f = open("/proc/self/stat")
+  local pid = f and f:read("*n")
+  if f then f:close() end
+  return pid or 0
+end
+
+local function quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
+
+-- Removes the directories in tmp that a kubelua which died without a stop
+-- (SIGKILL, a crash) left: their name says whose they were. (Its servers
+-- died with it.)
+local function sweep(tmp)
+  local ls = io.popen("ls -1 " .. quote(tmp) .. " 2>/dev/null")
+  if not ls then return end
+  for name in ls:lines() do
+    local pid = tonumber(name:match("^kubelua%-envtest%-(%d+)%-%w+$"))
+    local f = pid and open("/proc/" .. pid .. "/stat")
+    if f then
+      f:close()
+    elseif pid then
+      os.execute("rm -rf -- " .. quote(tmp .. "/" .. name))
+    end
+  end
+  ls:close()
 end
 
 local stop_hooked = false
@@ -338,19 +522,30 @@ local stop_hooked = false
 -- else KUBEBUILDER_ASSETS, else PATH), controller_manager (boolean),
 -- apiserver_args and controller_manager_args (extra flags, after ours, so
 -- they may override), timeout (seconds each server may take to be ready,
--- default 60). Call it from a task.
+-- default 60), tmpdir (where its directory goes: else TMPDIR, else /tmp),
+-- users ({ name = token }: more users, in no group, so that RBAC lets them
+-- do nothing until a spec grants it).
+-- Call it from a task.
 function _M.start(opts)
   opts = opts or {}
   if type(opts) ~= "table" then
     error("envtest.start: opts must be a table, got " .. type(opts), 2)
   end
   if not core.in_task() then error("envtest.start: not inside a task (use kube.spawn)", 2) end
+  for user, token in pairs(opts.users or {}) do
+    if type(user) ~= "string" or type(token) ~= "string" or user:find("[,\n\"]")
+       or token:find("[,\n\"]") then
+      error("envtest.start: opts.users must map names to tokens (strings without , \" or a "
+        .. "line break)", 2)
+    end
+  end
+  local tmp = opts.tmpdir or getenv("TMPDIR")
+  if not tmp or tmp == "" then tmp = "/tmp" end
+  sweep(tmp)
   local bins, err = _M.find(opts)
   if not bins then return nil, err end
-  local tmp = getenv("TMPDIR")
-  if not tmp or tmp == "" then tmp = "/tmp" end
   local dir
-  dir, err = process.mkdtemp(tmp .. "/kubelua-envtest-")
+  dir, err = process.mkdtemp(tmp .. "/kubelua-envtest-" .. own_pid() .. "-")
   if not dir then return nil, "envtest: " .. err end
   if not stop_hooked then
     stop_hooked = true
@@ -397,7 +592,7 @@ function CP:stop(grace)
       end
     end
   end
-  os.execute("rm -rf -- '" .. self.dir:gsub("'", "'\\''") .. "'")
+  os.execute("rm -rf -- " .. quote(self.dir))
 end
 
 return _M

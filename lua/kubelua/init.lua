@@ -21,7 +21,7 @@ local generation = require "kubelua.generation"
 local error, type, tostring, pairs, ipairs, select = error, type, tostring, pairs, ipairs, select
 local setmetatable, getmetatable, xpcall = setmetatable, getmetatable, xpcall
 local concat, sort, format = table.concat, table.sort, string.format
-local traceback, getinfo = debug.traceback, debug.getinfo
+local user_traceback, getinfo = core.traceback, debug.getinfo
 local unpack = unpack
 
 local function pack(...) return { n = select("#", ...), ... } end
@@ -316,8 +316,10 @@ end
 
 -- kube.informer(api_version, kind_or_resource, opts) -> a shared informer:
 -- the same arguments give the same informer (one watch, one cache).
--- kind_or_resource is the plural resource ("configmaps") or a Kind
--- ("ConfigMap", a CRD's kind), found by discovery. opts: namespace or
+-- kind_or_resource is the plural resource ("configmaps"), a Kind
+-- ("ConfigMap", a CRD's kind) or a singular ("configmap"), found by
+-- discovery as the client's positional calls find it (c:resource_info; a
+-- singular only from a task or discovery's cache). opts: namespace or
 -- namespaces, label_selector, field_selector, resync, indexers, transform,
 -- keep_managed_fields, watch_list (default true: stream the initial list as
 -- watch events, sendInitialEvents, as client-go does from 1.35; a server
@@ -355,7 +357,7 @@ function _M.informer(api_version, resource, opts)
     if not info and is_kind then return nil, "kube.informer: " .. tostring(err), err.reason end
   end
   if not is_kind and not namespaces then
-    return shared_informer(api_version, resource, opts, info and info.kind)
+    return shared_informer(api_version, info and info.name or resource, opts, info and info.kind)
   end
 
   local id = table.concat({ conn.server, core.generation(), api_version, resource,
@@ -511,10 +513,17 @@ local ctx_mt = { __index = function(ctx, k)
   return v
 end }
 
--- A raised terminal result stays a table; other errors get the traceback.
+-- A reconcile's error handler: a raised terminal result stays a table;
+-- another error gets a traceback from the user's frame that raised it (past
+-- error() and the library functions that raised it on its behalf) down to
+-- the reconcile function, without the worker's own frames below it.
+local WORKER_FRAMES = "\n\t%[C%]: in function 'xpcall'\n\tkubelua/init%.lua:%d+: in function "
+  .. "<kubelua/init%.lua:%d+>$"
 local function on_error(e)
   if getmetatable(e) == terminal_mt then return e end
-  return traceback(e, 2)
+  local tb = user_traceback(e, 2)
+  if type(tb) ~= "string" then return tb end
+  return (tb:gsub(WORKER_FRAMES, ""))
 end
 
 local function failed(fields, key, msg, what)

@@ -10,6 +10,13 @@ end
 
 local MIRROR = { ["kubelua.io/mirror"] = "secret" }
 
+local function names(items)
+  local out = {}
+  for i, item in ipairs(items) do out[i] = item.metadata.name end
+  table.sort(out)
+  return out
+end
+
 -- Lets the controller finish its work before the harness stops: a
 -- reconcile still running then would finish against the next case's
 -- simulator (the default client follows the harness).
@@ -22,10 +29,22 @@ local function idle(t)
   end)
 end
 
+-- What kube-controller-manager's root CA publisher puts in every namespace
+-- of a real cluster: an object the controller did not make.
+local ROOT_CA = { apiVersion = "v1", kind = "ConfigMap",
+  metadata = { name = "kube-root-ca.crt", namespace = "demo",
+    annotations = { ["kubernetes.io/description"] = "Contains a CA bundle that can be used "
+      .. "to verify the kube-apiserver when using internal endpoints such as the internal "
+      .. "service IP or kubernetes.default.svc. No other usage is guaranteed across "
+      .. "distributions of Kubernetes clusters." } },
+  data = { ["ca.crt"] = "-----BEGIN CERTIFICATE-----\nMIIDCzCCAfOgAwIBAgIU\n"
+    .. "-----END CERTIFICATE-----\n" } }
+
 describe("examples/configmap-mirror", function()
-  local t
+  local t, root_ca
   before_each(function()
     t = testing.start{ namespaces = { "demo" } }
+    root_ca = t:create(ROOT_CA)
     t:load("examples/configmap-mirror/controller.lua")
   end)
   after_each(function()
@@ -48,6 +67,9 @@ describe("examples/configmap-mirror", function()
     t:create(cm("public", { x = "1" }, MIRROR))
     t:eventually(function() return t:get("v1", "secrets", "demo", "public") end)
     assert.is_nil(t:get("v1", "secrets", "demo", "private"))
+    assert.is_nil(t:get("v1", "secrets", "demo", "kube-root-ca.crt"))
+    assert.same(root_ca, t:get("v1", "configmaps", "demo", "kube-root-ca.crt"))
+    assert.same({ "public" }, names(t:list("v1", "secrets", "demo")))
   end)
 
   it("follows changes of the source and restores a tampered copy", function()

@@ -235,6 +235,21 @@ describe("kubelua sim answers as kube-apiserver v1.26 does", function()
     check(sim, "62")
   end)
 
+  it("answers a path that names no resource of a served group-version (control-plane)",
+    function()
+      local calls = json.decode(H.read_file(
+        "spec/fixtures/apiserver/control-plane/unknown-resource.json"))
+      assert.equal(5, #calls)
+      for _, call in ipairs(calls) do
+        local method, path = call.call:match("^(%u+) (.+)$")
+        local code, h, raw, got = H.request(sim, method, path)
+        local want = call.body
+        if call.content_type == "application/json" then want = json.decode(want) else got = raw end
+        assert.same({ call.call, call.status, call.content_type, want },
+          { call.call, code, h["content-type"], got })
+      end
+    end)
+
   it("keeps an object with finalizers until they are gone", function()
     check(sim, "64")
     check(sim, "65")

@@ -586,8 +586,23 @@ function Sim:watch(req, res, ns, params, r)
   local w, err = store.filters(res, ns, params)
   if not w then return reply_status(req, err) end
   local rv = params.resourceVersion
+  local served = self.faults.watch_list
+  if served then params.sendInitialEvents = nil end -- unknown to an older server
+  if served == "ignored" then params.resourceVersionMatch = nil end
   local initial = params.sendInitialEvents == "true"
   local rvm = params.resourceVersionMatch
+  if served == "refused" and rvm and rvm ~= "" then
+    -- 1.26's ValidateListOptions, to which sendInitialEvents is unknown
+    local causes = { { field = "resourceVersionMatch", reason = "FieldValueForbidden",
+                       message = "Forbidden: resourceVersionMatch is forbidden for watch" } }
+    if not rv or rv == "" then
+      causes[2] = { field = "resourceVersionMatch", reason = "FieldValueForbidden",
+        message = "Forbidden: resourceVersionMatch is forbidden unless resourceVersion is "
+          .. "provided" }
+    end
+    local opts = { kind = "ListOptions", group = "meta.k8s.io" }
+    return reply_status(req, store.invalid(opts, "", causes))
+  end
   if rvm and rvm ~= "" and not initial then
     return reply_status(req, status(422, "Invalid", "resourceVersionMatch: Forbidden: "
       .. "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided"))
@@ -601,7 +616,7 @@ function Sim:watch(req, res, ns, params, r)
     return reply_status(req, store.bad_request(format('invalid resource version: "%s"', rv)))
   end
   w.req = req
-  w.bookmarks = params.allowWatchBookmarks == "true"
+  w.bookmarks = params.allowWatchBookmarks == "true" and not self.faults.quiet_watches
   local form = r.form -- from the Accept header (serve_resource)
   local bad = form == "Table" and tables.options_error(params.includeObject)
   if bad then return reply_status(req, store.bad_request(bad)) end -- kubectl get --watch
@@ -612,6 +627,7 @@ function Sim:watch(req, res, ns, params, r)
   if n and n > s.rv and not initial then w.after = n end
   local timeout = tonumber(params.timeoutSeconds or "")
   if not timeout or timeout <= 0 then timeout = 1800 + math.random() * 1800 end
+  if self.faults.watch_timeout then timeout = math.min(timeout, self.faults.watch_timeout) end
   local h = base_headers(true)
   if not req:stream_begin(200, h) then return end
   if n and n ~= 0 and not initial and n < res.hist_start then
@@ -704,9 +720,27 @@ end
 --                                 the history meanwhile ends). The summary
 --                                 says how many are held, or released.
 --   reset = true                  forget everything, restart resourceVersions
--- Returns a summary table.
+--   watch_list = "refused"        streaming lists as a 1.26 server: a watch
+--                                 with resourceVersionMatch is invalid (422)
+--              | "ignored"        as a server that does not know the
+--                                 parameters: a plain watch, no end bookmark
+--              | "served"         as a 1.27+ server (the default)
+--   quiet_watches = true | false  true: watches get no bookmark at all, as
+--                                 from a 1.26 server, silent until their end
+--   watch_timeout = S             every watch ends (cleanly) after at most
+--                                 S seconds, as at its timeoutSeconds (0:
+--                                 the client's timeoutSeconds again)
+-- Returns a summary table, or nil and a message for a value it cannot use.
+local watch_list_modes = { refused = true, ignored = true, served = true }
+
 function Sim:inject(f)
   local out = {}
+  if f.watch_list ~= nil and not watch_list_modes[f.watch_list] then
+    return nil, 'watch_list must be "served", "refused" or "ignored", got ' .. encode(f.watch_list)
+  end
+  if f.watch_timeout ~= nil and (type(f.watch_timeout) ~= "number" or f.watch_timeout < 0) then
+    return nil, "watch_timeout must be a number of seconds, got " .. encode(f.watch_timeout)
+  end
   if f.reset then
     for w in pairs(self.held) do
       self.held[w] = nil
@@ -765,6 +799,13 @@ function Sim:inject(f)
     self.faults.retry_after = tonumber(f.retry_after) or 1
   end
   if f.delay then self.faults.delay = tonumber(f.delay) or 0 end
+  if f.watch_list ~= nil then
+    self.faults.watch_list = f.watch_list ~= "served" and f.watch_list or nil
+  end
+  if f.quiet_watches ~= nil then self.faults.quiet_watches = f.quiet_watches == true end
+  if f.watch_timeout ~= nil then
+    self.faults.watch_timeout = f.watch_timeout > 0 and f.watch_timeout or nil
+  end
   out.resourceVersion = tostring(self.store.rv)
   return out
 end
@@ -790,7 +831,9 @@ function Sim:control(req, path)
     if type(f) ~= "table" or is_array(f) then
       return reply_status(req, store.bad_request("the body must be a JSON object"))
     end
-    return reply_json(req, 200, self:inject(f))
+    local out, ierr = self:inject(f)
+    if not out then return reply_status(req, store.bad_request(ierr)) end
+    return reply_json(req, 200, out)
   elseif path == "/_sim/state" and req:method() == "GET" then
     local counts, watches = {}, 0
     for key, res in pairs(self.store.resources) do
@@ -884,7 +927,9 @@ function Sim:handle(req)
     end
     return reply_json(req, 200, self:resource_list(r.gv))
   end
-  if not self:resolve(r) then return reply_text_404(req) end
+  -- the group-version's handler answers for any path under it that names
+  -- no resource of its (".../ConfigMap/x", ".../configmap/x")
+  if not self:resolve(r) then return reply_status(req, not_found_resource()) end
   return self:serve_resource(req, r, user)
 end
 

@@ -1900,14 +1900,18 @@ function Store:delete(res, ns, name, opts, ctx)
   if not e then return nil, err end
   local old = e.obj
   local pre = is_object(opts.preconditions) and opts.preconditions or {}
+  -- as the storage checks them: the conflict names the Kind ("ConfigMap",
+  -- "Deployment.apps"), not the resource
+  local by_kind = { gr = kind_label(res), name = res.kind, group = res.group }
   if pre.uid and pre.uid ~= old.metadata.uid then
-    return nil, conflict(res, name, format("Precondition failed: UID in precondition: %s, UID "
-      .. "in object meta: %s", pre.uid, old.metadata.uid))
+    return nil, conflict(by_kind, name, format("the UID in the precondition (%s) does not match "
+      .. "the UID in record (%s). The object might have been deleted and then recreated",
+      pre.uid, old.metadata.uid))
   end
   if pre.resourceVersion and pre.resourceVersion ~= old.metadata.resourceVersion then
-    return nil, conflict(res, name, format("Precondition failed: ResourceVersion in "
-      .. "precondition: %s, ResourceVersion in object meta: %s", pre.resourceVersion,
-      old.metadata.resourceVersion))
+    return nil, conflict(by_kind, name, format("the ResourceVersion in the precondition (%s) "
+      .. "does not match the ResourceVersion in record (%s). The object might have been modified",
+      pre.resourceVersion, old.metadata.resourceVersion))
   end
   if res.gv == "v1" and res.name == "namespaces" and self.opts.controllers == false
       and is_object(old.spec) and is_array(old.spec.finalizers) and #old.spec.finalizers > 0 then

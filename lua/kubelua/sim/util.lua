@@ -90,21 +90,7 @@ function _M.b64_error(s)
   end
 end
 
--- ids and time ------------------------------------------------------------
-
-do
-  local f = io.open("/dev/urandom", "rb")
-  local seed = os.time()
-  if f then
-    local s = f:read(4)
-    f:close()
-    if s and #s == 4 then
-      local a, b, c, d = byte(s, 1, 4)
-      seed = ((a * 256 + b) * 256 + c) * 256 + d
-    end
-  end
-  math.randomseed(seed)
-end
+-- ids and time (math.random is seeded by the runtime) ---------------------
 
 function _M.uid()
   local function hex(n)
