@@ -39,9 +39,10 @@ describe("kubelua sim OpenAPI v3", function()
 
   it("lists every group version with a hashed URL", function()
     local paths = index()
-    assert.same({ "api/v1", "apis/apiextensions.k8s.io/v1", "apis/apps/v1",
-      "apis/authorization.k8s.io/v1", "apis/coordination.k8s.io/v1", "apis/events.k8s.io/v1" },
-      keys(paths))
+    local names = keys(paths)
+    assert.equal(23, #names) -- the built-in group versions of kube-apiserver v1.26
+    assert.same({ "api/v1", "apis/admissionregistration.k8s.io/v1",
+      "apis/apiextensions.k8s.io/v1" }, { names[1], names[2], names[3] })
     for gv, p in pairs(paths) do
       assert.matches("^/openapi/v3/" .. gv:gsub("%.", "%%.") .. "%?hash=%x+$",
         p.serverRelativeURL)

@@ -16,6 +16,7 @@ local util = require "kubelua.sim.util"
 local yaml = require "kubelua.sim.yaml"
 local tables = require "kubelua.sim.table"
 local openapi = require "kubelua.sim.openapi"
+local resources = require "kubelua.sim.resources"
 local protobuf = require "kubelua.sim.protobuf"
 local reviews = require "kubelua.sim.reviews"
 
@@ -196,40 +197,29 @@ end
 
 -- Discovery -------------------------------------------------------------------------
 
+-- GET /apis as JSON text: the built-in groups in the real server's order,
+-- then those of CustomResourceDefinitions.
 function Sim:discovery_groups()
   local s = self.store
-  local groups = {}
-  local order, seen = {}, {}
-  for _, g in ipairs(require("kubelua.sim.resources").group_order) do
-    if s.groups[g] then order[#order + 1] = g seen[g] = true end
+  local groups, seen = {}, {}
+  local function add(g)
+    if s.groups[g] and not seen[g] then
+      seen[g] = true
+      groups[#groups + 1] = resources.group_text(g, s.groups[g])
+    end
   end
-  for _, g in ipairs(s.group_list) do
-    if not seen[g] then order[#order + 1] = g seen[g] = true end
-  end
-  for _, g in ipairs(order) do groups[#groups + 1] = self:api_group(g) end
-  return { kind = "APIGroupList", apiVersion = "v1", groups = json.array(groups) }
-end
-
-function Sim:api_group(g)
-  local versions = json.array {}
-  for _, v in ipairs(self.store.groups[g]) do
-    versions[#versions + 1] = { groupVersion = g .. "/" .. v, version = v }
-  end
-  return { name = g, versions = versions, preferredVersion = versions[1] }
+  for _, g in ipairs(resources.group_order) do add(g) end
+  for _, g in ipairs(s.group_list) do add(g) end
+  return resources.group_list_text(groups)
 end
 
 function Sim:resource_list(gv)
-  local g = self.store.gvs[gv]
-  local list = json.array {}
   local entries = {}
-  for _, r in ipairs(g.list) do
+  for _, r in ipairs(self.store.gvs[gv].list) do
     for _, e in ipairs(r.disco) do entries[#entries + 1] = e end
   end
   table.sort(entries, function(a, b) return a.name < b.name end)
-  for i, e in ipairs(entries) do list[i] = e end
-  local body = { kind = "APIResourceList", groupVersion = gv, resources = list }
-  if gv ~= "v1" then body.apiVersion = "v1" end
-  return body
+  return resources.resource_list_text(gv, entries)
 end
 
 -- OpenAPI v3: the index of the group versions, then each one's document
@@ -907,9 +897,8 @@ function Sim:handle(req)
       return reply_status(req, status(403, "Forbidden", format('forbidden: User '
         .. '"system:anonymous" cannot get path "%s"', path), {}))
     end
-    local body = self:api_group(g)
-    body.kind, body.apiVersion = "APIGroup", "v1"
-    return reply_json(req, 200, body)
+    return reply_json(req, 200, resources.group_text(g, self.store.groups[g],
+      '"kind":"APIGroup","apiVersion":"v1",'))
   end
   local r = parse_path(path)
   if not r or not self.store.gvs[r.gv] then return reply_text_404(req) end

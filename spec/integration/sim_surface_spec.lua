@@ -1,0 +1,244 @@
+-- The simulator serves the whole built-in API of kube-apiserver v1.26, as
+-- captured in spec/fixtures/apiserver/surface: the discovery documents
+-- byte for byte, and every kind created from a minimal valid object, read
+-- back, listed and deleted.
+local json = require "kubelua.json"
+local H = require "spec.integration.sim_helper"
+
+local DIR = "spec/fixtures/apiserver/surface/discovery/"
+
+local read = require("spec.support").read
+
+-- The compact form of a captured (pretty-printed) body: the whitespace
+-- outside strings removed, key order as the server wrote it.
+local function compact(text)
+  local out, in_str, esc = {}, false, false
+  for c in text:gmatch(".") do
+    if in_str then
+      out[#out + 1] = c
+      if esc then
+        esc = false
+      elseif c == "\\" then
+        esc = true
+      elseif c == '"' then
+        in_str = false
+      end
+    elseif c == '"' then
+      in_str = true
+      out[#out + 1] = c
+    elseif not c:match("%s") then
+      out[#out + 1] = c
+    end
+  end
+  return table.concat(out)
+end
+
+-- A client that is not curl gets the compact JSON the real server sends.
+local UA = "kubectl/v1.26.1 (linux/amd64) kubernetes/8f94681"
+
+local function get_raw(sim, path)
+  local code, h, raw = H.request(sim, "GET", path, { user_agent = UA })
+  return code, raw, h
+end
+
+local function ls(dir)
+  local p = io.popen("ls " .. dir)
+  local out = {}
+  for line in p:lines() do out[#out + 1] = line end
+  p:close()
+  return out
+end
+
+-- A minimal valid object of each kind the surface serves with create and
+-- get, by "group/version/resource" ("v1/pods" for the core group).
+local pod_spec = { containers = json.array { { name = "c", image = "nginx" } } }
+local selector = { matchLabels = { app = "a" } }
+local template = { metadata = { labels = { app = "a" } }, spec = pod_spec }
+local subjects = json.array { { kind = "User", name = "alice",
+  apiGroup = "rbac.authorization.k8s.io" } }
+local role_ref = { apiGroup = "rbac.authorization.k8s.io", kind = "ClusterRole", name = "view" }
+local webhook = { name = "w.example.com", sideEffects = "None",
+  admissionReviewVersions = json.array { "v1" },
+  clientConfig = { url = "https://127.0.0.1:9443/hook" } }
+local hpa_v2 = { scaleTargetRef = { apiVersion = "apps/v1", kind = "Deployment", name = "d" },
+  maxReplicas = 3 }
+local flow_schema = { priorityLevelConfiguration = { name = "exempt" } }
+local priority_level = { type = "Exempt" }
+local capacity = { storageClassName = "standard" }
+
+local minimal = {
+  ["v1/componentstatuses"] = false, -- get and list only: the server's own health
+  ["v1/configmaps"] = { data = { a = "1" } },
+  ["v1/endpoints"] = {},
+  ["v1/events"] = { involvedObject = { kind = "Pod", name = "p", namespace = "default" } },
+  ["v1/limitranges"] = { spec = { limits = json.array { { type = "Container",
+    default = { cpu = "100m" } } } } },
+  ["v1/namespaces"] = {},
+  ["v1/nodes"] = {},
+  ["v1/persistentvolumeclaims"] = { spec = { accessModes = json.array { "ReadWriteOnce" },
+    resources = { requests = { storage = "1Gi" } } } },
+  ["v1/persistentvolumes"] = { spec = { capacity = { storage = "1Gi" },
+    accessModes = json.array { "ReadWriteOnce" }, hostPath = { path = "/tmp/pv" } } },
+  ["v1/pods"] = { spec = pod_spec },
+  ["v1/podtemplates"] = { template = template },
+  ["v1/replicationcontrollers"] = { spec = { selector = { app = "a" }, template = template } },
+  ["v1/resourcequotas"] = { spec = { hard = { pods = "10" } } },
+  ["v1/secrets"] = { stringData = { a = "1" } },
+  ["v1/serviceaccounts"] = {},
+  ["v1/services"] = { spec = { ports = json.array { { port = 80 } } } },
+  ["apiregistration.k8s.io/v1/apiservices"] = { name = "v1.example.com",
+    spec = { group = "example.com", version = "v1", groupPriorityMinimum = 100,
+      versionPriority = 10, service = { namespace = "default", name = "api" } } },
+  ["apps/v1/controllerrevisions"] = { revision = 1 },
+  ["apps/v1/daemonsets"] = { spec = { selector = selector, template = template } },
+  ["apps/v1/deployments"] = { spec = { selector = selector, template = template } },
+  ["apps/v1/replicasets"] = { spec = { selector = selector, template = template } },
+  ["apps/v1/statefulsets"] = { spec = { selector = selector, template = template,
+    serviceName = "s" } },
+  ["events.k8s.io/v1/events"] = { eventTime = "2026-01-01T00:00:00.000000Z",
+    reportingController = "example.com/c", reportingInstance = "c-1", action = "Sync",
+    reason = "Synced", regarding = { kind = "Pod", name = "p", namespace = "default" },
+    type = "Normal" },
+  ["autoscaling/v2/horizontalpodautoscalers"] = { spec = hpa_v2 },
+  ["autoscaling/v1/horizontalpodautoscalers"] = { spec = hpa_v2 },
+  ["batch/v1/cronjobs"] = { spec = { schedule = "*/5 * * * *", jobTemplate = { spec = {
+    template = { spec = { containers = pod_spec.containers, restartPolicy = "Never" } } } } } },
+  ["batch/v1/jobs"] = { spec = { template = { spec = { containers = pod_spec.containers,
+    restartPolicy = "Never" } } } },
+  ["certificates.k8s.io/v1/certificatesigningrequests"] = { spec = {
+    request = "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURSBSRVFVRVNULS0tLS0K",
+    signerName = "example.com/signer", usages = json.array { "digital signature" } } },
+  ["networking.k8s.io/v1/ingressclasses"] = { spec = { controller = "example.com/ingress" } },
+  ["networking.k8s.io/v1/ingresses"] = { spec = { defaultBackend = { service = { name = "s",
+    port = { number = 80 } } } } },
+  ["networking.k8s.io/v1/networkpolicies"] = { spec = { podSelector = {} } },
+  ["policy/v1/poddisruptionbudgets"] = { spec = { selector = selector, minAvailable = 1 } },
+  ["rbac.authorization.k8s.io/v1/clusterrolebindings"] = { subjects = subjects,
+    roleRef = role_ref },
+  ["rbac.authorization.k8s.io/v1/clusterroles"] = { rules = json.array { {
+    apiGroups = json.array { "" }, resources = json.array { "pods" },
+    verbs = json.array { "get" } } } },
+  ["rbac.authorization.k8s.io/v1/rolebindings"] = { subjects = subjects, roleRef = role_ref },
+  ["rbac.authorization.k8s.io/v1/roles"] = { rules = json.array {} },
+  ["storage.k8s.io/v1/csidrivers"] = { name = "csi.example.com", spec = {} },
+  ["storage.k8s.io/v1/csinodes"] = { spec = { drivers = json.array {} } },
+  ["storage.k8s.io/v1/csistoragecapacities"] = capacity,
+  ["storage.k8s.io/v1/storageclasses"] = { provisioner = "example.com/p" },
+  ["storage.k8s.io/v1/volumeattachments"] = { spec = { attacher = "csi.example.com",
+    nodeName = "n1", source = { persistentVolumeName = "pv1" } } },
+  ["storage.k8s.io/v1beta1/csistoragecapacities"] = capacity,
+  ["admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"] = {
+    webhooks = json.array { webhook } },
+  ["admissionregistration.k8s.io/v1/validatingwebhookconfigurations"] = {
+    webhooks = json.array { webhook } },
+  ["apiextensions.k8s.io/v1/customresourcedefinitions"] = { name = "widgets.example.com",
+    spec = { group = "example.com", scope = "Namespaced", names = { plural = "widgets",
+      singular = "widget", kind = "Widget", listKind = "WidgetList" },
+      versions = json.array { { name = "v1", served = true, storage = true,
+        schema = { openAPIV3Schema = { type = "object",
+          ["x-kubernetes-preserve-unknown-fields"] = true } } } } } },
+  ["scheduling.k8s.io/v1/priorityclasses"] = { value = 1000 },
+  ["coordination.k8s.io/v1/leases"] = { spec = { holderIdentity = "h" } },
+  ["node.k8s.io/v1/runtimeclasses"] = { handler = "runc" },
+  ["discovery.k8s.io/v1/endpointslices"] = { addressType = "IPv4",
+    endpoints = json.array { { addresses = json.array { "10.0.0.1" } } } },
+  ["flowcontrol.apiserver.k8s.io/v1beta3/flowschemas"] = { spec = flow_schema },
+  ["flowcontrol.apiserver.k8s.io/v1beta3/prioritylevelconfigurations"] = {
+    spec = priority_level },
+  ["flowcontrol.apiserver.k8s.io/v1beta2/flowschemas"] = { spec = flow_schema },
+  ["flowcontrol.apiserver.k8s.io/v1beta2/prioritylevelconfigurations"] = {
+    spec = priority_level },
+}
+
+-- The kinds whose only verb is create: answered, not stored.
+local create_only = { ["v1/bindings"] = true, ["authentication.k8s.io/v1/tokenreviews"] = true,
+  ["authorization.k8s.io/v1/localsubjectaccessreviews"] = true,
+  ["authorization.k8s.io/v1/selfsubjectaccessreviews"] = true,
+  ["authorization.k8s.io/v1/selfsubjectrulesreviews"] = true,
+  ["authorization.k8s.io/v1/subjectaccessreviews"] = true }
+
+describe("kubelua sim serves the built-in API surface of kube-apiserver v1.26", function()
+  local sim
+  setup(function() sim = H.start() end)
+  teardown(function() H.stop(sim) end)
+
+  it("serves /apis and every group version's discovery as captured, byte for byte", function()
+    local files = ls(DIR)
+    assert.equal(25, #files) -- api.json, apis.json and the 23 group versions
+    local code, raw = get_raw(sim, "/apis")
+    assert.equal(200, code)
+    assert.equal(compact(read(DIR .. "apis.json")) .. "\n", raw)
+    local n = 0
+    for _, f in ipairs(files) do
+      local path = f:match("^(api_v1)%.json$") and "/api/v1"
+        or f:match("^apis_(.+)%.json$") and "/apis/" .. f:match("^apis_(.+)_([^_]+)%.json$")
+          .. "/" .. f:match("_([^_]+)%.json$")
+      if f ~= "apis.json" and path then
+        code, raw = get_raw(sim, path)
+        assert.equal(200, code, path)
+        assert.equal(compact(read(DIR .. f)) .. "\n", raw, path)
+        n = n + 1
+      end
+    end
+    assert.equal(23, n)
+  end)
+
+  it("serves each group as the real server's APIGroup", function()
+    local code, raw = get_raw(sim, "/apis/autoscaling")
+    assert.equal(200, code)
+    assert.equal('{"kind":"APIGroup","apiVersion":"v1","name":"autoscaling","versions":['
+      .. '{"groupVersion":"autoscaling/v2","version":"v2"},{"groupVersion":"autoscaling/v1",'
+      .. '"version":"v1"}],"preferredVersion":{"groupVersion":"autoscaling/v2",'
+      .. '"version":"v2"}}\n', raw)
+  end)
+
+  it("creates every kind from a minimal valid object and reads it back", function()
+    local apis = json.decode(read(DIR .. "apis.json"))
+    local gvs = { "v1" }
+    for _, g in ipairs(apis.groups) do
+      for _, v in ipairs(g.versions) do gvs[#gvs + 1] = v.groupVersion end
+    end
+    local served = 0
+    for _, gv in ipairs(gvs) do
+      local file = gv == "v1" and "api_v1.json" or "apis_" .. gv:gsub("/", "_") .. ".json"
+      local list = json.decode(read(DIR .. file))
+      local prefix = gv == "v1" and "/api/v1" or "/apis/" .. gv
+      for _, e in ipairs(list.resources) do
+        local key = gv .. "/" .. e.name
+        if not e.name:find("/", 1, true) and not create_only[key] then
+          local body = minimal[key]
+          assert(body ~= nil, "no minimal object for " .. key)
+          local verbs = {}
+          for _, v in ipairs(e.verbs) do verbs[v] = true end
+          if body then
+            assert(verbs.create and verbs.get and verbs.list and verbs.delete, key)
+            local obj = json.decode(json.encode(body))
+            local name = obj.name or "min-" .. e.name:sub(1, 20)
+            obj.name = nil
+            obj.apiVersion, obj.kind = gv, e.kind
+            obj.metadata = { name = name }
+            local base = prefix .. (e.namespaced and "/namespaces/default/" or "/") .. e.name
+            local code, got, raw = H.api(sim, "POST", base, obj)
+            assert.equal(201, code, key .. ": " .. tostring(raw))
+            assert.equal(e.kind, got.kind, key)
+            assert.equal(gv, got.apiVersion, key)
+            code, got, raw = H.api(sim, "GET", base .. "/" .. name)
+            assert.equal(200, code, key .. ": " .. tostring(raw))
+            assert.equal(name, got.metadata.name, key)
+            assert.equal(e.kind, got.kind, key)
+            code, got = H.api(sim, "GET", base .. "?fieldSelector=metadata.name%3D" .. name)
+            assert.equal(200, code, key)
+            assert.equal(e.kind .. "List", got.kind, key)
+            assert.same({ name }, H.names(got), key)
+            code, _, raw = H.api(sim, "DELETE", base .. "/" .. name)
+            assert.equal(200, code, key .. ": " .. tostring(raw))
+            served = served + 1
+          else
+            assert.is_nil(verbs.create, key)
+          end
+        end
+      end
+    end
+    assert.equal(52, served)
+  end)
+end)
