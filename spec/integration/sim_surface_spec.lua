@@ -241,4 +241,57 @@ describe("kubelua sim serves the built-in API surface of kube-apiserver v1.26", 
     end
     assert.equal(52, served)
   end)
+
+  describe("CustomResourceDefinition validation", function()
+    local function crd(name, group, names)
+      return { apiVersion = "apiextensions.k8s.io/v1", kind = "CustomResourceDefinition",
+        metadata = { name = name }, spec = { group = group, scope = "Namespaced", names = names,
+          versions = json.array { { name = "v1", served = true, storage = true,
+            schema = { openAPIV3Schema = { type = "object" } } } } } }
+    end
+    local path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+
+    it("answers 422 when the name is not <plural>.<group> and the group is empty", function()
+      local code, st = H.api(sim, "POST", path, crd("wrongname", "", { plural = "gadgets",
+        singular = "gadget", kind = "Gadget" }))
+      assert.equal(422, code)
+      assert.same({ kind = "Status", apiVersion = "v1", metadata = {}, status = "Failure",
+        reason = "Invalid", code = 422,
+        message = 'CustomResourceDefinition.apiextensions.k8s.io "wrongname" is invalid: '
+          .. '[metadata.name: Invalid value: "wrongname": must be spec.names.plural+"."+'
+          .. 'spec.group, spec.group: Required value]',
+        details = { name = "wrongname", group = "apiextensions.k8s.io",
+          kind = "CustomResourceDefinition", causes = {
+            { reason = "FieldValueInvalid", field = "metadata.name",
+              message = 'Invalid value: "wrongname": must be spec.names.plural+"."+spec.group' },
+            { reason = "FieldValueRequired", field = "spec.group",
+              message = "Required value" } } } }, st)
+      code = H.api(sim, "GET", path .. "/wrongname")
+      assert.equal(404, code)
+    end)
+
+    it("answers 422 for a group without a dot and names that are not DNS-1035 labels",
+        function()
+      local code, st = H.api(sim, "POST", path, crd("x.example", "example",
+        { plural = "Gadgets", singular = "gadget", kind = "Gad_get" }))
+      assert.equal(422, code)
+      local label = "a DNS-1035 label must consist of lower case alphanumeric characters or '-', "
+        .. "start with an alphabetic character, and end with an alphanumeric character (e.g. "
+        .. "'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')"
+      assert.equal('CustomResourceDefinition.apiextensions.k8s.io "x.example" is invalid: '
+        .. '[metadata.name: Invalid value: "x.example": must be spec.names.plural+"."+spec.group, '
+        .. 'spec.group: Invalid value: "example": should be a domain with at least one dot, '
+        .. 'spec.names.plural: Invalid value: "Gadgets": ' .. label .. ", "
+        .. 'spec.names.kind: Invalid value: "Gad_get": may have mixed case, but should '
+        .. "otherwise match: " .. label .. ", "
+        .. 'spec.names.listKind: Invalid value: "Gad_getList": may have mixed case, but should '
+        .. "otherwise match: " .. label .. "]", st.message)
+    end)
+
+    it("accepts <plural>.<group>", function()
+      local code, _, raw = H.api(sim, "POST", path, crd("gadgets.example.com", "example.com",
+        { plural = "gadgets", singular = "gadget", kind = "Gadget" }))
+      assert.equal(201, code, raw)
+    end)
+  end)
 end)

@@ -25,6 +25,7 @@ local yaml = require "kubelua.sim.yaml"
 local events = require "kubelua.sim.events"
 local quantity = require "kubelua.sim.quantity"
 local services = require "kubelua.sim.services"
+local crds = require "kubelua.sim.crds"
 local httpd = require "kubelua.httpd"
 
 local type, pairs, ipairs, tostring, tonumber, setmetatable, next =
@@ -1187,11 +1188,14 @@ local function validate_defaulted(res, obj, old)
   elseif is_secret(res) then
     check_keys(causes, obj, "data")
     check_secret_type(causes, obj)
-  elseif res.builtin and res.name == "customresourcedefinitions" and is_object(obj.spec) then
-    for i, v in ipairs(is_array(obj.spec.versions) and obj.spec.versions or {}) do
+  elseif res.builtin and res.name == "customresourcedefinitions" then
+    crds.validate_name(obj, causes)
+    local spec = is_object(obj.spec) and obj.spec or {}
+    for i, v in ipairs(is_array(spec.versions) and spec.versions or {}) do
       local scale = is_object(v) and is_object(v.subresources) and v.subresources.scale
       if is_object(scale) then check_scale_paths(causes, i, scale) end
     end
+    crds.validate_names(obj, causes)
   end
   return #causes > 0 and invalid(res, obj.metadata.name, causes) or nil
 end
