@@ -9,29 +9,7 @@ local DIR = "spec/fixtures/apiserver/surface/discovery/"
 
 local read = require("spec.support").read
 
--- The compact form of a captured (pretty-printed) body: the whitespace
--- outside strings removed, key order as the server wrote it.
-local function compact(text)
-  local out, in_str, esc = {}, false, false
-  for c in text:gmatch(".") do
-    if in_str then
-      out[#out + 1] = c
-      if esc then
-        esc = false
-      elseif c == "\\" then
-        esc = true
-      elseif c == '"' then
-        in_str = false
-      end
-    elseif c == '"' then
-      in_str = true
-      out[#out + 1] = c
-    elseif not c:match("%s") then
-      out[#out + 1] = c
-    end
-  end
-  return table.concat(out)
-end
+local compact = H.compact
 
 -- A client that is not curl gets the compact JSON the real server sends.
 local UA = "kubectl/v1.26.1 (linux/amd64) kubernetes/8f94681"
