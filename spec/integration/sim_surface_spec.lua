@@ -272,4 +272,73 @@ describe("kubelua sim serves the built-in API surface of kube-apiserver v1.26", 
       assert.equal(201, code, raw)
     end)
   end)
+
+  describe("decoding from each kind's schema", function()
+    local deploy = "/apis/apps/v1/namespaces/default/deployments"
+    local function deployment(name, extra)
+      return { apiVersion = "apps/v1", kind = "Deployment",
+        metadata = { name = name, bogus = "x" }, spec = { replicas = extra or 1,
+          selector = { matchLabels = { app = "a" } }, template = { metadata = {
+            labels = { app = "a" } }, spec = { containers = json.array { { name = "c",
+              image = "nginx", foo = 1 } } } } } }
+    end
+
+    it("refuses a value of the wrong type as the decoder does, whatever fieldValidation",
+        function()
+      for _, fv in ipairs { "", "?fieldValidation=Strict", "?fieldValidation=Warn",
+          "?fieldValidation=Ignore" } do
+        local code, st = H.api(sim, "POST", "/api/v1/namespaces/default/configmaps" .. fv,
+          { apiVersion = "v1", kind = "ConfigMap", metadata = { name = "typed" },
+            data = { x = 1 } })
+        assert.equal(400, code, fv)
+        assert.same({ kind = "Status", apiVersion = "v1", metadata = {}, status = "Failure",
+          reason = "BadRequest", code = 400, message = 'ConfigMap in version "v1" cannot be '
+            .. "handled as a ConfigMap: json: cannot unmarshal number into Go struct field "
+            .. "ConfigMap.data of type string" }, st)
+      end
+      local code, st = H.api(sim, "POST", deploy, deployment("typed", "3"))
+      assert.equal(400, code)
+      assert.equal('Deployment in version "v1" cannot be handled as a Deployment: json: cannot '
+        .. "unmarshal string into Go struct field DeploymentSpec.spec.replicas of type int32",
+        st.message)
+      code, st = H.api(sim, "POST", "/apis/batch/v1/namespaces/default/jobs", {
+        apiVersion = "batch/v1", kind = "Job", metadata = { name = "typed" },
+        spec = { backoffLimit = 1.5, template = { spec = { restartPolicy = "Never",
+          containers = "c" } } } })
+      assert.equal(400, code)
+      assert.equal('Job in version "v1" cannot be handled as a Job: json: cannot unmarshal '
+        .. "number 1.5 into Go struct field JobSpec.spec.backoffLimit of type int32", st.message)
+      assert.equal(404, (H.api(sim, "GET", "/api/v1/namespaces/default/configmaps/typed")))
+    end)
+
+    it("finds unknown fields at any depth: Strict refuses, Warn warns, Ignore drops", function()
+      local code, st = H.api(sim, "POST", deploy .. "?fieldValidation=Strict",
+        deployment("strict"))
+      assert.equal(400, code)
+      assert.same({ kind = "Status", apiVersion = "v1", metadata = {}, status = "Failure",
+        reason = "BadRequest", code = 400, message = 'Deployment in version "v1" cannot be '
+          .. 'handled as a Deployment: strict decoding error: unknown field "metadata.bogus", '
+          .. 'unknown field "spec.template.spec.containers[0].foo"' }, st)
+      local h, got, raw
+      code, h, raw, got = H.request(sim, "POST", deploy .. "?fieldValidation=Warn",
+        { body = deployment("warn") })
+      assert.equal(201, code, raw)
+      assert.equal('299 - "unknown field \\"metadata.bogus\\"", 299 - "unknown field '
+        .. '\\"spec.template.spec.containers[0].foo\\""', h.warning)
+      assert.is_nil(got.metadata.bogus)
+      assert.is_nil(got.spec.template.spec.containers[1].foo)
+      code, h, raw, got = H.request(sim, "POST", deploy .. "?fieldValidation=Ignore",
+        { body = deployment("ignore") })
+      assert.equal(201, code, raw)
+      assert.is_nil(h.warning)
+      assert.is_nil(got.spec.template.spec.containers[1].foo)
+      -- a kind the simulator has no code of its own for
+      code, h, raw = H.request(sim, "POST", "/apis/policy/v1/namespaces/default/"
+        .. "poddisruptionbudgets", { body = { apiVersion = "policy/v1",
+          kind = "PodDisruptionBudget", metadata = { name = "pdb" }, spec = { minAvailable = 1,
+            maxSurprise = 2 } } })
+      assert.equal(201, code, raw)
+      assert.equal('299 - "unknown field \\"spec.maxSurprise\\""', h.warning)
+    end)
+  end)
 end)

@@ -26,6 +26,7 @@ local events = require "kubelua.sim.events"
 local quantity = require "kubelua.sim.quantity"
 local services = require "kubelua.sim.services"
 local crds = require "kubelua.sim.crds"
+local schemalib = require "kubelua.sim.schema"
 local httpd = require "kubelua.httpd"
 
 local type, pairs, ipairs, tostring, tonumber, setmetatable, next =
@@ -683,22 +684,12 @@ local function validate(res, obj)
   return nil
 end
 
--- Field validation: the fields a kind knows at its top level and in
--- metadata; the rest are unknown, dropped from the object, and reported as
--- a warning (fieldValidation=Warn, the default), an error (Strict) or not
--- at all (Ignore). Custom resources are pruned by their schema.
-local known_top = {
-  configmaps = { "data", "binaryData", "immutable" },
-  secrets = { "data", "stringData", "type", "immutable" },
-  serviceaccounts = { "secrets", "imagePullSecrets", "automountServiceAccountToken" },
-  ["v1/events"] = { "involvedObject", "reason", "message", "source", "firstTimestamp",
-    "lastTimestamp", "count", "type", "eventTime", "series", "action", "related",
-    "reportingComponent", "reportingInstance" },
-  ["events.k8s.io/v1/events"] = { "eventTime", "series", "reportingController",
-    "reportingInstance", "action", "reason", "regarding", "related", "note", "type",
-    "deprecatedSource", "deprecatedFirstTimestamp", "deprecatedLastTimestamp",
-    "deprecatedCount" },
-}
+-- Field validation: the fields a kind knows, from its schema
+-- (kubelua.sim.schema); the rest are unknown, dropped from the object, and
+-- reported as a warning (fieldValidation=Warn, the default), an error
+-- (Strict) or not at all (Ignore). A built-in kind without a captured
+-- schema (apiregistration.k8s.io's) knows spec and status at its top level
+-- and ObjectMeta's fields; custom resources are pruned by their schema.
 local known_meta = {}
 for _, f in ipairs { "name", "generateName", "namespace", "selfLink", "uid", "resourceVersion",
     "generation", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds",
@@ -706,13 +697,8 @@ for _, f in ipairs { "name", "generateName", "namespace", "selfLink", "uid", "re
   known_meta[f] = true
 end
 
-local function set_of(list)
-  local t = { apiVersion = true, kind = true, metadata = true }
-  for _, f in ipairs(list) do t[f] = true end
-  return t
-end
-for k, v in pairs(known_top) do known_top[k] = set_of(v) end
-local spec_status = set_of { "spec", "status" }
+local spec_status = { apiVersion = true, kind = true, metadata = true, spec = true,
+  status = true }
 
 local function prune(schema, v, path, out)
   if type(schema) ~= "table" or not is_object(v) then return end
@@ -736,13 +722,16 @@ local function prune(schema, v, path, out)
 end
 
 -- Drops the unknown fields of obj (changed in place) and returns their
--- paths, sorted.
+-- paths, sorted, and the decoder's type error (built-in kinds with a
+-- schema) or nil.
 function _M.unknown_fields(res, obj)
   local out = {}
-  if res.builtin then
-    local known = known_top[res.gv .. "/" .. res.name] or known_top[res.name] or spec_status
+  local checker = res.builtin and schemalib.checker(res)
+  if checker then
+    return schemalib.check(checker, obj)
+  elseif res.builtin then
     for k in pairs(obj) do
-      if not known[k] then
+      if not spec_status[k] then
         obj[k] = nil
         out[#out + 1] = k
       end
@@ -775,9 +764,11 @@ function _M.unknown_fields(res, obj)
 end
 
 -- Applies ctx.field_validation to the unknown fields of obj: nil, or a
--- 400 Status for Strict; warnings go to ctx.warnings.
+-- 400 Status for Strict or for a value of the wrong type (whatever
+-- fieldValidation, as the decoder refuses it); warnings go to ctx.warnings.
 local function field_validation(res, obj, ctx)
-  local unknown = _M.unknown_fields(res, obj)
+  local unknown, type_error = _M.unknown_fields(res, obj)
+  if type_error then return undecodable(res, type_error) end
   if #unknown == 0 or ctx.field_validation == "Ignore" then return nil end
   local msgs = {}
   for i, f in ipairs(unknown) do msgs[i] = format('unknown field "%s"', f) end
