@@ -109,6 +109,16 @@ local function json_kind(v)
   return t
 end
 
+-- Keeps the type error at path when it is the first: the decoder reports
+-- the first in the body's order, which a decoded table has lost; the first
+-- path in byte order stands for it.
+local function type_error(st, path, what, struct, field, go)
+  if not st.err or path < st.err_path then
+    st.err, st.err_path = format("json: cannot unmarshal %s into Go struct field %s.%s of "
+      .. "type %s", what, struct, field, go), path
+  end
+end
+
 -- The walk: drops the unknown fields of v (node's value, at path) into
 -- st.unknown and keeps the first type error in st.err. struct and field:
 -- Go's innermost struct and the field path from it, for the message.
@@ -123,11 +133,7 @@ local function walk(node, v, path, st, struct, field)
     ok = have == "array"
   elseif t == "integer" then
     if have == "number" and v % 1 ~= 0 then
-      if not st.err then
-        st.err = format("json: cannot unmarshal number %s into Go struct field %s.%s of type %s",
-          json.encode(v), struct, field, node.go)
-      end
-      return
+      return type_error(st, path, "number " .. json.encode(v), struct, field, node.go)
     end
     ok = have == "number"
   elseif t == "number" then
@@ -137,28 +143,19 @@ local function walk(node, v, path, st, struct, field)
   else
     ok = have == "string"
   end
-  if not ok then
-    if not st.err then
-      st.err = format("json: cannot unmarshal %s into Go struct field %s.%s of type %s", have,
-        struct, field, node.go)
-    end
-    return
-  end
+  if not ok then return type_error(st, path, have, struct, field, node.go) end
   if t == "object" then
     local props = node.props
-    local keys = {}
-    for k in pairs(v) do keys[#keys + 1] = k end
-    sort(keys)
-    for _, k in ipairs(keys) do
+    for k, x in pairs(v) do
       local p = path == "" and k or path .. "." .. k
       local pn = props[k]
       if pn == nil then
         if not (path == "" and (k == "apiVersion" or k == "kind")) then
-          v[k] = nil
+          v[k] = nil -- clearing a field during next() is allowed
           st.unknown[#st.unknown + 1] = p
         end
       else
-        walk(pn, v[k], p, st, node.struct or struct, field == "" and k or field .. "." .. k)
+        walk(pn, x, p, st, node.struct or struct, field == "" and k or field .. "." .. k)
       end
     end
   elseif t == "map" and node.value ~= ANY then
