@@ -341,4 +341,32 @@ describe("kubelua sim serves the built-in API surface of kube-apiserver v1.26", 
       assert.equal('299 - "unknown field \\"spec.maxSurprise\\""', h.warning)
     end)
   end)
+
+  it("serves a kind stored once through both its versions", function()
+    local v1 = "/apis/storage.k8s.io/v1/namespaces/default/csistoragecapacities"
+    local beta = "/apis/storage.k8s.io/v1beta1/namespaces/default/csistoragecapacities"
+    local code, _, raw = H.api(sim, "POST", v1, { apiVersion = "storage.k8s.io/v1",
+      kind = "CSIStorageCapacity", metadata = { name = "cap" }, storageClassName = "fast" })
+    assert.equal(201, code, raw)
+    local got
+    code, got = H.api(sim, "GET", beta .. "/cap")
+    assert.equal(200, code)
+    assert.same({ "storage.k8s.io/v1beta1", "fast" }, { got.apiVersion, got.storageClassName })
+    assert.equal(200, (H.api(sim, "DELETE", beta .. "/cap")))
+    assert.equal(404, (H.api(sim, "GET", v1 .. "/cap")))
+    -- the limited shares under each version's name
+    local fc = "/apis/flowcontrol.apiserver.k8s.io/"
+    code, _, raw = H.api(sim, "POST", fc .. "v1beta2/prioritylevelconfigurations", {
+      apiVersion = "flowcontrol.apiserver.k8s.io/v1beta2", kind = "PriorityLevelConfiguration",
+      metadata = { name = "pl" }, spec = { type = "Limited", limited = {
+        assuredConcurrencyShares = 5, limitResponse = { type = "Reject" } } } })
+    assert.equal(201, code, raw)
+    code, got = H.api(sim, "GET", fc .. "v1beta3/prioritylevelconfigurations/pl")
+    assert.equal(200, code)
+    assert.same({ nominalConcurrencyShares = 5, limitResponse = { type = "Reject" } },
+      got.spec.limited)
+    code, got = H.api(sim, "GET", fc .. "v1beta2/prioritylevelconfigurations/pl")
+    assert.same({ assuredConcurrencyShares = 5, limitResponse = { type = "Reject" } },
+      got.spec.limited)
+  end)
 end)

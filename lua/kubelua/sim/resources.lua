@@ -9,7 +9,7 @@
 local json = require "kubelua.json"
 local surface = require "kubelua.sim.surface.discovery"
 
-local ipairs, concat, format = ipairs, table.concat, string.format
+local type, pairs, ipairs, concat, format = type, pairs, ipairs, table.concat, string.format
 local encode = json.encode
 
 local _M = {}
@@ -109,6 +109,52 @@ function _M.builtins()
     end
   end
   return out
+end
+
+-- Kinds the real server stores once and serves in two versions: an object
+-- written through either is read through both, in each one's apiVersion
+-- (PriorityLevelConfiguration's limited shares are assuredConcurrencyShares
+-- in v1beta2, nominalConcurrencyShares in v1beta3). HorizontalPodAutoscaler
+-- v1 and v2 are kept apart: their conversion is not done here.
+local FC = "flowcontrol.apiserver.k8s.io/"
+local shared = {
+  { "storage.k8s.io/v1", "storage.k8s.io/v1beta1", "csistoragecapacities" },
+  { FC .. "v1beta3", FC .. "v1beta2", "flowschemas" },
+  { FC .. "v1beta3", FC .. "v1beta2", "prioritylevelconfigurations",
+    shares = { v1beta3 = "nominalConcurrencyShares", v1beta2 = "assuredConcurrencyShares" } },
+}
+
+-- The converter of an object into r's version (a new table sharing the
+-- unchanged parts); shares: the renamed field, by version.
+local function as_version(r, shares)
+  return function(obj)
+    local o = {}
+    for k, v in pairs(obj) do o[k] = v end
+    o.apiVersion = r.gv
+    local limited = shares and type(o.spec) == "table" and o.spec.limited
+    if type(limited) == "table" then
+      local want = shares[r.version]
+      local l = {}
+      for k, v in pairs(limited) do
+        l[(k == shares.v1beta2 or k == shares.v1beta3) and want or k] = v
+      end
+      local spec = {}
+      for k, v in pairs(o.spec) do spec[k] = v end
+      spec.limited = l
+      o.spec = spec
+    end
+    return o
+  end
+end
+
+-- Makes the kinds above mirror each other in store (its resource(gv,
+-- name)).
+function _M.link_versions(store)
+  for _, sh in ipairs(shared) do
+    local a, b = store:resource(sh[1], sh[3]), store:resource(sh[2], sh[3])
+    a.mirrors = { { res = b, convert = as_version(b, sh.shares) } }
+    b.mirrors = { { res = a, convert = as_version(a, sh.shares) } }
+  end
 end
 
 -- Discovery documents in the real server's field order (Go's struct

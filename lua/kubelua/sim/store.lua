@@ -158,6 +158,7 @@ function Store:reset()
   local core, v1 = self:resource("v1", "events"), self:resource("events.k8s.io/v1", "events")
   core.mirrors, core.canon = { { res = v1, convert = events.to_v1 } }, events.canon_core
   v1.mirrors, v1.canon = { { res = core, convert = events.to_core } }, events.canon_v1
+  resources.link_versions(self)
   -- (trusted: made here, so not decoded against a schema, which would
   -- load the core group's at every start)
   local system = { user_agent = "kube-apiserver", trusted = true }
