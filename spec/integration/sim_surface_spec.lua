@@ -369,4 +369,18 @@ describe("kubelua sim serves the built-in API surface of kube-apiserver v1.26", 
     assert.same({ assuredConcurrencyShares = 5, limitResponse = { type = "Reject" } },
       got.spec.limited)
   end)
+
+  it("scales a ReplicationController, its selector a map of labels", function()
+    local rcs = "/api/v1/namespaces/default/replicationcontrollers"
+    local code, _, raw = H.api(sim, "POST", rcs, { apiVersion = "v1",
+      kind = "ReplicationController", metadata = { name = "rc" }, spec = { replicas = 2,
+        selector = { app = "a", tier = "web" }, template = { metadata = { labels = {
+          app = "a", tier = "web" } }, spec = pod_spec } } })
+    assert.equal(201, code, raw)
+    local got
+    code, got = H.api(sim, "GET", rcs .. "/rc/scale")
+    assert.equal(200, code)
+    assert.same({ "Scale", { replicas = 2 }, { replicas = 0, selector = "app=a,tier=web" } },
+      { got.kind, got.spec, got.status })
+  end)
 end)
