@@ -366,6 +366,7 @@ describe("kubelua sim serves the built-in API surface of kube-apiserver v1.26", 
     assert.same({ nominalConcurrencyShares = 5, limitResponse = { type = "Reject" } },
       got.spec.limited)
     code, got = H.api(sim, "GET", fc .. "v1beta2/prioritylevelconfigurations/pl")
+    assert.equal(200, code)
     assert.same({ assuredConcurrencyShares = 5, limitResponse = { type = "Reject" } },
       got.spec.limited)
   end)

@@ -1258,6 +1258,11 @@ function Store:create(res, ns, obj, ctx, operation, owned)
       return nil, not_found(nsres, md.namespace)
     end
   end
+  local key = obj_key(md.namespace, md.name)
+  if res.objects[key] then
+    return nil, status(409, "AlreadyExists", format('%s "%s" already exists', res.gr, md.name),
+      res_details(res, md.name))
+  end
   if res.status and not ctx.internal then obj.status = nil end
   md.uid = util.uid()
   md.creationTimestamp = util.timestamp()
@@ -1269,11 +1274,6 @@ function Store:create(res, ns, obj, ctx, operation, owned)
   defaults(res, obj)
   err = validate_defaulted(res, obj)
   if err then return nil, err end
-  -- storage refuses a name in use only after validation has passed
-  if res.objects[obj_key(md.namespace, md.name)] then
-    return nil, status(409, "AlreadyExists", format('%s "%s" already exists', res.gr, md.name),
-      res_details(res, md.name))
-  end
   set_managed(res, nil, obj, ctx, operation, owned)
   if is_service(res) then
     err = allocate_service(res, obj, nil, ctx.internal)
@@ -1548,8 +1548,9 @@ local function to_scale(res, obj)
   local md = obj.metadata
   local spec = is_object(obj.spec) and obj.spec or {}
   local st = is_object(obj.status) and obj.status or {}
+  -- a ReplicationController's selector is a map of labels
   local replicas, status_replicas, selector = spec.replicas, st.replicas or 0,
-    selector_string(spec.selector)
+    selector_string(res.gv == "v1" and { matchLabels = spec.selector } or spec.selector)
   local paths = res.scale_paths
   if paths then
     replicas, status_replicas = int_at(obj, paths.spec), int_at(obj, paths.status)
