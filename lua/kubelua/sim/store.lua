@@ -25,6 +25,8 @@ local yaml = require "kubelua.sim.yaml"
 local events = require "kubelua.sim.events"
 local quantity = require "kubelua.sim.quantity"
 local services = require "kubelua.sim.services"
+local crds = require "kubelua.sim.crds"
+local schemalib = require "kubelua.sim.schema"
 local httpd = require "kubelua.httpd"
 
 local type, pairs, ipairs, tostring, tonumber, setmetatable, next =
@@ -156,7 +158,10 @@ function Store:reset()
   local core, v1 = self:resource("v1", "events"), self:resource("events.k8s.io/v1", "events")
   core.mirrors, core.canon = { { res = v1, convert = events.to_v1 } }, events.canon_core
   v1.mirrors, v1.canon = { { res = core, convert = events.to_core } }, events.canon_v1
-  local system = { user_agent = "kube-apiserver" }
+  resources.link_versions(self)
+  -- (trusted: made here, so not decoded against a schema, which would
+  -- load the core group's at every start)
+  local system = { user_agent = "kube-apiserver", trusted = true }
   for _, ns in ipairs(self.opts.namespaces or { "default", "kube-system", "kube-public",
       "kube-node-lease" }) do
     self:create(self:resource("v1", "namespaces"), nil,
@@ -686,22 +691,12 @@ local function validate(res, obj)
   return nil
 end
 
--- Field validation: the fields a kind knows at its top level and in
--- metadata; the rest are unknown, dropped from the object, and reported as
--- a warning (fieldValidation=Warn, the default), an error (Strict) or not
--- at all (Ignore). Custom resources are pruned by their schema.
-local known_top = {
-  configmaps = { "data", "binaryData", "immutable" },
-  secrets = { "data", "stringData", "type", "immutable" },
-  serviceaccounts = { "secrets", "imagePullSecrets", "automountServiceAccountToken" },
-  ["v1/events"] = { "involvedObject", "reason", "message", "source", "firstTimestamp",
-    "lastTimestamp", "count", "type", "eventTime", "series", "action", "related",
-    "reportingComponent", "reportingInstance" },
-  ["events.k8s.io/v1/events"] = { "eventTime", "series", "reportingController",
-    "reportingInstance", "action", "reason", "regarding", "related", "note", "type",
-    "deprecatedSource", "deprecatedFirstTimestamp", "deprecatedLastTimestamp",
-    "deprecatedCount" },
-}
+-- Field validation: the fields a kind knows, from its schema
+-- (kubelua.sim.schema); the rest are unknown, dropped from the object, and
+-- reported as a warning (fieldValidation=Warn, the default), an error
+-- (Strict) or not at all (Ignore). A built-in kind without a captured
+-- schema (apiregistration.k8s.io's) knows spec and status at its top level
+-- and ObjectMeta's fields; custom resources are pruned by their schema.
 local known_meta = {}
 for _, f in ipairs { "name", "generateName", "namespace", "selfLink", "uid", "resourceVersion",
     "generation", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds",
@@ -709,13 +704,8 @@ for _, f in ipairs { "name", "generateName", "namespace", "selfLink", "uid", "re
   known_meta[f] = true
 end
 
-local function set_of(list)
-  local t = { apiVersion = true, kind = true, metadata = true }
-  for _, f in ipairs(list) do t[f] = true end
-  return t
-end
-for k, v in pairs(known_top) do known_top[k] = set_of(v) end
-local spec_status = set_of { "spec", "status" }
+local spec_status = { apiVersion = true, kind = true, metadata = true, spec = true,
+  status = true }
 
 local function prune(schema, v, path, out)
   if type(schema) ~= "table" or not is_object(v) then return end
@@ -739,13 +729,16 @@ local function prune(schema, v, path, out)
 end
 
 -- Drops the unknown fields of obj (changed in place) and returns their
--- paths, sorted.
+-- paths, sorted, and the decoder's type error (built-in kinds with a
+-- schema) or nil.
 function _M.unknown_fields(res, obj)
   local out = {}
-  if res.builtin then
-    local known = known_top[res.gv .. "/" .. res.name] or known_top[res.name] or spec_status
+  local checker = res.builtin and schemalib.checker(res)
+  if checker then
+    return schemalib.check(checker, obj)
+  elseif res.builtin then
     for k in pairs(obj) do
-      if not known[k] then
+      if not spec_status[k] then
         obj[k] = nil
         out[#out + 1] = k
       end
@@ -778,9 +771,12 @@ function _M.unknown_fields(res, obj)
 end
 
 -- Applies ctx.field_validation to the unknown fields of obj: nil, or a
--- 400 Status for Strict; warnings go to ctx.warnings.
+-- 400 Status for Strict or for a value of the wrong type (whatever
+-- fieldValidation, as the decoder refuses it); warnings go to ctx.warnings.
 local function field_validation(res, obj, ctx)
-  local unknown = _M.unknown_fields(res, obj)
+  if ctx.trusted then return nil end
+  local unknown, type_error = _M.unknown_fields(res, obj)
+  if type_error then return undecodable(res, type_error) end
   if #unknown == 0 or ctx.field_validation == "Ignore" then return nil end
   local msgs = {}
   for i, f in ipairs(unknown) do msgs[i] = format('unknown field "%s"', f) end
@@ -1211,11 +1207,14 @@ local function validate_defaulted(res, obj, old)
   elseif is_secret(res) then
     check_keys(causes, obj, "data")
     check_secret_type(causes, obj)
-  elseif res.builtin and res.name == "customresourcedefinitions" and is_object(obj.spec) then
-    for i, v in ipairs(is_array(obj.spec.versions) and obj.spec.versions or {}) do
+  elseif res.builtin and res.name == "customresourcedefinitions" then
+    crds.validate_name(obj, causes)
+    local spec = is_object(obj.spec) and obj.spec or {}
+    for i, v in ipairs(is_array(spec.versions) and spec.versions or {}) do
       local scale = is_object(v) and is_object(v.subresources) and v.subresources.scale
       if is_object(scale) then check_scale_paths(causes, i, scale) end
     end
+    crds.validate_names(obj, causes)
   end
   return #causes > 0 and invalid(res, obj.metadata.name, causes) or nil
 end
@@ -1273,7 +1272,8 @@ local function defaults(res, obj)
 end
 
 -- create(res, ns, obj, ctx) -> entry | nil, status. ctx: user_agent,
--- field_manager, dry_run, internal.
+-- field_manager, dry_run, internal, trusted (a body the simulator made:
+-- no field validation).
 function Store:create(res, ns, obj, ctx, operation, owned)
   ctx = ctx or {}
   local err = check_decoding(res, obj)
@@ -1619,8 +1619,9 @@ local function to_scale(res, obj)
   local md = obj.metadata
   local spec = is_object(obj.spec) and obj.spec or {}
   local st = is_object(obj.status) and obj.status or {}
+  -- a ReplicationController's selector is a map of labels
   local replicas, status_replicas, selector = spec.replicas, st.replicas or 0,
-    selector_string(spec.selector)
+    selector_string(res.gv == "v1" and { matchLabels = spec.selector } or spec.selector)
   local paths = res.scale_paths
   if paths then
     replicas, status_replicas = int_at(obj, paths.spec), int_at(obj, paths.status)
