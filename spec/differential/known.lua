@@ -17,15 +17,6 @@ return {
     reason = "/version: the simulator answers as the recorded v1.26.0 build (fixture 01); "
       .. "the 1.26.1 binaries the suite runs were built without a version stamp "
       .. "(gitVersion v0.0.0-master+f52833d2, empty major and minor)" },
-  { case = "^fixtures$", step = "^0[35]%-discovery%-", path = "^%.body%.resources%[name=[^%]]+%]$",
-    sim = "^<absent>$",
-    reason = "the simulator serves the built-in resources it implements (configmaps, events, "
-      .. "namespaces, pods, secrets, serviceaccounts, services, the apps workloads, leases, "
-      .. "events.k8s.io, CRDs, access reviews), not the whole built-in API" },
-  { case = "^fixtures$", step = "^%d+%-discovery%-apis", path = "^%.body%.groups%[name=[^%]]+%]$",
-    sim = "^<absent>$",
-    reason = "the simulator serves the API groups of the resources it implements, not every "
-      .. "built-in group" },
   { case = "^fixtures$", step = "^11%-discovery%-example%-v1$",
     path = "^%.body%.resources%[name=widgets%]%.storageVersionHash$",
     reason = "a custom resource's storageVersionHash is the first 8 bytes of SHA-256 of "
@@ -45,9 +36,4 @@ return {
       .. "KUBELUA_DIFF_SEED=2024: a port named http applied on port 84 where another manager "
       .. "wrote http on port 82 is a duplicate name on a real server (422), a replaced port "
       .. "in the simulator, and the later list and watch differ accordingly" },
-  { case = "^wrong types$", step = "^create %a+ %(", path = "^%.",
-    reason = "the simulator checks the JSON types of the fields it validates (ConfigMap and "
-      .. "Secret data, quantities, MicroTimes, custom resources' schemas, Scales), not every "
-      .. "field of every built-in kind: a Deployment with replicas \"two\" or a ConfigMap with "
-      .. "a number in data is stored, where a real server's decoder refuses it (400)" },
 }
