@@ -8,7 +8,8 @@
 -- see bench/lib/listwatch.lua for how each is measured:
 --   sync_s, objects_per_s  start of the informer until the list is cached
 --   bytes_per_object       RSS growth with every Pod cached, after a full GC
---   heap_bytes_per_object  the Lua heap and the cached bytes, the same way
+--   heap_bytes_per_object  the Lua heap's growth, the same way (the cache is
+--                          C memory outside it)
 --   peak_rss_ratio         peak RSS during the list / RSS after sync
 -- BENCH_OBJECTS=alike for the alike Pods (default realistic).
 -- Usage: kubelua run --no-watch bench/cache.lua KUBELUA_BINARY

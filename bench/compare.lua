@@ -19,7 +19,8 @@
 --   sync_s               start of the informer until the list is cached
 --   bytes_per_object     RSS growth with every Pod cached, after a full GC
 --   heap_bytes_per_object  the runtime's own heap figure, the same way
---                        (kubelua: Lua heap + cached bytes; node: V8 heap)
+--                        (kubelua: the Lua heap, the cache being C memory
+--                        outside it; client-node: the V8 heap)
 --   peak_rss_ratio       peak RSS during the list / RSS after sync
 --   watch_events_per_s   M events: release of the held events to the M-th
 --                        reaching the client's handler (exactly M update

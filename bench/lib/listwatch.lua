@@ -27,14 +27,19 @@ _M.seed = tonumber(os.getenv("BENCH_SEED") or "1")
 assert(_M.objects == "realistic" or _M.objects == "alike",
   "BENCH_OBJECTS is realistic or alike")
 
+local live = {} -- pids started and not yet ended, ended if the benchmark fails
+
 local function start(cmd)
   local out = os.tmpname()
-  return proc.start(cmd, out, out .. ".err"), out
+  local pid = proc.start(cmd, out, out .. ".err")
+  live[pid] = true
+  return pid, out
 end
 
 local function kill(pid)
   os.execute("kill " .. pid)
   while running(pid) do kube.sleep(0.01) end
+  live[pid] = nil
 end
 
 -- Waits for a JSON line of pid's output (out) that satisfies want; returns
@@ -185,7 +190,10 @@ end
 function _M.spawn(what, f)
   kube.spawn(function()
     local ok, err = xpcall(f, debug.traceback)
-    if not ok then io.stderr:write(what, ": ", tostring(err), "\n") end
+    if not ok then
+      io.stderr:write(what, ": ", tostring(err), "\n")
+      for pid in pairs(live) do kill(pid) end
+    end
     kube.stop(ok and 0 or 1)
   end)
 end
