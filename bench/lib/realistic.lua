@@ -61,6 +61,19 @@ local function safe(r, n)
   return concat(t)
 end
 
+-- A 5-char suffix of Pod i that looks random and is distinct for every i
+-- below 27^5 (a multiplier prime to 3 permutes the residues), so that no
+-- two Pods of a Deployment share a name.
+local function suffix(i)
+  local x, t = (i * 7368787 + 1234567) % 14348907, {}
+  for k = 1, 5 do
+    local d = x % 27 + 1
+    t[k] = SAFE:sub(d, d)
+    x = math.floor(x / 27)
+  end
+  return concat(t)
+end
+
 local function uuid(r)
   local h = r.hex(32)
   return format("%s-%s-4%s-%x%s-%s", h:sub(1, 8), h:sub(9, 12), h:sub(14, 16),
@@ -207,7 +220,7 @@ local function facts(u, seed, i)
   local node = u.nodes[r.draw(#u.nodes) + 1]
   local created = EPOCH - r.draw(30 * 86400)
   local p = { i = i, dep = dep, node = node, uid = uuid(r), created = created,
-    name = dep.name .. "-" .. dep.hash .. "-" .. safe(r, 5),
+    name = dep.name .. "-" .. dep.hash .. "-" .. suffix(i),
     pod_ip = format("10.%d.%d.%d", 100 + r.draw(20), r.draw(256), 1 + r.draw(254)),
     started = created + 1 + r.draw(5), ids = {} }
   for c = 1, #dep.containers do p.ids[c] = r.hex(64) end
