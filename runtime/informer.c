@@ -71,6 +71,20 @@ static void fifo_synced(kl_fifo_t *f, void *ud) {
 #endif
 }
 
+/* Whether objects go through the codec, with `pending` more keys to come
+ * than the store and the FIFO hold. */
+static bool compressing(const kl_informer_t *inf, size_t pending) {
+  return inf->z &&
+         kl_store_len(inf->store) + kl_fifo_len(inf->fifo) + pending >=
+             inf->z_min;
+}
+
+kl_obj_t *kl_informer_cache_form(kl_informer_t *inf, kl_obj_t *o,
+                                 size_t pending) {
+  return compressing(inf, pending) ? kl_objz_compress(inf->z, o)
+                                   : kl_obj_ref(o);
+}
+
 /* The user's transform, if any, then the codec. */
 static int fifo_transform(void *ud, kl_obj_t *in, kl_obj_t **out) {
   kl_informer_t *inf = ud;
@@ -85,8 +99,7 @@ static int fifo_transform(void *ud, kl_obj_t *in, kl_obj_t **out) {
       return rc;
     }
   }
-  if (inf->z &&
-      kl_store_len(inf->store) + kl_fifo_len(inf->fifo) >= inf->z_min) {
+  if (compressing(inf, 0)) {
     *out = kl_objz_compress(inf->z, t);
     kl_obj_unref(t);
   } else {
@@ -462,8 +475,10 @@ int kl_informer_list_feed(kl_informer_list_t *l, const char *p, size_t n,
       l->cap = l->cap ? l->cap * 2 : 64;
       l->objs = kl_xrealloc(l->objs, l->cap * sizeof *l->objs);
     }
-    if ((rc = kl_obj_parse(&v, &oo, &l->objs[l->count], err, errlen)) != 0)
-      return rc;
+    kl_obj_t *o;
+    if ((rc = kl_obj_parse(&v, &oo, &o, err, errlen)) != 0) return rc;
+    l->objs[l->count] = kl_informer_cache_form(l->inf, o, l->count);
+    kl_obj_unref(o);
     l->count++;
   }
   if (rc == KL_EAGAIN) return 0;
