@@ -22,6 +22,11 @@
 typedef struct kl_informer kl_informer_t;
 
 #define KL_INFORMER_COMPRESS_MIN 512
+/* Seconds an object changed by a watch after sync stays plain (with
+ * timers): a change within them replaces it uncompressed. An object's
+ * changes come in bursts (a Pod is scheduled, its containers start, become
+ * ready, restart), a few seconds long. */
+#define KL_INFORMER_COLD_AFTER 5.0
 
 typedef struct kl_informer_opts {
   const char *name; /* for logs; copied */
@@ -33,7 +38,13 @@ typedef struct kl_informer_opts {
    * store and the FIFO together hold compress_min_objects keys (0:
    * KL_INFORMER_COMPRESS_MIN), a size at which the codec's own state
    * (about 260 KB) is repaid; objects taken in before stay plain. The
-   * extracted metadata stays plain either way. */
+   * extracted metadata stays plain either way. Once synced, and given
+   * timers, an object the watch changes is cached plain and compressed
+   * when it has not changed for KL_INFORMER_COLD_AFTER seconds (a timer,
+   * a bounded number of objects a turn): compression is off the event
+   * path, and a version replaced while it is recent is never compressed.
+   * At worst (every object changing faster than that) the cache is as
+   * large as the plain objects. */
   bool plain_objects;
   size_t compress_min_objects;
   /* apiVersion and kind written into list items, which carry none. */

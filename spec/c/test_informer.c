@@ -12,6 +12,7 @@
 #include "kt_heap.h"
 #include "kt_obj.h"
 #include "test.h"
+#include "timer.h"
 
 /* Adds Pods 1..n one at a time, draining after each; returns how many of
  * the cached ones are compressed, and checks every cached JSON. */
@@ -130,6 +131,70 @@ static void test_list_items_compressed_as_they_arrive(void) {
   KT_EQ_INT(heap_used(), h0);
 }
 
+/* The object cached under Pod i's key. */
+static kl_obj_t *cached(kl_informer_t *inf, int i) {
+  char key[64];
+  kl_obj_t *p = kt_pod(i);
+  size_t klen = kl_obj_key(p, key, sizeof key);
+  kl_obj_unref(p);
+  return kl_store_get(kl_informer_store(inf), key, klen);
+}
+
+/* Updates Pod i (a new object, the same JSON) and drains. */
+static void update(kl_informer_t *inf, int i) {
+  char err[256];
+  kl_obj_t *p = kt_pod(i);
+  KT_EQ_INT(kl_informer_update(inf, p, err, sizeof err), 0);
+  while (kl_informer_run(inf, 64)) {
+  }
+  kl_obj_unref(p);
+}
+
+/* After sync, a changed object is cached plain and compressed once it has
+ * stayed unchanged for KL_INFORMER_COLD_AFTER seconds; a version replaced
+ * before is never compressed. */
+static void test_changed_objects_compressed_when_cold(void) {
+  size_t h0 = heap_used();
+  kl_timers_t *ts = kl_timers_new(&kt_clock);
+  kl_informer_opts_t io = {0};
+  io.name = "pods";
+  io.timers = ts;
+  io.compress_min_objects = 5;
+  kl_informer_t *inf = kl_informer_new(&io);
+  size_t plain = 0;
+  relist(inf, 1, 40, &plain);
+  KT_TRUE(kl_obj_compressed(cached(inf, 30)));
+  KT_EQ_INT(kl_timers_count(ts), 0);
+
+  update(inf, 30);
+  kl_obj_t *first = cached(inf, 30);
+  KT_TRUE(!kl_obj_compressed(first));
+  KT_EQ_INT(kl_timers_count(ts), 1);
+  kt_now += KL_INFORMER_COLD_AFTER / 2;
+  kl_timers_run(ts);
+  KT_TRUE(cached(inf, 30) == first); /* still recent */
+  update(inf, 30);                   /* replaced while recent */
+  kl_obj_t *second = cached(inf, 30);
+  KT_TRUE(second != first && !kl_obj_compressed(second));
+  /* the first version's time: it is gone, nothing to do */
+  kt_now += KL_INFORMER_COLD_AFTER * 0.6;
+  kl_timers_run(ts);
+  KT_TRUE(cached(inf, 30) == second);
+  KT_EQ_INT(kl_timers_count(ts), 1);
+  kt_now += KL_INFORMER_COLD_AFTER / 2; /* the second's */
+  kl_timers_run(ts);
+  kl_obj_t *c = cached(inf, 30), *p = kt_pod(30);
+  KT_TRUE(kl_obj_compressed(c));
+  kl_json_span_t a = kl_obj_json(c), b = kl_obj_json(p);
+  KT_TRUE(a.n == b.n && memcmp(a.p, b.p, a.n) == 0);
+  kl_obj_unref(p);
+  KT_EQ_INT(kl_timers_count(ts), 0);
+
+  kl_informer_free(inf);
+  kl_timers_free(ts);
+  KT_EQ_INT(heap_used(), h0);
+}
+
 int main(int argc, char **argv) {
   (void)argc;
   without_tcache(argv);
@@ -137,5 +202,6 @@ int main(int argc, char **argv) {
   KT_RUN(test_compresses_once_the_cache_is_large);
   KT_RUN(test_small_caches_and_plain_objects_stay_plain);
   KT_RUN(test_list_items_compressed_as_they_arrive);
+  KT_RUN(test_changed_objects_compressed_when_cold);
   return KT_DONE();
 }
