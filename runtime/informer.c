@@ -34,6 +34,11 @@
 #define RV_MAX 4096
 /* Objects compressed per turn of the cold timer at most. */
 #define COLD_BUDGET 256
+/* The cold queue holds at most as many entries as the store holds keys, or
+ * this many: beyond, the oldest is dealt with at once (compressed if it is
+ * still the object cached, which it rarely is: dropped), so a stream of
+ * changes faster than KL_INFORMER_COLD_AFTER keeps it bounded. */
+#define COLD_MIN 64
 
 typedef struct cold {
   char *key;          /* the object's key, owned */
@@ -109,6 +114,24 @@ static bool deferring(const kl_informer_t *inf) {
   return inf->synced && inf->timers && compressing(inf, 0);
 }
 
+/* Takes the oldest entry off the cold queue and compresses its object if
+ * it is still the one cached, plain; returns whether it compressed. */
+static bool cold_pop(kl_informer_t *inf) {
+  cold_t *c = &inf->cold[inf->cold_head];
+  kl_obj_t *o = kl_store_get(inf->store, c->key, c->len);
+  bool done = false;
+  if (o && o == c->at && !kl_obj_compressed(o)) {
+    kl_obj_t *z = kl_objz_compress(inf->z, o);
+    if (z != o) kl_store_swap(inf->store, o, z);
+    kl_obj_unref(z);
+    done = true;
+  }
+  free(c->key);
+  inf->cold_head = (inf->cold_head + 1) % inf->cold_cap;
+  inf->cold_n--;
+  return done;
+}
+
 /* Compresses the cold objects still cached plain, oldest first, up to
  * COLD_BUDGET; re-arms for the next one. */
 static void on_cold(kl_timer_t *t, void *ud) {
@@ -117,28 +140,21 @@ static void on_cold(kl_timer_t *t, void *ud) {
   size_t done = 0;
   (void)t;
   while (inf->cold_n > 0) {
-    cold_t *c = &inf->cold[inf->cold_head];
-    double due = c->since + KL_INFORMER_COLD_AFTER;
+    double due = inf->cold[inf->cold_head].since + KL_INFORMER_COLD_AFTER;
     if (due > now || done == COLD_BUDGET) {
       kl_timers_start(inf->timers, &inf->cold_timer, due > now ? due : now);
       return;
     }
-    kl_obj_t *o = kl_store_get(inf->store, c->key, c->len);
-    if (o && o == c->at && !kl_obj_compressed(o)) {
-      kl_obj_t *z = kl_objz_compress(inf->z, o);
-      if (z != o) kl_store_swap(inf->store, o, z);
-      kl_obj_unref(z);
-      done++;
-    }
-    free(c->key);
-    inf->cold_head = (inf->cold_head + 1) % inf->cold_cap;
-    inf->cold_n--;
+    done += cold_pop(inf);
   }
 }
 
 /* Queues the plain object now cached under key for compression when cold. */
 static void cold_push(kl_informer_t *inf, const char *key, size_t len,
                       const kl_obj_t *o) {
+  size_t max = kl_store_len(inf->store);
+  while (inf->cold_n >= (max > COLD_MIN ? max : COLD_MIN))
+    cold_pop(inf);
   if (inf->cold_n == inf->cold_cap) {
     size_t cap = inf->cold_cap ? inf->cold_cap * 2 : 256;
     cold_t *r = kl_xmalloc(cap * sizeof *r);

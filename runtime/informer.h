@@ -44,7 +44,8 @@ typedef struct kl_informer_opts {
    * a bounded number of objects a turn): compression is off the event
    * path, and a version replaced while it is recent is never compressed.
    * At worst (every object changing faster than that) the cache is as
-   * large as the plain objects. */
+   * large as the plain objects; the queue of objects to compress keeps at
+   * most one entry per cached key (or 64). */
   bool plain_objects;
   size_t compress_min_objects;
   /* apiVersion and kind written into list items, which carry none. */

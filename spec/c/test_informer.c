@@ -150,12 +150,9 @@ static void update(kl_informer_t *inf, int i) {
   kl_obj_unref(p);
 }
 
-/* After sync, a changed object is cached plain and compressed once it has
- * stayed unchanged for KL_INFORMER_COLD_AFTER seconds; a version replaced
- * before is never compressed. */
-static void test_changed_objects_compressed_when_cold(void) {
-  size_t h0 = heap_used();
-  kl_timers_t *ts = kl_timers_new(&kt_clock);
+/* An informer on timers ts that compresses from 5 keys, synced with Pods
+ * 1-40 (the codec learned from them). */
+static kl_informer_t *synced(kl_timers_t *ts) {
   kl_informer_opts_t io = {0};
   io.name = "pods";
   io.timers = ts;
@@ -163,6 +160,16 @@ static void test_changed_objects_compressed_when_cold(void) {
   kl_informer_t *inf = kl_informer_new(&io);
   size_t plain = 0;
   relist(inf, 1, 40, &plain);
+  return inf;
+}
+
+/* After sync, a changed object is cached plain and compressed once it has
+ * stayed unchanged for KL_INFORMER_COLD_AFTER seconds; a version replaced
+ * before is never compressed. */
+static void test_changed_objects_compressed_when_cold(void) {
+  size_t h0 = heap_used();
+  kl_timers_t *ts = kl_timers_new(&kt_clock);
+  kl_informer_t *inf = synced(ts);
   KT_TRUE(kl_obj_compressed(cached(inf, 30)));
   KT_EQ_INT(kl_timers_count(ts), 0);
 
@@ -195,6 +202,27 @@ static void test_changed_objects_compressed_when_cold(void) {
   KT_EQ_INT(heap_used(), h0);
 }
 
+/* Changes faster than KL_INFORMER_COLD_AFTER keep the cold queue within
+ * 64 entries (the store holds fewer keys): the heap stays level (64 more
+ * entries would hold 64 more keys, over 2 KB). */
+static void test_cold_queue_bounded(void) {
+  size_t h0 = heap_used();
+  kl_timers_t *ts = kl_timers_new(&kt_clock);
+  kl_informer_t *inf = synced(ts);
+  for (int k = 0; k < 64; k++)
+    update(inf, 30);
+  size_t h1 = heap_used();
+  for (int k = 0; k < 64; k++)
+    update(inf, 30);
+  KT_TRUE(heap_used() < h1 + 512);
+  kt_now += KL_INFORMER_COLD_AFTER;
+  kl_timers_run(ts);
+  KT_TRUE(kl_obj_compressed(cached(inf, 30)));
+  kl_informer_free(inf);
+  kl_timers_free(ts);
+  KT_EQ_INT(heap_used(), h0);
+}
+
 int main(int argc, char **argv) {
   (void)argc;
   without_tcache(argv);
@@ -203,5 +231,6 @@ int main(int argc, char **argv) {
   KT_RUN(test_small_caches_and_plain_objects_stay_plain);
   KT_RUN(test_list_items_compressed_as_they_arrive);
   KT_RUN(test_changed_objects_compressed_when_cold);
+  KT_RUN(test_cold_queue_bounded);
   return KT_DONE();
 }
