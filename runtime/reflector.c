@@ -961,7 +961,8 @@ static int initial_event(kl_reflector_t *r, const kl_obj_event_t *ev, char *err,
       r->wl_cap = r->wl_cap ? r->wl_cap * 2 : 64;
       r->wl_objs = kl_xrealloc(r->wl_objs, r->wl_cap * sizeof *r->wl_objs);
     }
-    r->wl_objs[r->wl_n++] = kl_obj_ref(ev->obj);
+    r->wl_objs[r->wl_n] = kl_informer_cache_form(r->inf, ev->obj, r->wl_n);
+    r->wl_n++;
     return 1;
   }
   if (ev->type != KL_OBJ_BOOKMARK) {
