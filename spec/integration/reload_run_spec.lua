@@ -17,6 +17,14 @@ local function write(path, text)
   f:close()
 end
 
+-- Writes as an editor that renames a new file over the old one does: no
+-- look at the file, however slow this process runs, finds it half written
+-- (an in-place write's truncated file is an empty script, which loads).
+local function replace(path, text)
+  write(path .. ".new", text)
+  assert(os.rename(path .. ".new", path))
+end
+
 -- The controller reports its version and the keys it reconciles in the
 -- log; the simulator starts with one ConfigMap.
 local function script(version, extra)
@@ -96,22 +104,22 @@ describe("kubelua run hot reload", function()
     write(path, script("A"))
     local proc = start(path, "--watch-poll 0.2")
     wait_log(proc, "version=A")
-    write(path, "local = 1\n")
+    replace(path, "local = 1\n")
     wait_log(proc, "reload failed")
     sleep(1.5)
     local out = read_file(proc.log)
     assert.equal(1, count(out, "reload failed"))
-    write(path, "local = 2\n") -- another content: said again, once
+    replace(path, "local = 2\n") -- another content: said again, once
     wait_log(proc, "reload failed", 2)
-    write(path, script("A")) -- back to what generation 1 runs
+    replace(path, script("A")) -- back to what generation 1 runs
     out = wait_log(proc, "files back")
     assert.matches("reload failed; generation 1 keeps running: cannot load script: "
       .. path:gsub("%p", "%%%0") .. ":1: '<name>' expected near '=' script=", out)
     assert.matches("INFO  files back to generation 1's content; it keeps running script="
       .. path:gsub("%p", "%%%0") .. "\n", out)
-    write(path, "local = 2\n") -- after a return, the same failure is news again
+    replace(path, "local = 2\n") -- after a return, the same failure is news again
     wait_log(proc, "reload failed", 3)
-    write(path, script("B"))
+    replace(path, script("B"))
     wait_log(proc, "reloaded: generation 2 ")
     sleep(1)
     out = stop(proc)
