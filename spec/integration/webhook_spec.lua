@@ -318,5 +318,36 @@ describe("kube.webhook", function()
       assert.equal(200, post("/noop", "{}").status)
     end)
   end)
+
+  describe("kubelua run --webhook-bind-address", function()
+    local script = [[
+      local kube = require "kubelua"
+      kube.webhook{ path = "/v", validate = function() return true end }
+      kube.spawn(function() kube.stop(0) end)
+    ]]
+
+    it("serves with the certificate in --webhook-cert-dir", function()
+      make_cert("third")
+      local status, out = support.run_script(script, "", "--webhook-bind-address 127.0.0.1:0"
+        .. " --webhook-cert-dir " .. dir)
+      assert.equal(0, status)
+      assert.matches("INFO  webhook: serving on https://127%.0%.0%.1:%d+\n", out)
+    end)
+
+    it("fails at the start, naming the file, when the certificate cannot be read", function()
+      local status, out = support.run_script(script, "", "--webhook-bind-address 127.0.0.1:0"
+        .. " --webhook-cert-dir " .. dir .. "/none")
+      assert.equal(1, status)
+      assert.matches("ERROR webhook: cannot listen on 127%.0%.0%.1:0: httpd%.listen: TLS "
+        .. "certificate " .. dir:gsub("%p", "%%%0") .. "/none/tls%.crt: ", out)
+      assert.falsy(out:find("serving on", 1, true))
+    end)
+
+    it("is off by default outside a pod", function()
+      local status, out = support.run_script(script, "", "")
+      assert.equal(0, status)
+      assert.falsy(out:find("webhook:", 1, true))
+    end)
+  end)
 end)
 
