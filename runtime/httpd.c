@@ -2379,6 +2379,25 @@ void kl_httpd_free(kl_httpd_t *h) {
 int kl_httpd_port(const kl_httpd_t *h) { return h->port; }
 int kl_httpd_listen_fd(const kl_httpd_t *h) { return h->lfd; }
 
+int kl_httpd_set_tls(kl_httpd_t *h, const char *cert_file, const char *key_file,
+                     char *err, size_t errlen) {
+  if (err && errlen) err[0] = '\0';
+  if (!h->ssl_ctx || !cert_file || !key_file) {
+    if (err) snprintf(err, errlen, "httpd: not a TLS server");
+    return KL_EINVAL;
+  }
+  kl_httpd_opts_t o = h->o;
+  o.tls_cert_file = cert_file;
+  o.tls_key_file = key_file;
+  SSL_CTX *ctx = tls_ctx_new(&o, err, errlen);
+  if (!ctx) return KL_EINVAL;
+  /* connections made before keep the old context: each SSL holds a
+   * reference to it, so freeing ours here leaves theirs alive */
+  SSL_CTX_free(h->ssl_ctx);
+  h->ssl_ctx = ctx;
+  return 0;
+}
+
 void kl_httpd_get_stats(const kl_httpd_t *h, kl_httpd_stats_t *st) {
   st->connections = h->nconns;
   st->requests = h->nreqs;

@@ -122,6 +122,12 @@ int kl_httpd_port(const kl_httpd_t *h);
 /* The listening socket (non-blocking), or -1 once it is closed. */
 int kl_httpd_listen_fd(const kl_httpd_t *h);
 void kl_httpd_get_stats(const kl_httpd_t *h, kl_httpd_stats_t *st);
+/* Loads a new certificate and key (PEM files) for the connections accepted
+ * from now on; open connections keep theirs and are not dropped. Returns 0,
+ * or KL_EINVAL with a message in err (a server without TLS, a file that
+ * cannot be read, a key that does not match): the old ones stay. */
+int kl_httpd_set_tls(kl_httpd_t *h, const char *cert_file, const char *key_file,
+                     char *err, size_t errlen);
 /* Ends every streaming response in progress (how: KL_HTTPD_END or
  * KL_HTTPD_DROP); each owner gets on_close(KL_ESHUTDOWN) from the loop.
  * Returns how many streams it ended. */

@@ -851,12 +851,28 @@ static int srv_stats(lua_State *L) {
   return 1;
 }
 
+/* srv:set_tls(cert_file, key_file) -> true | nil, message: the files the
+ * next connections use; open ones keep theirs. */
+static int srv_set_tls(lua_State *L) {
+  lsrv_t *s = check_srv(L, "srv:set_tls");
+  const char *cert = luaL_checkstring(L, 2), *key = luaL_checkstring(L, 3);
+  char err[256] = "closed";
+  if (s->h && kl_httpd_set_tls(s->h, cert, key, err, sizeof err) == 0) {
+    lua_pushboolean(L, 1);
+    return 1;
+  }
+  lua_pushnil(L);
+  lua_pushstring(L, err);
+  return 2;
+}
+
 static const luaL_Reg srv_methods[] = {
     {"port", srv_port},
     {"fd", srv_fd},
     {"close", srv_close_l},
     {"stats", srv_stats},
     {"close_streams", srv_close_streams},
+    {"set_tls", srv_set_tls},
     {NULL, NULL},
 };
 
@@ -904,6 +920,8 @@ static int l_listen(lua_State *L) {
     return kl_lua_error(L, "httpd.listen", "tls_cert and tls_key go together");
   o.max_body_bytes = (size_t)opt_number(L, 1, "max_body_bytes");
   o.max_stream_buffer = (size_t)opt_number(L, 1, "max_stream_buffer");
+  o.max_header_bytes = (size_t)opt_number(L, 1, "max_header_bytes");
+  o.read_timeout = opt_number(L, 1, "read_timeout");
   o.idle_timeout = opt_number(L, 1, "idle_timeout");
   o.write_timeout = opt_number(L, 1, "write_timeout");
   lua_getfield(L, 1, "send_date");

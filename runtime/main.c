@@ -57,6 +57,12 @@ static void usage_run(FILE *out) {
       "0)\n"
       "  --health-probe-bind-address ADDR   serve /healthz and /readyz\n"
       "                           (default :8081 in a pod, else 0)\n"
+      "  --webhook-bind-address ADDR   serve the script's webhooks over HTTPS\n"
+      "                           (default :9443 in a pod, else 0)\n"
+      "  --webhook-cert-dir DIR   tls.crt and tls.key, reloaded when they "
+      "change\n"
+      "                           (default "
+      "/tmp/k8s-webhook-server/serving-certs)\n"
       "  --log-level LEVEL        debug, info, warn or error (default info)\n"
       "  --v N                    klog's verbosity: 4 and above is debug\n"
       "  --log-format FORMAT      text (default) or json: one object a line\n"
@@ -164,6 +170,7 @@ static int push_module_fn(lua_State *L, const char *mod, const char *fn) {
 typedef struct run_opts {
   const char *kubeconfig, *context;
   const char *metrics_addr, *probes_addr; /* NULL: the default */
+  const char *webhook_addr, *webhook_cert_dir;
   int leader_elect;
   const char *election_id, *election_ns;
 } run_opts_t;
@@ -198,6 +205,29 @@ static int run_options(kl_rt_t *rt, const run_opts_t *o) {
   return 0;
 }
 
+/* Whether kubelua runs in a pod (KUBERNETES_SERVICE_HOST set), and not
+ * with --sim: where controller-runtime's default addresses apply. */
+static int in_pod(int sim) {
+  const char *host = getenv("KUBERNETES_SERVICE_HOST");
+  return !sim && host && *host;
+}
+
+/* Logs the message on top of the stack and clears it; returns 1. */
+static int serve_failed(lua_State *L) {
+  kl_log(KL_LOG_ERROR, "%s", lua_tostring(L, -1));
+  lua_settop(L, 0);
+  return 1;
+}
+
+/* Calls the serve function below its options table: -> true | nil, msg.
+ * Returns 0, or 1 with the message logged. */
+static int serve_call(lua_State *L) {
+  if (lua_pcall(L, 1, 2, 0) != 0 || !lua_toboolean(L, -2))
+    return serve_failed(L);
+  lua_settop(L, 0);
+  return 0;
+}
+
 /* Starts the /metrics and probe servers before the script loads, so that
  * /healthz answers while it starts and /readyz says what it waits for.
  *
@@ -209,26 +239,42 @@ static int run_options(kl_rt_t *rt, const run_opts_t *o) {
  * unless asked for. A port that cannot be bound is a startup failure with
  * a clear message, as in controller-runtime, never a silent one. */
 static int serve_endpoints(kl_rt_t *rt, const run_opts_t *o, int sim) {
-  int pod = !sim && getenv("KUBERNETES_SERVICE_HOST") &&
-            *getenv("KUBERNETES_SERVICE_HOST");
+  int pod = in_pod(sim);
   const char *maddr = o->metrics_addr ? o->metrics_addr : pod ? ":8080" : "0";
   const char *paddr = o->probes_addr ? o->probes_addr : pod ? ":8081" : "0";
   if (strcmp(maddr, "0") == 0 && strcmp(paddr, "0") == 0) return 0;
   lua_State *L = kl_rt_lua(rt);
-  if (push_module_fn(L, "kubelua.metrics", "serve")) goto fail;
+  if (push_module_fn(L, "kubelua.metrics", "serve")) return serve_failed(L);
   lua_createtable(L, 0, 2);
   lua_pushstring(L, maddr);
   lua_setfield(L, -2, "metrics");
   lua_pushstring(L, paddr);
   lua_setfield(L, -2, "probes");
-  if (lua_pcall(L, 1, 2, 0) != 0) goto fail;
-  if (!lua_toboolean(L, -2)) goto fail;
-  lua_settop(L, 0);
-  return 0;
-fail:
-  kl_log(KL_LOG_ERROR, "%s", lua_tostring(L, -1));
-  lua_settop(L, 0);
-  return 1;
+  return serve_call(L);
+}
+
+/* The webhook server: at once when --webhook-bind-address was given (a
+ * port or a certificate that cannot be used is a startup failure); in a
+ * pod, :9443 when the script registers its first webhook, as
+ * controller-runtime starts its webhook server only when one is
+ * registered. */
+static int serve_webhooks(kl_rt_t *rt, const run_opts_t *o, int sim) {
+  const char *addr = o->webhook_addr ? o->webhook_addr
+                     : in_pod(sim)   ? ":9443"
+                                     : "0";
+  if (strcmp(addr, "0") == 0) return 0;
+  lua_State *L = kl_rt_lua(rt);
+  if (push_module_fn(L, "kubelua.webhook", "serve")) return serve_failed(L);
+  lua_createtable(L, 0, 3);
+  lua_pushstring(L, addr);
+  lua_setfield(L, -2, "address");
+  if (o->webhook_cert_dir) {
+    lua_pushstring(L, o->webhook_cert_dir);
+    lua_setfield(L, -2, "cert_dir");
+  }
+  lua_pushboolean(L, !o->webhook_addr);
+  lua_setfield(L, -2, "lazy");
+  return serve_call(L);
 }
 
 /* One option: "--name=value" is split into its name and value. */
@@ -377,6 +423,10 @@ static int run_script(int argc, char **argv) {
       ro.metrics_addr = val;
     } else if (strcmp(opt, "--health-probe-bind-address") == 0) {
       ro.probes_addr = val;
+    } else if (strcmp(opt, "--webhook-bind-address") == 0) {
+      ro.webhook_addr = val;
+    } else if (strcmp(opt, "--webhook-cert-dir") == 0) {
+      ro.webhook_cert_dir = val;
     } else if (strcmp(opt, "--leader-election-id") == 0) {
       ro.election_id = val;
     } else if (strcmp(opt, "--leader-election-namespace") == 0) {
@@ -421,6 +471,7 @@ static int run_script(int argc, char **argv) {
   }
   if (status == 0 && sim) status = start_sim(rt);
   if (status == 0) status = serve_endpoints(rt, &ro, sim);
+  if (status == 0) status = serve_webhooks(rt, &ro, sim);
   if (status == 0 && (!sim || ro.leader_elect)) status = run_options(rt, &ro);
   if (status == 0)
     status =

@@ -9,6 +9,7 @@
 --     predicates = { generation_changed = true },
 --     workers = 2, rate_limiter = { type = "exponential", base = 0.005, max = 1000 },
 --     reconcile = function(req, ctx) … end,   -- req = {namespace, name, key}
+--     webhooks = { { path = "/validate", validate = fn } },  -- kube.webhook specs
 --   }
 --
 -- One workqueue named after the controller. The watched object's events
@@ -86,6 +87,9 @@ local function check(spec)
       if not is_informer(m[1]) then check_spec("watches_mapped[" .. i .. "][1]", m[1]) end
     end
   end
+  if spec.webhooks ~= nil and (type(spec.webhooks) ~= "table" or getmetatable(spec.webhooks)) then
+    misuse("webhooks must be a list of kube.webhook specs")
+  end
   local p = spec.predicates
   if p ~= nil then
     if type(p) ~= "table" then misuse("predicates must be a table, got " .. type(p)) end
@@ -140,6 +144,8 @@ end
 function _M.new(spec)
   check(spec)
   local kube = require "kubelua"
+  local webhook = require "kubelua.webhook"
+  for _, w in ipairs(spec.webhooks or {}) do webhook.new(w, 3) end
   local name = spec.name
   local q = kube.workqueue(name, spec.rate_limiter and { rate_limiter = spec.rate_limiter } or nil)
   local av, what = spec.watches[1], spec.watches[2]

@@ -722,6 +722,10 @@ end
 local helpers = require "kubelua.helpers"
 for _, k in pairs(helpers.exports) do _M[k] = helpers[k] end
 
+-- kube.webhook{path =, validate | mutate | convert = fn}: admission and
+-- conversion webhooks (kubelua.webhook).
+_M.webhook = require("kubelua.webhook").new
+
 -- kube.controller{…}: the builder (kubelua.controller).
 _M.controller = require("kubelua.controller").new
 

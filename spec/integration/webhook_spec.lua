@@ -1,0 +1,353 @@
+-- Admission and conversion webhooks (kubelua.webhook) served over HTTPS in
+-- this process, called as kube-apiserver calls them: AdmissionReview and
+-- ConversionReview v1 bodies POSTed with kubelua's client, certificates
+-- made here by the openssl CLI.
+local kube = require "kubelua"
+local core = require "kubelua.core"
+local http = require "kubelua.http"
+local webhook = require "kubelua.webhook"
+local support = require "spec.support"
+local process = require "kubelua.process"
+
+local dir, base, tls
+
+local function sh(cmd)
+  local p = io.popen(cmd .. " 2>&1")
+  local out = p:read("*a")
+  p:close()
+  return out
+end
+
+-- A self-signed certificate for 127.0.0.1 as DIR/tls.crt and tls.key.
+local function make_cert(cn)
+  local out = sh("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes"
+    .. " -keyout " .. dir .. "/new.key -out " .. dir .. "/new.crt -subj /CN=" .. cn
+    .. " -addext subjectAltName=IP:127.0.0.1 -days 1")
+  assert(support.read(dir .. "/new.crt"), "openssl could not make a certificate: " .. out)
+  -- written beside, then renamed over: a reader never sees half a file
+  assert(os.rename(dir .. "/new.key", dir .. "/tls.key"))
+  assert(os.rename(dir .. "/new.crt", dir .. "/tls.crt"))
+  local copy = dir .. "/" .. cn .. ".crt"
+  sh("cp " .. dir .. "/tls.crt " .. copy)
+  return copy
+end
+
+local function b64decode(s)
+  local p = io.popen("printf %s '" .. s .. "' | base64 -d")
+  local out = p:read("*a")
+  p:close()
+  return out
+end
+
+local function post(path, body, headers)
+  local r, err = http.request{ method = "POST", url = base .. path, tls = tls,
+    headers = headers or { ["Content-Type"] = "application/json" }, body = body }
+  assert(r, err)
+  return r
+end
+
+local function review(path, request)
+  local r = post(path, kube.json.encode{ apiVersion = "admission.k8s.io/v1",
+    kind = "AdmissionReview", request = request })
+  assert.equal(200, r.status)
+  assert.equal("application/json", r.headers["content-type"])
+  return kube.json.decode(r.body)
+end
+
+local function admission(uid, object, extra)
+  local req = { uid = uid, kind = { group = "example.com", version = "v1", kind = "Greeting" },
+    resource = { group = "example.com", version = "v1", resource = "greetings" },
+    name = "hello", namespace = "demo", operation = "CREATE",
+    userInfo = { username = "alice", groups = { "devs" } }, object = object,
+    oldObject = kube.null, dryRun = false }
+  for k, v in pairs(extra or {}) do req[k] = v end
+  return req
+end
+
+local function greeting(message)
+  return { apiVersion = "example.com/v1", kind = "Greeting",
+    metadata = { name = "hello", namespace = "demo" }, spec = { message = message } }
+end
+
+-- Captures core.log lines while fn runs.
+local function capture_logs(fn)
+  local logs, saved = {}, core.log
+  core.log = function(level, msg, fields)
+    logs[#logs + 1] = { level = level, msg = msg, fields = fields }
+  end
+  local ok, err = pcall(fn)
+  core.log = saved
+  assert(ok, err)
+  return logs
+end
+
+describe("kube.webhook", function()
+  local ca
+
+  setup(function()
+    dir = sh("mktemp -d"):gsub("%s+$", "")
+    ca = make_cert("first")
+    local srv = assert(webhook.serve{ address = "127.0.0.1:0", cert_dir = dir, poll = 0.05,
+      read_timeout = 0.5 })
+    base = "https://127.0.0.1:" .. srv:port()
+    tls = { ca_file = ca }
+    kube.webhook{ name = "greeting-check", path = "/validate", validate = function(req)
+      local msg = req.object.spec.message
+      if msg == "" then return false, "spec.message must not be empty", { "be kind" } end
+      if msg == "boom" then error("no such greeting") end
+      if msg == "slow" then kube.sleep(60) end
+      return true
+    end, timeout = 0.2 }
+    kube.webhook{ path = "/mutate", mutate = function(req)
+      local o = req.object
+      o.spec.replicas = 1
+      o.spec["a/b"] = "x"
+      o.spec["t~"] = kube.null
+      o.spec.items[2] = nil
+      o.spec.items[1] = "first"
+      o.spec.gone = nil
+      o.metadata.labels = { app = "hello" }
+    end }
+    kube.webhook{ path = "/noop", mutate = function() end }
+    kube.webhook{ path = "/convert", convert = function(obj, to)
+      if obj.metadata.name == "bad" then return nil, "cannot convert bad" end
+      if to == "example.com/v1" then
+        obj.spec.message = obj.spec.text
+        obj.spec.text = nil
+      end
+      return obj
+    end }
+  end)
+
+  teardown(function()
+    webhook.stop()
+    os.execute("rm -rf " .. dir)
+  end)
+
+  describe("validate", function()
+    it("allows with code 200 and echoes the uid", function()
+      assert.same({ apiVersion = "admission.k8s.io/v1", kind = "AdmissionReview",
+        response = { uid = "u-1", allowed = true, status = { code = 200 } } },
+        review("/validate", admission("u-1", greeting("hi"))))
+    end)
+
+    it("denies with 403 Forbidden, the message and the warnings", function()
+      assert.same({ apiVersion = "admission.k8s.io/v1", kind = "AdmissionReview",
+        response = { uid = "u-2", allowed = false, warnings = { "be kind" },
+          status = { code = 403, reason = "Forbidden",
+            message = "spec.message must not be empty" } } },
+        review("/validate", admission("u-2", greeting(""))))
+    end)
+
+    it("answers 500 with the message for a handler that raises, logged once with its traceback",
+      function()
+        local resp
+        local logs = capture_logs(function()
+          resp = review("/validate", admission("u-3", greeting("boom"))).response
+        end)
+        assert.equal(false, resp.allowed)
+        assert.equal(500, resp.status.code)
+        assert.matches("^spec/integration/webhook_spec%.lua:%d+: no such greeting$",
+          resp.status.message)
+        assert.equal(1, #logs)
+        assert.equal("error", logs[1].level)
+        assert.matches("^webhook greeting%-check: the handler failed: spec/integration/"
+          .. "webhook_spec%.lua:%d+: no such greeting\nstack traceback:\n", logs[1].msg)
+        assert.equal(" uid=u-3", logs[1].fields)
+        -- the server goes on
+        assert.is_true(review("/validate", admission("u-4", greeting("hi"))).response.allowed)
+      end)
+
+    it("answers 500 for a handler that exceeds its timeout", function()
+      local resp
+      local logs = capture_logs(function()
+        resp = review("/validate", admission("u-5", greeting("slow"))).response
+      end)
+      assert.same({ uid = "u-5", allowed = false,
+        status = { code = 500, message = "timed out after 0.2s" } }, resp)
+      assert.same({ { level = "error", fields = " uid=u-5",
+        msg = "webhook greeting-check: the handler failed: timed out after 0.2s" } }, logs)
+    end)
+  end)
+
+  describe("mutate", function()
+    it("answers the RFC 6902 patch of the change, base64, patchType JSONPatch", function()
+      local obj = greeting("hi")
+      obj.spec.items = kube.array{ "a", "b" }
+      obj.spec["t~"] = 1
+      obj.spec.gone = true
+      local resp = review("/mutate", admission("u-6", obj)).response
+      assert.equal("u-6", resp.uid)
+      assert.is_true(resp.allowed)
+      assert.equal("JSONPatch", resp.patchType)
+      assert.equal('[{"op":"add","path":"/metadata/labels","value":{"app":"hello"}},'
+        .. '{"op":"remove","path":"/spec/gone"},'
+        .. '{"op":"add","path":"/spec/a~1b","value":"x"},'
+        .. '{"op":"replace","path":"/spec/items/0","value":"first"},'
+        .. '{"op":"remove","path":"/spec/items/1"},'
+        .. '{"op":"add","path":"/spec/replicas","value":1},'
+        .. '{"op":"replace","path":"/spec/t~0","value":null}]', b64decode(resp.patch))
+    end)
+
+    it("answers no patch when nothing changed", function()
+      assert.same({ uid = "u-7", allowed = true, status = { code = 200 } },
+        review("/noop", admission("u-7", greeting("hi"))).response)
+    end)
+  end)
+
+  describe("convert", function()
+    local function convert(objects)
+      local r = post("/convert", kube.json.encode{ apiVersion = "apiextensions.k8s.io/v1",
+        kind = "ConversionReview", request = { uid = "c-1",
+          desiredAPIVersion = "example.com/v1", objects = objects } })
+      assert.equal(200, r.status)
+      return kube.json.decode(r.body)
+    end
+
+    local function alpha(name)
+      return { apiVersion = "example.com/v1alpha1", kind = "Greeting",
+        metadata = { name = name }, spec = { text = "hi" } }
+    end
+
+    it("converts each object to desiredAPIVersion: Success", function()
+      assert.same({ apiVersion = "apiextensions.k8s.io/v1", kind = "ConversionReview",
+        response = { uid = "c-1", result = { status = "Success" }, convertedObjects = {
+          { apiVersion = "example.com/v1", kind = "Greeting", metadata = { name = "a" },
+            spec = { message = "hi" } },
+          { apiVersion = "example.com/v1", kind = "Greeting", metadata = { name = "b" },
+            spec = { message = "hi" } } } } },
+        convert{ alpha("a"), alpha("b") })
+    end)
+
+    it("fails the whole review when one object fails, with its message", function()
+      assert.same({ apiVersion = "apiextensions.k8s.io/v1", kind = "ConversionReview",
+        response = { uid = "c-1", result = { status = "Failure",
+          message = "cannot convert bad" } } },
+        convert{ alpha("a"), alpha("bad") })
+    end)
+  end)
+
+  describe("the server", function()
+    it("answers a body that is not JSON with an error review, code 400", function()
+      local r = post("/validate", "{nope")
+      assert.equal(200, r.status)
+      local resp = kube.json.decode(r.body).response
+      assert.equal(false, resp.allowed)
+      assert.equal(400, resp.status.code)
+      assert.equal("cannot decode the body: json: byte 1: expected a string key or '}', "
+        .. "found 'n'", resp.status.message)
+    end)
+
+    it("answers a review of the wrong kind with code 400 naming it", function()
+      local r = post("/validate", kube.json.encode{ apiVersion = "v1", kind = "Pod",
+        request = { uid = "x" } })
+      assert.same({ uid = "", allowed = false, status = { code = 400, message =
+        'expected a AdmissionReview of admission.k8s.io/v1, got kind "Pod" apiVersion "v1"' } },
+        kube.json.decode(r.body).response)
+    end)
+
+    it("answers another content type with code 400", function()
+      local r = post("/validate", "{}", { ["Content-Type"] = "text/plain" })
+      assert.same({ uid = "", allowed = false, status = { code = 400,
+        message = "contentType=text/plain, expected application/json" } },
+        kube.json.decode(r.body).response)
+    end)
+
+    it("answers 404 for a path no webhook has, 405 for a GET", function()
+      assert.equal(404, post("/nothing", "{}").status)
+      local r = assert(http.request{ url = base .. "/validate", tls = tls })
+      assert.equal(405, r.status)
+    end)
+
+    it("refuses a body over 7 MiB with 413", function()
+      -- curl in a child process, since the loop must go on serving
+      local big = support.tempfile(string.rep(" ", 7 * 1024 * 1024 + 1))
+      local log = dir .. "/curl.log"
+      local p = process.spawn{ path = "/usr/bin/curl", log = log, args = { "-s", "-S",
+        "--http1.1", "--cacert", tls.ca_file, "-o", "/dev/null", "-w", "%{http_code}",
+        "-H", "Content-Type: application/json", "--data-binary", "@" .. big,
+        base .. "/validate" } }
+      assert.is_true(support.eventually(function() return p:poll() ~= nil end, 60))
+      os.remove(big)
+      assert.equal("413", support.read(log))
+    end)
+
+    it("counts requests by webhook and code, in flight, and their latency", function()
+      local text = kube.metrics.render()
+      local function value(series)
+        return tonumber(text:match("\n" .. series:gsub("[%p]", "%%%0") .. " (%S+)"))
+      end
+      local before = value('controller_runtime_webhook_requests_total{webhook="/noop",'
+        .. 'code="200"}') or 0
+      local hist = value('controller_runtime_webhook_latency_seconds_count{webhook="/noop"}') or 0
+      review("/noop", admission("m-1", greeting("hi")))
+      text = kube.metrics.render()
+      assert.equal(before + 1, value('controller_runtime_webhook_requests_total{webhook="/noop",'
+        .. 'code="200"}'))
+      assert.equal(hist + 1,
+        value('controller_runtime_webhook_latency_seconds_count{webhook="/noop"}'))
+      assert.equal(0, value('controller_runtime_webhook_requests_in_flight{webhook="/noop"}'))
+      assert.equal(1, value('controller_runtime_webhook_requests_total{webhook="/validate",'
+        .. 'code="405"}'))
+      assert.truthy(text:find('controller_runtime_webhook_latency_seconds_bucket{webhook='
+        .. '"/noop",le="0.005"}', 1, true))
+    end)
+
+    it("loads a rotated certificate for new connections; a key that does not match, once", function()
+      local second
+      local logs = capture_logs(function()
+        second = make_cert("second")
+        assert.is_true(support.eventually(function()
+          local r = http.request{ method = "POST", url = base .. "/noop", tls = { ca_file = second },
+            headers = { ["Content-Type"] = "application/json" }, body = "{}" }
+          return r ~= nil
+        end))
+      end)
+      assert.same({ { level = "info", msg = "webhook: loaded the new certificate "
+        .. dir .. "/tls.crt" } }, logs)
+      tls = { ca_file = second }
+      -- a key that does not match is refused once, the served one stays
+      logs = capture_logs(function()
+        sh("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes"
+          .. " -keyout " .. dir .. "/tls.key -out /dev/null -subj /CN=x -days 1")
+        kube.sleep(0.3)
+      end)
+      assert.equal(1, #logs)
+      assert.matches("^webhook: cannot load the new certificate, the old one stays: TLS key "
+        .. dir:gsub("%p", "%%%0") .. "/tls.key: .*key values mismatch$", logs[1].msg)
+      assert.equal(200, post("/noop", "{}").status)
+    end)
+  end)
+
+  describe("kubelua run --webhook-bind-address", function()
+    local script = [[
+      local kube = require "kubelua"
+      kube.webhook{ path = "/v", validate = function() return true end }
+      kube.spawn(function() kube.stop(0) end)
+    ]]
+
+    it("serves with the certificate in --webhook-cert-dir", function()
+      make_cert("third")
+      local status, out = support.run_script(script, "", "--webhook-bind-address 127.0.0.1:0"
+        .. " --webhook-cert-dir " .. dir)
+      assert.equal(0, status)
+      assert.matches("INFO  webhook: serving on https://127%.0%.0%.1:%d+\n", out)
+    end)
+
+    it("fails at the start, naming the file, when the certificate cannot be read", function()
+      local status, out = support.run_script(script, "", "--webhook-bind-address 127.0.0.1:0"
+        .. " --webhook-cert-dir " .. dir .. "/none")
+      assert.equal(1, status)
+      assert.matches("ERROR webhook: cannot listen on 127%.0%.0%.1:0: httpd%.listen: TLS "
+        .. "certificate " .. dir:gsub("%p", "%%%0") .. "/none/tls%.crt: ", out)
+      assert.falsy(out:find("serving on", 1, true))
+    end)
+
+    it("is off by default outside a pod", function()
+      local status, out = support.run_script(script, "", "")
+      assert.equal(0, status)
+      assert.falsy(out:find("webhook:", 1, true))
+    end)
+  end)
+end)
+
