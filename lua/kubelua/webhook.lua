@@ -311,16 +311,13 @@ local function check(spec, level)
     error(format("kube.webhook %s: name must be a string, got %s", spec.path, type(spec.name)),
       level)
   end
-  if spec.timeout ~= nil and (type(spec.timeout) ~= "number" or not (spec.timeout > 0)) then
+  local timeout = spec.timeout
+  if timeout ~= nil and (type(timeout) ~= "number" or timeout ~= timeout or timeout <= 0) then
     error(format("kube.webhook %s: timeout must be seconds > 0", spec.path), level)
   end
   return { name = spec.name or spec.path, path = spec.path, kind = kind,
     validate = spec.validate, mutate = spec.mutate, convert = spec.convert,
     timeout = spec.timeout or 10 }
-end
-
-local function json_reply(req, status_code, tbl)
-  req:reply(status_code, { ["Content-Type"] = "application/json" }, json.encode(tbl))
 end
 
 local function handle(req)
