@@ -47,13 +47,18 @@ local version_info = {
 -- (seconds before the 504 for a future resourceVersion, default 3),
 -- opts.watch_check (seconds, default 1: the longest a watch's handler
 -- sleeps between looks at its timeout and bookmarks; an ended watch wakes
--- it at once).
+-- it at once), opts.controllers (default true; false: kube-apiserver alone,
+-- as envtest runs it — no garbage collector removes the finalizer a
+-- Foreground or Orphan deletion adds, and no namespace controller empties
+-- a deleted namespace, which stays Terminating).
 function _M.new(opts)
   opts = opts or {}
   local self = setmetatable({ opts = opts }, Sim)
   self.store = store.new(opts)
-  self.store.gc = function(res, e, finalizer)
-    kube.after(0, function() self.store:finish_propagation(res, e.key, finalizer) end)
+  if opts.controllers ~= false then
+    self.store.gc = function(res, e, finalizer)
+      kube.after(0, function() self.store:finish_propagation(res, e.key, finalizer) end)
+    end
   end
   self.faults = { fail_next = 0 }
   self.held = {} -- watcher → resource, while hold_watches holds them

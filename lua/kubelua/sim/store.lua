@@ -1254,8 +1254,14 @@ function Store:create(res, ns, obj, ctx, operation, owned)
   if err then return nil, err end
   if res.namespaced then
     local nsres = self:resource("v1", "namespaces")
-    if not nsres.objects[md.namespace] then
-      return nil, not_found(nsres, md.namespace)
+    local nse = nsres.objects[md.namespace]
+    if not nse then return nil, not_found(nsres, md.namespace) end
+    if nse.obj.metadata.deletionTimestamp then
+      return nil, status(403, "Forbidden", format('%s "%s" is forbidden: unable to create new '
+        .. "content in namespace %s because it is being terminated", res.gr, md.name,
+        md.namespace), res_details(res, md.name, { causes = json.array { {
+        reason = "NamespaceTerminating", field = "metadata.namespace",
+        message = format("namespace %s is being terminated", md.namespace) } } }))
     end
   end
   local key = obj_key(md.namespace, md.name)
@@ -1784,6 +1790,17 @@ function Store:delete(res, ns, name, opts, ctx)
     return nil, conflict(res, name, format("Precondition failed: ResourceVersion in "
       .. "precondition: %s, ResourceVersion in object meta: %s", pre.resourceVersion,
       old.metadata.resourceVersion))
+  end
+  if res.gv == "v1" and res.name == "namespaces" and self.opts.controllers == false
+      and is_object(old.spec) and is_array(old.spec.finalizers) and #old.spec.finalizers > 0 then
+    -- the namespace registry: Terminating until the namespace controller,
+    -- which does not run here, has emptied it and removed its finalizer
+    if old.metadata.deletionTimestamp or ctx.dry_run then return old, 200 end
+    local obj = copy(old)
+    obj.metadata.deletionTimestamp = util.timestamp()
+    obj.status = { phase = "Terminating" }
+    obj.metadata.resourceVersion = tostring(self:next_rv())
+    return self:put(res, obj, "MODIFIED", e).obj, 200
   end
   local finalizers = old.metadata.finalizers
   local policy = opts.propagationPolicy
