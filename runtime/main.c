@@ -25,6 +25,7 @@ static void usage(FILE *out) {
       "       kubelua sim --listen HOST:PORT [--token T] [--user NAME=T]\n"
       "                   [--tls-cert F --tls-key F] [--load DIR]\n"
       "                   [--history N] [--bookmark-interval SECS]\n"
+      "                   [--no-controllers] [--no-controller NAME]\n"
       "       kubelua version\n"
       "\n"
       "run options:\n"

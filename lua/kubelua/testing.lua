@@ -32,7 +32,7 @@ local kube = require "kubelua"
 local generation = require "kubelua.generation"
 
 local type, error, tostring, select, unpack = type, error, tostring, select, unpack
-local ipairs, pcall, setmetatable = ipairs, pcall, setmetatable
+local ipairs, pairs, pcall, setmetatable = ipairs, pairs, pcall, setmetatable
 local format = string.format
 
 local function pack(...) return { n = select("#", ...), ... } end
@@ -52,12 +52,22 @@ end
 -- opts.load: a directory of .json/.yaml objects to seed the simulator
 -- with; opts.sim: options for the simulator (token, history_size, …);
 -- opts.qps: the client's rate limit (default 0: none, so that specs are
--- not slowed down by it; give 20 for client-go's default).
+-- not slowed down by it; give 20 for client-go's default);
+-- opts.controllers: the simulator's control plane (default: all of it;
+-- false: the API server alone, as envtest runs it; { gc = false, … }:
+-- all but those; kubelua.sim.controllers names them).
 function _M.start(opts)
   opts = opts or {}
   if type(opts) ~= "table" then fail("start", "opts must be a table, got " .. type(opts), 2) end
   if active then active:stop() end
-  local sim = kube.start_sim(opts.sim)
+  local simopts = opts.sim
+  if opts.controllers ~= nil then
+    simopts = {}
+    for k, v in pairs(opts.sim or {}) do simopts[k] = v end
+    simopts.controllers = opts.controllers
+  end
+  local ok, sim = pcall(kube.start_sim, simopts)
+  if not ok then fail("start", (tostring(sim):gsub("^.-sim: ", "sim: ")), 2) end
   kube.client.set_default(kube.client.new{ server = kube.server(), qps = opts.qps or 0 })
   local t = setmetatable({ sim = sim }, Harness)
   active = t
