@@ -53,6 +53,19 @@ describe("kubelua sim control plane", function()
       assert.equal("b", dep.metadata.ownerReferences[1].name)
     end)
 
+    it("leaves alone a reference it cannot follow (no uid)", function()
+      t = testing.start{ namespaces = { "gc" } }
+      local a = t:create(cm("a", "gc"))
+      t:create(cm("dep", "gc", { ownerReferences = { ref(a, true),
+        { apiVersion = "v1", kind = "ConfigMap", name = "nouid" } } }))
+      t:delete("v1", "configmaps", "gc", "a")
+      local dep = t:eventually(function()
+        local d = t:get("v1", "configmaps", "gc", "dep")
+        return d and #d.metadata.ownerReferences == 1 and d
+      end)
+      assert.equal("nouid", dep.metadata.ownerReferences[1].name)
+    end)
+
     it("holds a Foreground owner while a dependent that blocks it is held", function()
       t = testing.start{ namespaces = { "gc" } }
       local owner = t:create(cm("owner", "gc"))
