@@ -11,7 +11,8 @@
 -- that have ownerReferences enter the index), so no change ever makes the
 -- collector look at objects other than the owner's own dependents. An
 -- object a writer stores as JSON bytes (Store:put_json, the benchmarks'
--- path) is not looked into: only as text, or once it was indexed.
+-- path) is not looked into, except when it is deleted: its owners are
+-- those of the version last stored as a table or text.
 
 local json = require "kubelua.json"
 local store_mod = require "kubelua.sim.store"
@@ -131,8 +132,14 @@ function GC:observe(res, e, etype)
   local obj = rawget(e, "obj")
   if obj == nil then -- an entry stored as JSON: decoded only when it may matter
     local body = e.json
-    if not before and (type(body) ~= "string" or not find(body, '"ownerReferences"', 1, true)
-        and not find(body, '"finalizers"', 1, true))
+    if type(body) ~= "string" then -- bytes: a writer's fast path, not looked into
+      if etype ~= "DELETED" then return end
+      if next(self.dependents) == nil then
+        if before then self:reindex(res, e.key, before, nil) end
+        return
+      end
+    elseif not before and not find(body, '"ownerReferences"', 1, true)
+        and not find(body, '"finalizers"', 1, true)
         and (etype ~= "DELETED" or next(self.dependents) == nil) then
       return
     end
