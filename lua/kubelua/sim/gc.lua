@@ -43,7 +43,7 @@ end
 -- Starts an empty index (a new store or a reset one).
 function GC:forget()
   self.resources = self.store.resources
-  self.owners = {}     -- res → { key → { owner uids } }: each dependent's owners
+  self.owners = {}     -- res → { key → owner_uids }: each dependent's owners
   self.dependents = {} -- owner uid → { res → { key → true } }
   self.waiting = {}    -- owner uid → { res, key }: in foreground deletion
 end
@@ -56,17 +56,29 @@ local function has(list, x)
   return false
 end
 
+-- The owner uids of ownerReferences refs: nil for none, the uid itself
+-- for one (most objects: no table per indexed object), else a list.
 local function owner_uids(refs)
   if not is_array(refs) or #refs == 0 then return nil end
   local uids = {}
   for _, ref in ipairs(refs) do
     if type(ref) == "table" and type(ref.uid) == "string" then uids[#uids + 1] = ref.uid end
   end
-  return #uids > 0 and uids or nil
+  if #uids < 2 then return uids[1] end
+  return uids
+end
+
+local NONE = {}
+
+-- owner_uids' value as a list.
+local function uid_list(u)
+  if u == nil then return NONE end
+  if type(u) == "string" then return { u } end
+  return u
 end
 
 local function same(a, b)
-  if a == nil or b == nil then return a == b end
+  if type(a) ~= "table" or type(b) ~= "table" then return a == b end
   if #a ~= #b then return false end
   for i = 1, #a do
     if a[i] ~= b[i] then return false end
@@ -77,7 +89,7 @@ end
 -- Moves the dependent res/key from the owners `before` to `after`.
 function GC:reindex(res, key, before, after)
   local deps = self.dependents
-  for _, uid in ipairs(before or {}) do
+  for _, uid in ipairs(uid_list(before)) do
     local d = deps[uid]
     local keys = d and d[res]
     if keys then
@@ -86,7 +98,7 @@ function GC:reindex(res, key, before, after)
       if next(d) == nil then deps[uid] = nil end
     end
   end
-  for _, uid in ipairs(after or {}) do
+  for _, uid in ipairs(uid_list(after)) do
     local d = deps[uid]
     if not d then
       d = {}
@@ -157,7 +169,7 @@ function GC:observe(res, e, etype)
       for _, d in ipairs(self:dependents_of(uid)) do self:note_dependent(d.res, d.key) end
     end
     if uid then self.waiting[uid] = nil end
-    for _, u in ipairs(before or {}) do -- an owner in foreground deletion may go now
+    for _, u in ipairs(uid_list(before)) do -- an owner in foreground deletion may go now
       local w = self.waiting[u]
       if w then self:note_owner(w.res, w.key) end
     end
