@@ -1,42 +1,26 @@
--- bench/cache.lua: 100,000 Pods from their JSON bytes through the whole
--- cache pipeline — watch decoder → DeltaFIFO → store → processor → a Lua
--- handler that adds ev.key to a workqueue. Prints one JSON line:
---   events_per_s       events fed until the last handler call, per second
---   bytes_per_object   RSS growth with every Pod cached / N
---   json_bytes_per_object  the Pod's JSON as received (compact, managedFields
---                      included), for the ratio
---   cpu_events_per_s   the same events per second of this process's CPU time
---                      (user + system), which other processes on a shared
---                      machine disturb much less than the wall clock
-local kube = require "kubelua"
-local pods = require "bench.lib.pods"
+-- bench/cache.lua: the initial list of N Pods (BENCH_N, default 100,000)
+-- into kubelua's cache, as a user meets it: a replay server
+-- (bench/replay.lua) holds them; kubelua's informer
+-- (bench/compare/kubelua_client.lua, its own process) lists them in pages
+-- of 500 after the server refused the streaming list with 422 as
+-- kube-apiserver 1.26 does ("list-watch"), and, on a second line, streams
+-- them ("watch-list"). Figures are medians of BENCH_RUNS runs (default 1);
+-- see bench/lib/listwatch.lua for how each is measured:
+--   sync_s, objects_per_s  start of the informer until the list is cached
+--   bytes_per_object       RSS growth with every Pod cached, after a full GC
+--   heap_bytes_per_object  the Lua heap's growth, the same way (the cache is
+--                          C memory outside it)
+--   peak_rss_ratio         peak RSS during the list / RSS after sync
+-- BENCH_OBJECTS=alike for the alike Pods (default realistic).
+-- Usage: kubelua run --no-watch bench/cache.lua KUBELUA_BINARY
+local listwatch = require "bench.lib.listwatch"
 
-local N = tonumber(os.getenv("BENCH_N")) or 100000
-local CHUNK = 256 * 1024 -- large strings are mapped apart, so freeing returns them
-
-kube.spawn(function()
-  local inf = kube.local_informer{ name = "bench" }
-  local q = kube.workqueue("bench-cache")
-  local seen = 0
-  inf:on_add(function(ev)
-    q:add(ev.key)
-    seen = seen + 1
-  end)
-  collectgarbage()
-  collectgarbage()
-  local rss0 = pods.rss()
-
-  local chunks = pods.stream("ADDED", 1, N, CHUNK)
-  local json_bytes = #pods.pod(1, 1001)
-  local elapsed, cpu = pods.feed(inf, chunks, function() return seen >= N end)
-
-  chunks = nil -- luacheck: ignore
-  collectgarbage()
-  collectgarbage()
-  local rss1 = pods.rss()
-  assert(inf:len() == N and q:len() == N)
-  print(string.format('{"bench":"cache","objects":%d,"events_per_s":%.0f,' ..
-    '"bytes_per_object":%.0f,"json_bytes_per_object":%d,"cpu_events_per_s":%.0f}',
-    N, N / elapsed, (rss1 - rss0) / N, json_bytes, N / cpu))
-  kube.stop()
+listwatch.spawn("bench/cache", function()
+  listwatch.main {
+    name = "cache", bin = arg[1] or "build/kubelua",
+    n = tonumber(os.getenv("BENCH_N")) or 100000, m = 0,
+    runs = tonumber(os.getenv("BENCH_RUNS")) or 1,
+    paths = { { path = "list-watch", systems = { "kubelua" } },
+              { path = "watch-list", systems = { "kubelua" } } },
+  }
 end)

@@ -61,7 +61,7 @@
 -- every reconcile that fails after the last write (a stale cached copy) is
 -- followed by an event that adds its key again, and an add does not wait
 -- out a backoff.
--- Usage: kubelua run --no-watch bench/soak.lua KUBELUA_BINARY [--faults N | --seconds S]
+-- Usage: kubelua run --no-watch bench/soak.lua -- KUBELUA_BINARY [--faults N | --seconds S]
 --          [--interval S]   (mean seconds between faults, default 0.05)
 local kube = require "kubelua"
 local json = require "kubelua.json"

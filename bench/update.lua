@@ -1,61 +1,26 @@
--- bench/update.lua: MODIFIED watch events through the whole cache pipeline
--- for objects already cached — watch decoder → DeltaFIFO → store →
--- processor → a Lua on_update handler that reads ev.key, as
--- bench/compare/kubelua_client.lua does. N Pods (default 20,000) are fed as
--- ADDED first, untimed; then M MODIFIED events (default 200,000) cycle over
--- them, each with a new resourceVersion and host ip, and are timed. Prints
--- one JSON line:
---   events_per_s       MODIFIED events fed until the last handler call,
---                      per second
---   cpu_events_per_s   the same events per second of this process's CPU time
---                      (user + system), which other processes on a shared
---                      machine disturb much less than the wall clock
--- BENCH_N and BENCH_M override N and M (a small M for callgrind).
-local kube = require "kubelua"
-local pods = require "bench.lib.pods"
+-- bench/update.lua: MODIFIED watch events for cached Pods, list then watch
+-- as a user meets it: a replay server (bench/replay.lua) holds N Pods
+-- (BENCH_N, default 20,000) and M kubelet status updates of them (BENCH_M,
+-- default 200,000); kubelua's informer (bench/compare/kubelua_client.lua,
+-- its own process, an on_update handler that reads ev.key) lists, then
+-- watches. Two lines: the server refusing the streaming list with 422 as
+-- kube-apiserver 1.26 does ("list-watch"), and serving it ("watch-list").
+-- Figures are medians of BENCH_RUNS runs (default 1); see
+-- bench/lib/listwatch.lua for how each is measured:
+--   watch_events_per_s  first to M-th event reaching the handler
+--   cpu_us_per_event    the client's CPU time (user + system) over the
+--                       watch, per event: what other processes on a shared
+--                       machine disturb much less than the wall clock
+-- BENCH_OBJECTS=alike for the alike Pods (default realistic).
+-- Usage: kubelua run --no-watch bench/update.lua KUBELUA_BINARY
+local listwatch = require "bench.lib.listwatch"
 
-local N = tonumber(os.getenv("BENCH_N")) or 20000
-local M = tonumber(os.getenv("BENCH_M")) or 200000
-local CHUNK = 256 * 1024
-
--- The MODIFIED events as watch-stream chunks: event j is for Pod
--- (j - 1) % N + 1, in round r = ceil(j / N), with resourceVersion
--- 1000 + N * r + i and host ip variant r, so every event changes its Pod.
-local function modified()
-  return pods.chunks(M, CHUNK, function(j)
-    local i, r = (j - 1) % N + 1, math.floor((j - 1) / N) + 1
-    return pods.event("MODIFIED", i, 1000 + N * r + i, r)
-  end)
-end
-
-kube.spawn(function()
-  local inf = kube.local_informer{ name = "bench-update" }
-  local added, updates, others, last_key = 0, 0, 0, nil
-  inf:on_add(function() added = added + 1 end)
-  inf:on_update(function(ev)
-    last_key = ev.key
-    updates = updates + 1
-  end)
-  inf:on_delete(function() others = others + 1 end)
-
-  local chunks = pods.stream("ADDED", 1, N, CHUNK)
-  for i = 1, #chunks do
-    assert(inf:feed(chunks[i]))
-    coroutine.yield()
-  end
-  while added < N do coroutine.yield() end
-  chunks = modified()
-  collectgarbage()
-  collectgarbage()
-
-  local elapsed, cpu = pods.feed(inf, chunks, function() return updates >= M end)
-
-  assert(updates == M, "updates: " .. updates .. " ~= " .. M)
-  assert(added == N and others == 0, "unexpected add or delete events")
-  assert(inf:len() == N)
-  local want = "ns-" .. ((M - 1) % N + 1) % 50 .. "/web-" .. (M - 1) % N + 1
-  assert(last_key == want, "last key " .. tostring(last_key) .. " ~= " .. want)
-  print(string.format('{"bench":"update","objects":%d,"events":%d,"events_per_s":%.0f,' ..
-    '"cpu_events_per_s":%.0f}', N, M, M / elapsed, M / cpu))
-  kube.stop()
+listwatch.spawn("bench/update", function()
+  listwatch.main {
+    name = "update", bin = arg[1] or "build/kubelua",
+    n = tonumber(os.getenv("BENCH_N")) or 20000, m = tonumber(os.getenv("BENCH_M")) or 200000,
+    runs = tonumber(os.getenv("BENCH_RUNS")) or 1,
+    paths = { { path = "list-watch", systems = { "kubelua" } },
+              { path = "watch-list", systems = { "kubelua" } } },
+  }
 end)

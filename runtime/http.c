@@ -24,15 +24,37 @@
 #include <curl/curl.h>
 #include <ev.h>
 #include <math.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 
 #include "error.h"
 #include "mem.h"
 
 #define MAX_HEADER_BYTES (64 * 1024)
+
+/* Dead connections. client-go finds them with HTTP/2 PINGs (one after 30 s
+ * without a read, dead when unanswered for 15 s) and TCP keepalive. libcurl
+ * 7.88 sends a PING only from curl_easy_upkeep, which looks at the
+ * connections of curl_easy_perform's private multi handle, never at those
+ * of a shared CURLM like ours (lib/easy.c; tried: with
+ * CURLOPT_UPKEEP_INTERVAL_MS set, no PING reaches the server), and it
+ * would not say whether one was answered. So the kernel does the same
+ * work on every connection, HTTP/2 or HTTP/1.1: keepalive probes after
+ * KEEP_IDLE seconds without traffic, every KEEP_INTVL, and TCP_USER_TIMEOUT
+ * of KEEP_IDLE + KEEP_DEAD, which ends a connection when nothing answered
+ * the probes for KEEP_DEAD seconds, or when bytes sent stay unacknowledged
+ * that long. Curl then sees the socket fail and the transfer ends with an
+ * error (a watch resumes). The difference from a PING: a probe's answer
+ * proves the peer's host alive, not its process; a silent watch on a
+ * living connection is never ended. */
+#define KEEP_IDLE 30
+#define KEEP_INTVL 5
+#define KEEP_DEAD 15
 
 typedef struct sock sock_t;
 
@@ -388,6 +410,22 @@ static void check_done(kl_http_t *h) {
   }
 }
 
+/* Every new socket: the dead-peer settings above (with KEEP_CNT probes in
+ * KEEP_DEAD seconds). A failure leaves the socket as it is. */
+static int sockopt_cb(void *ud, curl_socket_t fd, curlsocktype purpose) {
+  int on = 1, idle = KEEP_IDLE, intvl = KEEP_INTVL,
+      cnt = KEEP_DEAD / KEEP_INTVL;
+  unsigned int user = (KEEP_IDLE + KEEP_DEAD) * 1000u;
+  (void)ud;
+  if (purpose != CURLSOCKTYPE_IPCXN) return CURL_SOCKOPT_OK;
+  setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+  setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user, sizeof user);
+  return CURL_SOCKOPT_OK;
+}
+
 static int set_blob(CURL *e, CURLoption opt, const char *p, size_t n) {
   struct curl_blob b = {(void *)p, n, CURL_BLOB_COPY};
   return curl_easy_setopt(e, opt, &b) == CURLE_OK ? 0 : -1;
@@ -546,13 +584,15 @@ kl_http_req_t *kl_http_start(kl_http_t *h, const kl_http_opts_t *o, char *err,
     curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
     curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, (long)ceil(o->idle_timeout));
   }
-  /* TCP keepalive on every connection, as client-go's dialer does: a
-   * connection is set up by whichever request opens it and then shared, so
-   * a watch often rides one opened by a GET — keepalive asked for by the
-   * watch alone would be missing exactly there. */
+  /* Dead-peer detection (KEEP_*) on every connection: a connection is set
+   * up by whichever request opens it and then shared, so a watch often
+   * rides one opened by a GET — settings asked for by the watch alone
+   * would be missing exactly there. curl's own keepalive options say the
+   * same as the socket callback, whichever runs last. */
   curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
-  curl_easy_setopt(e, CURLOPT_TCP_KEEPIDLE, 30L);
-  curl_easy_setopt(e, CURLOPT_TCP_KEEPINTVL, 15L);
+  curl_easy_setopt(e, CURLOPT_TCP_KEEPIDLE, (long)KEEP_IDLE);
+  curl_easy_setopt(e, CURLOPT_TCP_KEEPINTVL, (long)KEEP_INTVL);
+  curl_easy_setopt(e, CURLOPT_SOCKOPTFUNCTION, sockopt_cb);
   int with_body =
       !is_head && (o->body || strcmp(method, "POST") == 0 ||
                    strcmp(method, "PUT") == 0 || strcmp(method, "PATCH") == 0);

@@ -73,12 +73,14 @@ typedef struct kl_http_opts {
   double connect_timeout; /* seconds; 0 = 10 */
   /* Fails the request (KL_ETIMEDOUT) when it receives under one byte a
    * second, on average, for this many seconds (rounded up; checked about
-   * once a second); 0 = never. For requests other than watches, whose
-   * silence is the reflector's liveness timeout's business. */
+   * once a second); 0 = never. Not for watches: a quiet watch may be
+   * silent until its end, and its connection's death is found below
+   * HTTP (keepalive). */
   double idle_timeout;
-  /* Ignored: every connection has TCP keepalive (30 s idle, 15 s between
-   * probes, as client-go's dialer), because connections are shared and a
-   * watch often rides one that another request opened. */
+  /* Ignored: every connection finds a dead peer the same way (TCP
+   * keepalive after 30 s without traffic, dead when nothing answers for
+   * 15 s more; see http.c), because connections are shared and a watch
+   * often rides one that another request opened. */
   int keepalive;
   /* Bytes curl reads from the connection at a time for this request; 0 is
    * curl's 16 KiB. A stream of many small events (a watch, a list) takes

@@ -2377,6 +2377,7 @@ void kl_httpd_free(kl_httpd_t *h) {
 }
 
 int kl_httpd_port(const kl_httpd_t *h) { return h->port; }
+int kl_httpd_listen_fd(const kl_httpd_t *h) { return h->lfd; }
 
 void kl_httpd_get_stats(const kl_httpd_t *h, kl_httpd_stats_t *st) {
   st->connections = h->nconns;

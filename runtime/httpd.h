@@ -119,6 +119,8 @@ void kl_httpd_free(kl_httpd_t *h);
 
 /* The bound port (the ephemeral one when opts.port was 0). */
 int kl_httpd_port(const kl_httpd_t *h);
+/* The listening socket (non-blocking), or -1 once it is closed. */
+int kl_httpd_listen_fd(const kl_httpd_t *h);
 void kl_httpd_get_stats(const kl_httpd_t *h, kl_httpd_stats_t *st);
 /* Ends every streaming response in progress (how: KL_HTTPD_END or
  * KL_HTTPD_DROP); each owner gets on_close(KL_ESHUTDOWN) from the loop.

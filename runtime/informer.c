@@ -9,7 +9,11 @@
  * state (about 260 KB of zstd contexts and dictionary), every object the
  * FIFO takes in passes through the informer's codec (objz.h) after the
  * transform, so what the FIFO, the store and the listeners hold is the
- * compressed form. */
+ * compressed form; after sync (with timers), an object the watch changes
+ * is cached plain and queued in `cold` (its key, its address as an
+ * identity, never dereferenced, and the time), and a timer compresses it
+ * once it has stayed unchanged for KL_INFORMER_COLD_AFTER seconds and is
+ * still the one cached (kl_store_swap). */
 #include "informer.h"
 
 #include <stdio.h>
@@ -28,6 +32,20 @@
 /* The longest resourceVersion kept (they are opaque strings; etcd's are
  * decimal revisions). A longer one is refused with a warning, never cut. */
 #define RV_MAX 4096
+/* Objects compressed per turn of the cold timer at most. */
+#define COLD_BUDGET 256
+/* The cold queue holds at most as many entries as the store holds keys, or
+ * this many: beyond, the oldest is dealt with at once (compressed if it is
+ * still the object cached, which it rarely is: dropped), so a stream of
+ * changes faster than KL_INFORMER_COLD_AFTER keeps it bounded. */
+#define COLD_MIN 64
+
+typedef struct cold {
+  char *key;          /* the object's key, owned */
+  size_t len;         /* its length */
+  const kl_obj_t *at; /* the plain object cached then: compared, never read */
+  double since;       /* when it was cached */
+} cold_t;
 
 struct kl_informer {
   char *name;
@@ -38,6 +56,11 @@ struct kl_informer {
   kl_obj_opts_t oopts;
   kl_objz_t *z; /* NULL: objects are cached plain */
   size_t z_min; /* compress once the cache holds or queues this many keys */
+  bool synced;  /* the first Replace was popped: defer compression */
+  kl_timers_t *timers;
+  kl_timer_t cold_timer;
+  cold_t *cold; /* a ring, oldest first */
+  size_t cold_head, cold_n, cold_cap;
   char *api_version, *kind;
   int (*transform)(void *ud, kl_obj_t *in, kl_obj_t **out, char *err,
                    size_t errlen);
@@ -61,6 +84,7 @@ static void fifo_ready(kl_fifo_t *f, void *ud) {
 static void fifo_synced(kl_fifo_t *f, void *ud) {
   kl_informer_t *inf = ud;
   (void)f;
+  inf->synced = true;
   kl_proc_upstream_synced(inf->proc);
 #ifdef __GLIBC__
   /* The initial list passed through here as full objects, each freed once
@@ -69,6 +93,87 @@ static void fifo_synced(kl_fifo_t *f, void *ud) {
    * cache holds). Hand them back once, now that the cache is filled. */
   malloc_trim(0);
 #endif
+}
+
+/* Whether objects go through the codec, with `pending` more keys to come
+ * than the store and the FIFO hold. */
+static bool compressing(const kl_informer_t *inf, size_t pending) {
+  return inf->z &&
+         kl_store_len(inf->store) + kl_fifo_len(inf->fifo) + pending >=
+             inf->z_min;
+}
+
+kl_obj_t *kl_informer_cache_form(kl_informer_t *inf, kl_obj_t *o,
+                                 size_t pending) {
+  return compressing(inf, pending) ? kl_objz_compress(inf->z, o)
+                                   : kl_obj_ref(o);
+}
+
+/* Whether objects changed now are cached plain and compressed when cold. */
+static bool deferring(const kl_informer_t *inf) {
+  return inf->synced && inf->timers && compressing(inf, 0);
+}
+
+/* Takes the oldest entry off the cold queue and compresses its object if
+ * it is still the one cached, plain; returns whether it compressed. */
+static bool cold_pop(kl_informer_t *inf) {
+  cold_t *c = &inf->cold[inf->cold_head];
+  kl_obj_t *o = kl_store_get(inf->store, c->key, c->len);
+  bool done = false;
+  if (o && o == c->at && !kl_obj_compressed(o)) {
+    kl_obj_t *z = kl_objz_compress(inf->z, o);
+    if (z != o) kl_store_swap(inf->store, o, z);
+    kl_obj_unref(z);
+    done = true;
+  }
+  free(c->key);
+  inf->cold_head = (inf->cold_head + 1) % inf->cold_cap;
+  inf->cold_n--;
+  return done;
+}
+
+/* Compresses the cold objects still cached plain, oldest first, up to
+ * COLD_BUDGET; re-arms for the next one. */
+static void on_cold(kl_timer_t *t, void *ud) {
+  kl_informer_t *inf = ud;
+  double now = kl_clock_now(kl_timers_clock(inf->timers));
+  size_t done = 0;
+  (void)t;
+  while (inf->cold_n > 0) {
+    double due = inf->cold[inf->cold_head].since + KL_INFORMER_COLD_AFTER;
+    if (due > now || done == COLD_BUDGET) {
+      kl_timers_start(inf->timers, &inf->cold_timer, due > now ? due : now);
+      return;
+    }
+    done += cold_pop(inf);
+  }
+}
+
+/* Queues the plain object now cached under key for compression when cold. */
+static void cold_push(kl_informer_t *inf, const char *key, size_t len,
+                      const kl_obj_t *o) {
+  size_t max = kl_store_len(inf->store);
+  while (inf->cold_n >= (max > COLD_MIN ? max : COLD_MIN))
+    cold_pop(inf);
+  if (inf->cold_n == inf->cold_cap) {
+    size_t cap = inf->cold_cap ? inf->cold_cap * 2 : 256;
+    cold_t *r = kl_xmalloc(cap * sizeof *r);
+    for (size_t i = 0; i < inf->cold_n; i++)
+      r[i] = inf->cold[(inf->cold_head + i) % inf->cold_cap];
+    free(inf->cold);
+    inf->cold = r;
+    inf->cold_cap = cap;
+    inf->cold_head = 0;
+  }
+  cold_t *c = &inf->cold[(inf->cold_head + inf->cold_n) % inf->cold_cap];
+  c->key = kl_xstrndup(key, len);
+  c->len = len;
+  c->at = o;
+  c->since = kl_clock_now(kl_timers_clock(inf->timers));
+  inf->cold_n++;
+  if (!kl_timer_armed(&inf->cold_timer))
+    kl_timers_start(inf->timers, &inf->cold_timer,
+                    c->since + KL_INFORMER_COLD_AFTER);
 }
 
 /* The user's transform, if any, then the codec. */
@@ -85,8 +190,7 @@ static int fifo_transform(void *ud, kl_obj_t *in, kl_obj_t **out) {
       return rc;
     }
   }
-  if (inf->z &&
-      kl_store_len(inf->store) + kl_fifo_len(inf->fifo) >= inf->z_min) {
+  if (compressing(inf, 0) && !deferring(inf)) {
     *out = kl_objz_compress(inf->z, t);
     kl_obj_unref(t);
   } else {
@@ -122,6 +226,8 @@ kl_informer_t *kl_informer_new(const kl_informer_opts_t *o) {
   if (!o->plain_objects) inf->z = kl_objz_new(NULL);
   inf->z_min = o->compress_min_objects ? o->compress_min_objects
                                        : KL_INFORMER_COMPRESS_MIN;
+  inf->timers = o->timers;
+  kl_timer_init(&inf->cold_timer, on_cold, inf);
   if (o->api_version) inf->api_version = kl_xstrdup(o->api_version);
   if (o->kind) inf->kind = kl_xstrdup(o->kind);
   inf->store = kl_store_new();
@@ -153,6 +259,10 @@ kl_informer_t *kl_informer_new(const kl_informer_opts_t *o) {
 
 void kl_informer_free(kl_informer_t *inf) {
   if (!inf) return;
+  if (inf->timers) kl_timers_stop(inf->timers, &inf->cold_timer);
+  for (size_t i = 0; i < inf->cold_n; i++)
+    free(inf->cold[(inf->cold_head + i) % inf->cold_cap].key);
+  free(inf->cold);
   kl_proc_stop(inf->proc);
   kl_proc_free(inf->proc);
   kl_fifo_free(inf->fifo);
@@ -362,6 +472,10 @@ static int process(void *ud, kl_fifo_popped_t *it) {
     kl_log(KL_LOG_ERROR, "informer %s: %.*s: %s", inf->name,
            (int)(it->len < 200 ? it->len : 200), it->key,
            inf->err[0] ? inf->err : kl_strerror(rc));
+  if (deferring(inf)) {
+    const kl_obj_t *o = kl_store_get(inf->store, it->key, it->len);
+    if (o && !kl_obj_compressed(o)) cold_push(inf, it->key, it->len, o);
+  }
   return rc;
 }
 
@@ -462,8 +576,10 @@ int kl_informer_list_feed(kl_informer_list_t *l, const char *p, size_t n,
       l->cap = l->cap ? l->cap * 2 : 64;
       l->objs = kl_xrealloc(l->objs, l->cap * sizeof *l->objs);
     }
-    if ((rc = kl_obj_parse(&v, &oo, &l->objs[l->count], err, errlen)) != 0)
-      return rc;
+    kl_obj_t *o;
+    if ((rc = kl_obj_parse(&v, &oo, &o, err, errlen)) != 0) return rc;
+    l->objs[l->count] = kl_informer_cache_form(l->inf, o, l->count);
+    kl_obj_unref(o);
     l->count++;
   }
   if (rc == KL_EAGAIN) return 0;

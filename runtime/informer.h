@@ -22,6 +22,11 @@
 typedef struct kl_informer kl_informer_t;
 
 #define KL_INFORMER_COMPRESS_MIN 512
+/* Seconds an object changed by a watch after sync stays plain (with
+ * timers): a change within them replaces it uncompressed. An object's
+ * changes come in bursts (a Pod is scheduled, its containers start, become
+ * ready, restart), a few seconds long. */
+#define KL_INFORMER_COLD_AFTER 5.0
 
 typedef struct kl_informer_opts {
   const char *name; /* for logs; copied */
@@ -33,7 +38,14 @@ typedef struct kl_informer_opts {
    * store and the FIFO together hold compress_min_objects keys (0:
    * KL_INFORMER_COMPRESS_MIN), a size at which the codec's own state
    * (about 260 KB) is repaid; objects taken in before stay plain. The
-   * extracted metadata stays plain either way. */
+   * extracted metadata stays plain either way. Once synced, and given
+   * timers, an object the watch changes is cached plain and compressed
+   * when it has not changed for KL_INFORMER_COLD_AFTER seconds (a timer,
+   * a bounded number of objects a turn): compression is off the event
+   * path, and a version replaced while it is recent is never compressed.
+   * At worst (every object changing faster than that) the cache is as
+   * large as the plain objects; the queue of objects to compress keeps at
+   * most one entry per cached key (or 64). */
   bool plain_objects;
   size_t compress_min_objects;
   /* apiVersion and kind written into list items, which carry none. */
@@ -143,11 +155,22 @@ int kl_informer_feed_events(kl_informer_t *inf, const char *p, size_t n,
 /* Sets what kl_informer_last_rv reports (copied; "" or NULL: unchanged). */
 void kl_informer_set_rv(kl_informer_t *inf, const char *rv);
 
+/* The form in which the cache would keep o, given `pending` more objects
+ * collected for a Replace (a list's items, a streaming list's initial
+ * events): a new reference to a compressed copy once the cache is large
+ * enough for the codec, else to o itself. Collecting in this form keeps a
+ * large list's peak memory near what the cache holds after it (no plain
+ * copy of the whole list). The user's transform still runs at the Replace;
+ * it reads a compressed object like a plain one. */
+kl_obj_t *kl_informer_cache_form(kl_informer_t *inf, kl_obj_t *o,
+                                 size_t pending);
+
 /* A list received page by page (limit/continue), replaced in one go at the
  * end, as client-go's pager aggregates pages before the reflector's
  * Replace. Items get the informer's apiVersion and kind when they carry
- * none. The accumulator holds one reference on each item; the informer must
- * outlive it. */
+ * none, and are kept in their cache form (kl_informer_cache_form). The
+ * accumulator holds one reference on each item; the informer must outlive
+ * it. */
 typedef struct kl_informer_list kl_informer_list_t;
 /* A new, empty accumulator. Never NULL. */
 kl_informer_list_t *kl_informer_list_begin(kl_informer_t *inf);

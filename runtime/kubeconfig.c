@@ -60,6 +60,7 @@ extern char **environ;
 #define KC_API_V1 "client.authentication.k8s.io/v1"
 #define KC_API_V1BETA1 "client.authentication.k8s.io/v1beta1"
 #define KC_EXEC_EXTENSION "client.authentication.k8s.io/exec"
+#define KC_LABEL_SIZE 300 /* an entry's label: its kind and name */
 
 /* --- small helpers ------------------------------------------------------- */
 
@@ -733,7 +734,8 @@ static int parse_extensions(kc_parser *p, const yaml_node_t *n,
     }
     if (!scalar_is(name, KC_EXEC_EXTENSION) || is_null(ext)) continue;
     sbuf b = {0};
-    char what[300];
+    /* room for any label and the suffix: never truncated */
+    char what[KC_LABEL_SIZE + sizeof ": extension " KC_EXEC_EXTENSION];
     snprintf(what, sizeof what, "%s: extension %s", label, KC_EXEC_EXTENSION);
     int rc = to_json(p, ext, &b, 0, what);
     if (rc != KL_OK) {
@@ -985,7 +987,7 @@ static int parse_list(kc_parser *p, const yaml_node_t *seq, const char *section,
       if (strcmp(o->name, e->name) == 0)
         return perr(p, it, "duplicate %s name \"%s\"", kind, e->name);
     }
-    char label[300];
+    char label[KC_LABEL_SIZE];
     snprintf(label, sizeof label, "%s \"%s\"", kind, e->name);
     int rc = want_map(p, body, label, kind);
     if (rc == 0) rc = fn(p, body, e, label);

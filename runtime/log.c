@@ -82,13 +82,64 @@ static void put_json(line_t *l, const char *s, size_t n) {
   }
 }
 
-/* The message as text: a newline becomes "\n". */
-static void put_text(line_t *l, const char *s) {
-  for (const char *p = s; *p; p++) {
-    if (*p == '\n')
+/* n bytes of the message as text: a newline becomes "\n". */
+static void put_text(line_t *l, const char *s, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    if (s[i] == '\n')
       put(l, "\\n", 2);
     else
-      put(l, p, 1);
+      put(l, s + i, 1);
+  }
+}
+
+/* Where a Lua traceback begins in a message or a field's value. */
+#define TRACE_MARK "\nstack traceback:"
+
+/* The fields as text, but for a traceback in a quoted value
+ * (` error="x.lua:3: boom\nstack traceback:\n\t…"`): the value ends
+ * before it and the traceback, unescaped, goes to trace. */
+static void put_text_fields(line_t *l, const char *f, line_t *trace) {
+  const char *mark = NULL;
+  for (const char *p = f; *p && !mark; p++) {
+    if (*p != '\\' || !p[1]) continue;
+    if (p[1] == 'n' &&
+        strncmp(p + 2, TRACE_MARK + 1, strlen(TRACE_MARK) - 1) == 0)
+      mark = p;
+    p++; /* an escape is two characters */
+  }
+  if (!mark) {
+    puts_(l, f);
+    return;
+  }
+  put(l, f, (size_t)(mark - f));
+  put(l, "\"", 1);
+  const char *p = mark + 2;
+  for (; *p && *p != '"'; p++) {
+    if (*p == '\\' && p[1]) {
+      p++;
+      put(trace, *p == 'n' ? "\n" : p, 1);
+    } else {
+      put(trace, p, 1);
+    }
+  }
+  puts_(l, *p ? p + 1 : p);
+}
+
+/* A traceback as lines under the record, each indented, so that none can
+ * pass for a record of its own; a frame's tab becomes four spaces. */
+static void put_trace(line_t *l, const char *s, size_t n) {
+  int bol = 1; /* at the beginning of a line */
+  for (size_t i = 0; i < n; i++) {
+    if (bol) {
+      put(l, "\n    ", 5);
+      if (s[i] == '\t') {
+        put(l, "    ", 4);
+        bol = 0;
+        continue;
+      }
+    }
+    bol = s[i] == '\n';
+    if (!bol) put(l, s + i, 1);
   }
 }
 
@@ -178,8 +229,15 @@ void kl_log_fields(kl_log_level_t level, const char *fields, const char *fmt,
     char tag[8];
     snprintf(tag, sizeof tag, "%-5s ", tags[level]);
     puts_(&l, tag);
-    put_text(&l, msg);
-    if (fields) puts_(&l, fields);
+    const char *mtrace = strstr(msg, TRACE_MARK);
+    put_text(&l, msg, mtrace ? (size_t)(mtrace - msg) : strlen(msg));
+    line_t ftrace = {0};
+    ftrace.p = ftrace.stack;
+    ftrace.cap = sizeof ftrace.stack;
+    if (fields) put_text_fields(&l, fields, &ftrace);
+    if (mtrace) put_trace(&l, mtrace + 1, strlen(mtrace + 1));
+    put_trace(&l, ftrace.p, ftrace.n);
+    if (ftrace.p != ftrace.stack) free(ftrace.p);
   }
   put(&l, "\n", 1);
   fwrite(l.p, 1, l.n, stderr);

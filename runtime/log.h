@@ -34,9 +34,12 @@ const char *kl_log_level_name(kl_log_level_t level);
 /* Writes one line: the message from fmt, then the text of `fields` (already
  * formatted as ` key=value …`, may be NULL; a value with spaces, quotes or
  * `=` is quoted as "…" with \" and \\ escapes). A newline in the message
- * is written as "\n" so a record stays on one line. In JSON, each field
- * becomes a string member; a token without `=` belongs to the value
- * before it. */
+ * is written as "\n" so a record stays on one line, but for a Lua
+ * traceback ("\nstack traceback:" and what follows, in the message or in
+ * a quoted value), which text writes under the record as lines indented by
+ * four spaces. In JSON, each field becomes a string member (a traceback
+ * stays in its member); a token without `=` belongs to the value before
+ * it. */
 void kl_log_fields(kl_log_level_t level, const char *fields, const char *fmt,
                    ...) __attribute__((format(printf, 3, 4)));
 #define kl_log(level, ...) kl_log_fields(level, NULL, __VA_ARGS__)

@@ -805,6 +805,14 @@ static int srv_port(lua_State *L) {
   return 1;
 }
 
+/* srv:fd() -> the listening socket's descriptor (for the watchdog). */
+static int srv_fd(lua_State *L) {
+  lsrv_t *s = check_srv(L, "srv:fd");
+  if (!s->h) return 0;
+  lua_pushinteger(L, kl_httpd_listen_fd(s->h));
+  return 1;
+}
+
 static int srv_close_l(lua_State *L) {
   lsrv_t *s = check_srv(L, "srv:close");
   srv_close(L, s);
@@ -844,8 +852,11 @@ static int srv_stats(lua_State *L) {
 }
 
 static const luaL_Reg srv_methods[] = {
-    {"port", srv_port},   {"close", srv_close_l},
-    {"stats", srv_stats}, {"close_streams", srv_close_streams},
+    {"port", srv_port},
+    {"fd", srv_fd},
+    {"close", srv_close_l},
+    {"stats", srv_stats},
+    {"close_streams", srv_close_streams},
     {NULL, NULL},
 };
 

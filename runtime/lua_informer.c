@@ -200,11 +200,9 @@ enum {
   KIT_NAMES /* + 1 .. 3: "add", "update", "delete" */
 };
 
-static int traceback(lua_State *L);
-
 static void make_kit(lua_State *L) {
   lua_createtable(L, KIT_NAMES + 3, 0);
-  lua_pushcfunction(L, traceback);
+  lua_pushcfunction(L, kl_lua_traceback);
   lua_rawseti(L, -2, KIT_TRACEBACK);
   luaL_getmetatable(L, OBJREF_MT);
   lua_rawseti(L, -2, KIT_OBJREF_MT);
@@ -250,11 +248,6 @@ static void push_event(lua_State *L, int kit, const kl_proc_note_t *n) {
   lua_rawseti(L, -2, 0);
   lua_rawgeti(L, kit, KIT_EVENT_MT);
   lua_setmetatable(L, -2);
-}
-
-static int traceback(lua_State *L) {
-  luaL_traceback(L, L, lua_tostring(L, 1), 1);
-  return 1;
 }
 
 static void call_handler(kl_proc_t *p, uint64_t id, const kl_proc_note_t *n,
@@ -336,7 +329,7 @@ static int lua_transform(void *ud, kl_obj_t *in, kl_obj_t **out, char *err,
   char why[256];
   int base = lua_gettop(L), rc = KL_EINVAL;
   lua_checkstack(L, 8);
-  lua_pushcfunction(L, traceback);
+  lua_pushcfunction(L, kl_lua_traceback);
   lua_rawgeti(L, LUA_REGISTRYINDEX, li->transform_ref);
   kl_json_span_t j = kl_obj_json(in);
   if (kl_lua_json_decode(L, j.p, j.n, why, sizeof why) != 0) {
@@ -383,7 +376,7 @@ static int lua_index(const kl_obj_t *o, void *ud, kl_store_emit_fn *emit,
   lua_checkstack(L, 8);
   char err[160];
   kl_json_span_t j = kl_obj_json(o);
-  lua_pushcfunction(L, traceback);
+  lua_pushcfunction(L, kl_lua_traceback);
   lua_rawgeti(L, LUA_REGISTRYINDEX, ix->fn_ref);
   if (kl_lua_json_decode(L, j.p, j.n, err, sizeof err) != 0) {
     kl_store_index_fail(ctx, err);
@@ -611,11 +604,13 @@ static void watch_unauthorized(kl_reflector_t *r, void *ud) {
 }
 
 /* opts.watch = {url =, label_selector =, field_selector =, headers =
- * {name = value}, tls = {…}, creds = C, watch_list = bool}: a reflector
- * lists and watches url and feeds the cache; creds (kubelua.kubeconfig's)
- * gives the bearer token of each request, so rotated tokens are picked up;
- * watch_list streams the lists (sendInitialEvents), falling back to
- * list+watch when the server does not. */
+ * {name = value}, tls = {…}, creds = C, watch_list = bool, backoff_initial
+ * = seconds}: a reflector lists and watches url and feeds the cache; creds
+ * (kubelua.kubeconfig's) gives the bearer token of each request, so
+ * rotated tokens are picked up; watch_list streams the lists
+ * (sendInitialEvents), falling back to list+watch when the server does
+ * not (asked once per server and process); backoff_initial is the first
+ * backoff wait (0.8 s, client-go's, by default). */
 static void start_watch(lua_State *L, linf_t *li, int idx,
                         const kl_informer_opts_t *io) {
   static const char *fn = "kube.informer";
@@ -635,6 +630,11 @@ static void start_watch(lua_State *L, linf_t *li, int idx,
   ro.field_selector = lua_tostring(L, -1);
   lua_getfield(L, idx, "watch_list");
   ro.watch_list = lua_toboolean(L, -1);
+  lua_getfield(L, idx, "backoff_initial");
+  if (!lua_isnil(L, -1) &&
+      (lua_type(L, -1) != LUA_TNUMBER || !(lua_tonumber(L, -1) > 0)))
+    kl_lua_error(L, fn, "opts.watch.backoff_initial must be a positive number");
+  ro.backoff_initial = lua_tonumber(L, -1);
   if (!ro.url) kl_lua_error(L, fn, "opts.watch.url is required");
   lua_getfield(L, idx, "headers");
   if (lua_type(L, -1) == LUA_TTABLE) {
@@ -670,6 +670,7 @@ static void start_watch(lua_State *L, linf_t *li, int idx,
     ro.auth_ud = li;
   }
   ro.name = li->name;
+  ro.servers = kl_rt_reflector_servers(li->rt);
   ro.api_version = io->api_version;
   ro.kind = io->kind;
   kl_http_t *http = kl_rt_http(li->rt);

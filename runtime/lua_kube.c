@@ -11,7 +11,7 @@
  * kube.after handles embed a kl_timer_t; they are userdata too, kept alive by
  * a registry reference while armed, and disarmed by __gc, so closing the Lua
  * state leaves nothing in the loop's heap. */
-#define _DEFAULT_SOURCE /* realpath */
+#define _DEFAULT_SOURCE /* readlink */
 #include "lua_kube.h"
 
 #include <math.h>
@@ -26,15 +26,19 @@
 #include <errno.h>
 #include <limits.h>
 #include <sys/inotify.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include <ev.h>
 
 #include "clock.h"
+#include "error.h"
 #include "http.h"
 #include "log.h"
 #include "mem.h"
 #include "metrics.h"
+#include "reflector.h"
+#include "watchdog.h"
 
 #define TASK_MT "kubelua.task"
 #define AFTER_MT "kubelua.timer"
@@ -53,6 +57,8 @@ struct kl_task {
   unsigned gen; /* the script generation it belongs to (0: the system's) */
   int main;     /* started by kube.spawn from a script's main chunk */
   char name[48];
+  /* what it runs, for the watchdog: "task NAME", "reconcile of KEY …" */
+  char what[160];
   kl_defer_t defer;    /* run-queue node */
   kl_timer_t timer;    /* kube.sleep */
   kl_waitlist_t *wl;   /* the wait list it is parked on, if any */
@@ -76,12 +82,23 @@ typedef struct after {
 } after_t;
 
 /* core.watch: files whose changes call fn, once they have settled. */
+typedef struct fwatch_entry {
+  int wd;                  /* the inotify watch of a directory */
+  char name[NAME_MAX + 1]; /* an entry in it that matters */
+} fwatch_entry_t;
+
 typedef struct fwatch {
   kl_rt_t *rt;
   int fd; /* inotify, or -1 */
   ev_io io;
   kl_timer_t settle, poll;
+  double every; /* the poll's period */
   int fn_ref;
+  char **paths; /* owned copies, followed again after each change */
+  size_t npaths;
+  fwatch_entry_t *entries; /* owned; what the paths resolve through */
+  size_t nentries, cap;
+  int full; /* FWATCH_MAX_ENTRIES reached (said once) */
 } fwatch_t;
 
 typedef struct stop_hook {
@@ -96,12 +113,14 @@ struct kl_rt {
   size_t ntasks;
   kl_task_t *current;
   int stopping, status, stopped;
+  int stop_signal; /* the signal that began the stop, or 0 */
   double shutdown_timeout;
   kl_timer_t stop_timer;
   stop_hook_t *hooks;
   size_t nhooks;
-  kl_http_t *http;       /* made on first use; outlives the Lua state */
-  kl_metrics_t *metrics; /* outlives the Lua state too */
+  kl_http_t *http; /* made on first use; outlives the Lua state */
+  kl_reflector_servers_t *servers; /* likewise */
+  kl_metrics_t *metrics;           /* outlives the Lua state too */
   /* Generations of the scripts (hot reload): the active one, and the one
    * code runs for when C calls Lua on a generation's behalf (a load, a
    * handler, a timer, a server's request) while `scoped`; 0 is the
@@ -113,8 +132,11 @@ struct kl_rt {
   int hup_ref;         /* SIGHUP's function (a reload), or LUA_NOREF */
   kl_defer_t hup;      /* runs it from the loop */
   int on_stop_ref;     /* core.on_stop functions (a table), or LUA_NOREF */
+  int seed_ref;        /* the standard math.randomseed */
   int on_stop_pending; /* they are yet to start */
   kl_defer_t on_stop_run; /* starts them, from the loop */
+  /* --hang-timeout's watchdog, or NULL */
+  kl_watchdog_t *watchdog;
 };
 
 static void task_resume(kl_defer_t *d);
@@ -242,7 +264,18 @@ int kl_task_wait_until(lua_State *L, kl_waitlist_t *wl,
 }
 
 void kl_task_hold(kl_task_t *t, int delta) {
-  if (t) t->holds += delta;
+  if (!t) return;
+  t->holds += delta;
+  if (t->holds == 0) snprintf(t->what, sizeof t->what, "task %s", t->name);
+}
+
+void kl_task_set_work(kl_task_t *t, const char *controller, const char *key,
+                      size_t len) {
+  if (!t) return;
+  snprintf(t->what, sizeof t->what, "reconcile of %.*s (controller %s)",
+           (int)(len < 100 ? len : 100), key, controller);
+  if (t->rt->watchdog && t->state == TASK_RUNNING)
+    kl_watchdog_enter(t->rt->watchdog, t->what);
 }
 
 /* Takes a task off every list and drops the references that keep it alive.
@@ -320,6 +353,7 @@ static kl_task_t *task_spawn(kl_rt_t *rt, lua_State *L, int nargs,
   t->gen = kl_rt_generation(rt);
   t->state = TASK_READY;
   snprintf(t->name, sizeof t->name, "%s", name ? name : "task");
+  snprintf(t->what, sizeof t->what, "task %s", t->name);
   kl_defer_init(&t->defer, task_resume);
   kl_timer_init(&t->timer, task_sleep_done, t);
   luaL_getmetatable(L, TASK_MT);
@@ -337,9 +371,24 @@ static kl_task_t *task_spawn(kl_rt_t *rt, lua_State *L, int nargs,
   return t;
 }
 
+/* The first level from `level` up of co's stack that is the user's code:
+ * neither a C function nor the embedded library ("@kubelua/…"), so that a
+ * traceback starts where the user's code raised the error, not in error()
+ * or in a library function that raised it on its behalf. `level` when no
+ * frame is the user's. */
+static int user_level(lua_State *co, int level) {
+  lua_Debug ar;
+  for (int l = level; lua_getstack(co, l, &ar); l++) {
+    if (!lua_getinfo(co, "S", &ar)) break;
+    if (*ar.what != 'C' && strncmp(ar.source, "@kubelua/", 9) != 0) return l;
+  }
+  return level;
+}
+
 /* Pushes onto L the error on top of the failed task co, as text with co's
- * traceback: a string as it is; another value through its __tostring (the
- * client's error tables), called protected; else a note of its type. */
+ * traceback from the user's frame: a string as it is; another value
+ * through its __tostring (the client's error tables), called protected;
+ * else a note of its type. */
 static void push_task_error(lua_State *L, lua_State *co) {
   lua_checkstack(L, LUA_MINSTACK);
   lua_pushvalue(co, -1);
@@ -355,7 +404,7 @@ static void push_task_error(lua_State *L, lua_State *co) {
       lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, -1));
     lua_replace(L, -2);
   }
-  luaL_traceback(L, co, lua_tostring(L, -1), 0);
+  luaL_traceback(L, co, lua_tostring(L, -1), user_level(co, 0));
   lua_replace(L, -2);
 }
 
@@ -422,7 +471,9 @@ static void task_resume(kl_defer_t *d) {
 
   t->state = TASK_RUNNING;
   rt->current = t;
+  if (rt->watchdog) kl_watchdog_enter(rt->watchdog, t->what);
   int rc = lua_resume(co, nargs);
+  if (rt->watchdog) kl_watchdog_leave(rt->watchdog);
   rt->current = NULL;
 
   if (rc == LUA_YIELD) {
@@ -493,6 +544,7 @@ void kl_rt_stop(kl_rt_t *rt, int status) {
   if (status && !rt->status) rt->status = status;
   if (rt->stopping) return;
   rt->stopping = 1;
+  if (rt->watchdog) kl_watchdog_stopping(rt->watchdog);
   for (size_t i = 0; i < rt->nhooks; i++)
     rt->hooks[i].fn(rt, rt->hooks[i].ud);
   /* Tasks parked without a key, or not yet started, end now; the running
@@ -519,6 +571,8 @@ void kl_rt_stop(kl_rt_t *rt, int status) {
 
 int kl_rt_stopping(const kl_rt_t *rt) { return rt->stopping; }
 
+int kl_rt_stop_signal(const kl_rt_t *rt) { return rt->stop_signal; }
+
 void kl_rt_on_stop(kl_rt_t *rt, kl_rt_stop_hook *hook, void *ud) {
   rt->hooks = kl_xrealloc(rt->hooks, (rt->nhooks + 1) * sizeof *rt->hooks);
   rt->hooks[rt->nhooks].fn = hook;
@@ -528,6 +582,70 @@ void kl_rt_on_stop(kl_rt_t *rt, kl_rt_stop_hook *hook, void *ud) {
 
 void kl_rt_set_shutdown_timeout(kl_rt_t *rt, double seconds) {
   rt->shutdown_timeout = seconds;
+}
+
+/* Runs on the stuck task's thread, at its next interpreted instruction (a
+ * count hook never fires inside JIT-compiled code): hands the watchdog the
+ * task's traceback, once. */
+static void hang_hook(lua_State *L, lua_Debug *ar) {
+  (void)ar;
+  lua_sethook(L, NULL, 0, 0);
+  kl_rt_t *rt = kl_rt_from(L);
+  if (!rt->watchdog || !kl_watchdog_wants_trace(rt->watchdog)) return;
+  luaL_traceback(L, L, NULL, 0);
+  kl_watchdog_set_trace(rt->watchdog, lua_tostring(L, -1));
+  lua_pop(L, 1);
+}
+
+/* The watchdog's on_hang, on its own thread: lua_sethook is the one call
+ * of the Lua API that may come from another thread (or a signal handler). */
+static void hang_arm(void *ud, int arm) {
+  kl_rt_t *rt = ud;
+  if (arm)
+    lua_sethook(rt->L, hang_hook, LUA_MASKCOUNT, 1);
+  else
+    lua_sethook(rt->L, NULL, 0, 0);
+}
+
+int kl_rt_set_hang_timeout(kl_rt_t *rt, double seconds) {
+  kl_watchdog_free(rt->watchdog);
+  rt->watchdog = NULL;
+  if (seconds <= 0) return 0;
+  rt->watchdog = kl_watchdog_new(seconds, hang_arm, rt);
+  return rt->watchdog ? 0 : -1;
+}
+
+/* Randomness */
+
+/* Fills buf with n (at most 256) bytes from the kernel's random source,
+ * getrandom(2). Returns 0, or KL_EIO with errno set. */
+static int os_random(void *buf, size_t n) {
+  ssize_t got;
+  do
+    got = getrandom(buf, n, 0);
+  while (got < 0 && errno == EINTR);
+  if (got < 0) return KL_EIO;
+  if ((size_t)got < n) { /* not for n <= 256, by the manual */
+    errno = EIO;
+    return KL_EIO;
+  }
+  return 0;
+}
+
+/* Seeds math.random from the kernel, so that no two processes, and no two
+ * generations of one, draw the same numbers (a leader's identity, a
+ * jitter). Without a random source, from the clocks and the pid, said.
+ * L is the running thread. */
+static void seed_random(lua_State *L, kl_rt_t *rt) {
+  uint64_t x;
+  if (os_random(&x, sizeof x) != 0) {
+    kl_log(KL_LOG_WARN, "math.random: getrandom: %s; seeded from the clock",
+           strerror(errno));
+    x = (uint64_t)(kl_clock_wall() * 1e6) ^ ((uint64_t)getpid() << 32);
+  }
+  lua_rawgeti(L, LUA_REGISTRYINDEX, rt->seed_ref);
+  lua_pushnumber(L, (double)(x >> 11)); /* 53 bits: exact in a double */
+  lua_call(L, 1, 0);
 }
 
 /* kubelua.core functions */
@@ -549,6 +667,21 @@ double kl_lua_check_seconds(lua_State *L, int idx, const char *name) {
 static void check_function(lua_State *L, int idx, const char *name) {
   if (lua_type(L, idx) != LUA_TFUNCTION)
     kl_lua_error(L, name, "expected a function, got %s", luaL_typename(L, idx));
+}
+
+/* core.random_bytes(n) -> n (1 to 256) bytes from the kernel's random
+ * source, as a string. */
+static int core_random_bytes(lua_State *L) {
+  unsigned char buf[256];
+  lua_Integer n = luaL_checkinteger(L, 1);
+  if (n < 1 || n > (lua_Integer)sizeof buf)
+    return kl_lua_error(L, "core.random_bytes", "n must be 1 to 256, got %d",
+                        (int)n);
+  if (os_random(buf, (size_t)n) != 0)
+    return kl_lua_error(L, "core.random_bytes", "getrandom: %s",
+                        strerror(errno));
+  lua_pushlstring(L, (const char *)buf, (size_t)n);
+  return 1;
 }
 
 /* kube.now() -> seconds since the Unix epoch (wall clock, sub-second). */
@@ -759,6 +892,20 @@ static int core_log(lua_State *L) {
   return 0;
 }
 
+/* core.traceback(msg [, level]) -> debug.traceback(msg, level) (level 1
+ * by default), but from the first frame at or above level that is the
+ * user's code (see user_level); a msg that is neither a string nor nil is
+ * returned as it is, as debug.traceback does. */
+static int core_traceback(lua_State *L) {
+  if (!lua_isnoneornil(L, 1) && !lua_isstring(L, 1)) {
+    lua_settop(L, 1);
+    return 1;
+  }
+  int level = (int)luaL_optinteger(L, 2, 1); /* 0 is this function */
+  luaL_traceback(L, L, lua_tostring(L, 1), user_level(L, level));
+  return 1;
+}
+
 /* core.in_task() -> whether the caller runs in a task, where a call may
  * wait (a script's main chunk does not, even when a spec loads it from
  * its own task). */
@@ -802,7 +949,8 @@ static void end_generation(kl_rt_t *rt, unsigned gen) {
  * generation's main chunk. Tasks, timers and handlers it makes belong to
  * gen (the tasks it starts with kube.spawn are main tasks, see
  * kl_rt_start_script); when it returns, gen becomes the active generation, and
- * when it raises, what it started ends. The chunk runs as a script's top level
+ * when it raises, what it started ends. math.random is seeded afresh from the
+ * kernel for it. The chunk runs as a script's top level
  * does, outside any task (even when a spec calls this from one): it cannot
  * yield, and API calls there say so. */
 static int core_load(lua_State *L) {
@@ -813,6 +961,7 @@ static int core_load(lua_State *L) {
     return luaL_error(L, "generation %d is not newer than %d", (int)gen,
                       (int)rt->gen);
   int nargs = lua_gettop(L) - 2;
+  seed_random(L, rt);
   lua_pushcfunction(L, kl_lua_traceback);
   lua_replace(L, 1);
   kl_task_t *current = rt->current;
@@ -857,18 +1006,24 @@ static int core_retire(lua_State *L) {
   return 0;
 }
 
-/* File watching: inotify on the files and their directories (a directory
- * reports changes to the files in it by name, so an editor's rename over
- * the file and a ConfigMap volume's `..data` symlink swap are seen too),
- * where a symlink points, and a slow poll as a safety net for filesystems
- * inotify does not cover. fn compares contents itself; a settle delay turns
- * an editor's write-rename-chmod into one call. */
+/* File watching: inotify on the directories that hold the files, and a
+ * slow poll as a safety net for filesystems inotify does not cover. A
+ * directory reports changes to the entries in it by name, so an editor's
+ * rename over the file and a ConfigMap volume's `..data` symlink swap are
+ * seen too; only the entries a file's path resolves through count (the
+ * file's own name, and every symbolic link on the way with what it names),
+ * so a log written next to the script keeps nothing waiting. fn compares
+ * contents itself; a settle delay turns an editor's write-rename-chmod into
+ * one call, after which the paths are followed again (a swapped symlink
+ * leads elsewhere). */
 
 #define SETTLE 0.2 /* seconds without a change before fn is called */
-#define POLL 5.0   /* fn runs this often regardless */
+#define POLL 5.0   /* fn runs this often regardless, by default */
 #define WATCH_MASK                                                             \
   (IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_MOVED_FROM | IN_MOVED_TO |      \
    IN_CREATE | IN_DELETE | IN_DELETE_SELF | IN_MOVE_SELF)
+#define FOLLOW_MAX 40           /* symbolic links on one path (the kernel's) */
+#define FWATCH_MAX_ENTRIES 1024 /* directory entries one watch looks at */
 
 static void fwatch_arm(fwatch_t *fw) {
   kl_timers_t *ts = kl_loop_timers(fw->rt->loop);
@@ -876,14 +1031,125 @@ static void fwatch_arm(fwatch_t *fw) {
   kl_timers_start(ts, &fw->settle, kl_loop_now(fw->rt->loop) + SETTLE);
 }
 
+/* Watches dir and notes that its entry name (len bytes) matters. */
+static void fwatch_note(fwatch_t *fw, const char *dir, const char *name,
+                        size_t len) {
+  if (len == 0 || len > NAME_MAX || (len == 1 && name[0] == '.')) return;
+  int wd = inotify_add_watch(fw->fd, dir, WATCH_MASK);
+  if (wd < 0) return;
+  for (size_t i = 0; i < fw->nentries; i++)
+    if (fw->entries[i].wd == wd &&
+        strncmp(fw->entries[i].name, name, len) == 0 &&
+        fw->entries[i].name[len] == '\0')
+      return;
+  if (fw->nentries == FWATCH_MAX_ENTRIES) {
+    if (!fw->full)
+      kl_log(KL_LOG_WARN,
+             "file watch: more than %d directory entries; the others are "
+             "polled every %gs",
+             FWATCH_MAX_ENTRIES, fw->every);
+    fw->full = 1;
+    return;
+  }
+  if (fw->nentries == fw->cap) {
+    fw->cap = fw->cap ? 2 * fw->cap : 8;
+    fw->entries = kl_xrealloc(fw->entries, fw->cap * sizeof *fw->entries);
+  }
+  fwatch_entry_t *e = &fw->entries[fw->nentries++];
+  e->wd = wd;
+  memcpy(e->name, name, len);
+  e->name[len] = '\0';
+}
+
+/* Splits path into its directory ("." when it names none) and last name. */
+static void split_path(const char *path, char dir[PATH_MAX],
+                       char base[PATH_MAX]) {
+  const char *slash = strrchr(path, '/');
+  if (!slash)
+    snprintf(dir, PATH_MAX, ".");
+  else if (slash == path)
+    snprintf(dir, PATH_MAX, "/");
+  else
+    snprintf(dir, PATH_MAX, "%.*s", (int)(slash - path), path);
+  snprintf(base, PATH_MAX, "%s", slash ? slash + 1 : path);
+}
+
+/* Notes every directory entry that resolving path goes through: its name in
+ * its directory and, for each symbolic link on the way, the entries its
+ * target names (a relative target from the link's directory, an absolute
+ * one from the target's own directory). */
+static void fwatch_follow(fwatch_t *fw, const char *path) {
+  char dir[PATH_MAX], rest[PATH_MAX], entry[PATH_MAX], target[PATH_MAX];
+  char base[PATH_MAX], next[PATH_MAX];
+  int links = 0;
+  split_path(path, dir, rest);
+  while (rest[0]) {
+    size_t len = strcspn(rest, "/");
+    const char *after = rest + len + strspn(rest + len, "/");
+    fwatch_note(fw, dir, rest, len);
+    int n = snprintf(entry, sizeof entry, "%s/%.*s", dir, (int)len, rest);
+    if (n < 0 || (size_t)n >= sizeof entry) return;
+    ssize_t tn = readlink(entry, target, sizeof target - 1);
+    if (tn <= 0) { /* a directory or the file (or nothing yet) */
+      memcpy(dir, entry, (size_t)n + 1);
+      memmove(rest, after, strlen(after) + 1);
+      continue;
+    }
+    if (++links > FOLLOW_MAX) return;
+    target[tn] = '\0';
+    if (target[0] == '/') {
+      split_path(target, dir, base);
+      n = snprintf(next, sizeof next, "%s/%s", base, after);
+    } else {
+      n = snprintf(next, sizeof next, "%s/%s", target, after);
+    }
+    if (n < 0 || (size_t)n >= sizeof next) return;
+    memcpy(rest, next, (size_t)n + 1);
+  }
+}
+
+static void fwatch_follow_all(fwatch_t *fw) {
+  for (size_t i = 0; fw->fd >= 0 && i < fw->npaths; i++)
+    fwatch_follow(fw, fw->paths[i]);
+}
+
+/* Whether an event is about an entry that matters; an event that ends a
+ * watch forgets its entries. */
+static int fwatch_matters(fwatch_t *fw, const struct inotify_event *ev) {
+  int matters = 0;
+  if (ev->mask & IN_Q_OVERFLOW) return 1; /* events were lost */
+  for (size_t i = 0; i < fw->nentries;) {
+    fwatch_entry_t *e = &fw->entries[i];
+    if (e->wd != ev->wd) {
+      i++;
+      continue;
+    }
+    if (ev->len ? strcmp(ev->name, e->name) == 0
+                : (ev->mask & (IN_DELETE_SELF | IN_MOVE_SELF)) != 0)
+      matters = 1;
+    if (ev->mask & IN_IGNORED)
+      *e = fw->entries[--fw->nentries];
+    else
+      i++;
+  }
+  return matters;
+}
+
 static void fwatch_readable(struct ev_loop *ev, ev_io *w, int revents) {
   fwatch_t *fw = w->data;
   char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+  int matters = 0;
+  ssize_t n;
   (void)ev;
   (void)revents;
-  while (read(fw->fd, buf, sizeof buf) > 0)
-    ; /* which file does not matter: fn looks at all of them */
-  fwatch_arm(fw);
+  while ((n = read(fw->fd, buf, sizeof buf)) > 0) {
+    for (const char *p = buf; p < buf + n;) {
+      const struct inotify_event *e = (const struct inotify_event *)p;
+      matters |= fwatch_matters(fw, e);
+      p += sizeof *e + e->len;
+    }
+  }
+  if (matters) fwatch_arm(fw);
 }
 
 /* Calls the function a registry reference holds, from the loop's top
@@ -905,7 +1171,8 @@ static void fwatch_settled(kl_timer_t *timer, void *ud) {
   kl_rt_t *rt = fw->rt;
   if (timer == &fw->poll)
     kl_timers_start(kl_loop_timers(rt->loop), &fw->poll,
-                    kl_loop_now(rt->loop) + POLL);
+                    kl_loop_now(rt->loop) + fw->every);
+  fwatch_follow_all(fw);
   call_ref(rt, fw->fn_ref, "file watch");
 }
 
@@ -920,61 +1187,60 @@ static void fwatch_close(fwatch_t *fw) {
   if (fw->fn_ref != LUA_NOREF)
     luaL_unref(fw->rt->L, LUA_REGISTRYINDEX, fw->fn_ref);
   fw->fn_ref = LUA_NOREF;
+  for (size_t i = 0; i < fw->npaths; i++)
+    free(fw->paths[i]);
+  free(fw->paths);
+  free(fw->entries);
+  fw->paths = NULL;
+  fw->entries = NULL;
+  fw->npaths = fw->nentries = fw->cap = 0;
 }
 
-/* Watches path, its directory, and the same for where it resolves to. */
-static void fwatch_add(fwatch_t *fw, const char *path) {
-  char real[PATH_MAX], dir[PATH_MAX];
-  const char *paths[2] = {path, realpath(path, real)};
-  for (int i = 0; i < 2; i++) {
-    if (!paths[i]) continue;
-    inotify_add_watch(fw->fd, paths[i], WATCH_MASK);
-    snprintf(dir, sizeof dir, "%s", paths[i]);
-    char *slash = strrchr(dir, '/');
-    if (slash == dir)
-      dir[1] = '\0';
-    else if (slash)
-      *slash = '\0';
-    else
-      snprintf(dir, sizeof dir, ".");
-    inotify_add_watch(fw->fd, dir, WATCH_MASK);
-  }
-}
-
-/* core.watch(paths, fn) -> handle: calls fn (from the loop, not in a task)
- * after any of the paths changed, and every POLL seconds; handle:close()
- * stops watching. */
+/* core.watch(paths, fn [, poll]) -> handle: calls fn (from the loop, not in
+ * a task) after any of the paths changed, and every `poll` seconds (default
+ * POLL); handle:close() stops watching. */
 static int core_watch(lua_State *L) {
   kl_rt_t *rt = up_rt(L);
   luaL_checktype(L, 1, LUA_TTABLE);
   check_function(L, 2, "core.watch");
+  double every = POLL;
+  if (!lua_isnoneornil(L, 3)) {
+    every = kl_lua_check_seconds(L, 3, "core.watch");
+    if (every <= 0)
+      return kl_lua_error(L, "core.watch", "poll must be positive, got %g",
+                          every);
+  }
+  size_t n = lua_objlen(L, 1);
   fwatch_t *fw = lua_newuserdata(L, sizeof *fw);
   memset(fw, 0, sizeof *fw);
   fw->rt = rt;
   fw->fn_ref = LUA_NOREF;
   fw->fd = -1;
+  fw->every = every;
   kl_timer_init(&fw->settle, fwatch_settled, fw);
   kl_timer_init(&fw->poll, fwatch_settled, fw);
   luaL_getmetatable(L, WATCH_MT);
   lua_setmetatable(L, -2);
-  fw->fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
-  if (fw->fd < 0)
-    kl_log(KL_LOG_WARN, "file watch: inotify: %s; polling every %gs",
-           strerror(errno), POLL);
-  for (size_t i = 1, n = lua_objlen(L, 1); fw->fd >= 0 && i <= n; i++) {
+  fw->paths = kl_xcalloc(n ? n : 1, sizeof *fw->paths);
+  for (size_t i = 1; i <= n; i++) {
     lua_rawgeti(L, 1, (int)i);
     const char *path = lua_tostring(L, -1);
     if (!path) return luaL_error(L, "core.watch: paths must be strings");
-    fwatch_add(fw, path);
+    fw->paths[fw->npaths++] = kl_xstrdup(path);
     lua_pop(L, 1);
   }
+  fw->fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+  if (fw->fd < 0)
+    kl_log(KL_LOG_WARN, "file watch: inotify: %s; polling every %gs",
+           strerror(errno), every);
+  fwatch_follow_all(fw);
   if (fw->fd >= 0) {
     ev_io_init(&fw->io, fwatch_readable, fw->fd, EV_READ);
     fw->io.data = fw;
     ev_io_start(kl_loop_ev(rt->loop), &fw->io);
   }
   kl_timers_start(kl_loop_timers(rt->loop), &fw->poll,
-                  kl_loop_now(rt->loop) + POLL);
+                  kl_loop_now(rt->loop) + every);
   lua_pushvalue(L, 2);
   fw->fn_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   return 1;
@@ -1012,6 +1278,16 @@ static int core_on_stop(lua_State *L) {
   return 0;
 }
 
+/* core.hang_probes(fd): the listening socket of /healthz, which the
+ * watchdog answers with 500 while a task hangs (kubelua run
+ * --hang-timeout). A no-op without a watchdog. */
+static int core_hang_probes(lua_State *L) {
+  kl_rt_t *rt = up_rt(L);
+  int fd = (int)luaL_checkinteger(L, 1);
+  if (rt->watchdog) kl_watchdog_set_probes(rt->watchdog, fd);
+  return 0;
+}
+
 /* core.on_hup(fn): fn runs from the loop on each SIGHUP (nil: none). */
 static int core_on_hup(lua_State *L) {
   kl_rt_t *rt = up_rt(L);
@@ -1028,6 +1304,7 @@ static int core_on_hup(lua_State *L) {
 static const luaL_Reg core_funcs[] = {
     {"now", core_now},
     {"monotonic", core_monotonic},
+    {"random_bytes", core_random_bytes},
     {"spawn", core_spawn},
     {"spawn_named", core_spawn_named},
     {"sleep", core_sleep},
@@ -1043,6 +1320,8 @@ static const luaL_Reg core_funcs[] = {
     {"generation_busy", core_generation_busy},
     {"watch", core_watch},
     {"on_hup", core_on_hup},
+    {"hang_probes", core_hang_probes},
+    {"traceback", core_traceback},
     {"on_stop", core_on_stop},
     {"spawn_system", core_spawn_system},
     {"in_task", core_in_task},
@@ -1190,6 +1469,11 @@ kl_rt_t *kl_rt_new(kl_loop_t *loop) {
   kl_metrics_add_process(rt->metrics);
   luaL_openlibs(L);
   jitfix_traversal(L);
+  lua_getglobal(L, "math");
+  lua_getfield(L, -1, "randomseed");
+  rt->seed_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  lua_pop(L, 1);
+  seed_random(L, rt);
   kl_rt_t **box = lua_newuserdata(L, sizeof *box);
   *box = rt;
   lua_setfield(L, LUA_REGISTRYINDEX, RT_KEY);
@@ -1234,6 +1518,8 @@ kl_rt_t *kl_rt_new(kl_loop_t *loop) {
   lua_setfield(L, -2, "kubelua.kubeconfig");
   lua_pushcfunction(L, kl_luaopen_metrics);
   lua_setfield(L, -2, "kubelua.metrics.core");
+  lua_pushcfunction(L, kl_luaopen_process);
+  lua_setfield(L, -2, "kubelua.process");
   for (const kl_lua_module_t *m = kl_lua_modules; m->name; m++) {
     lua_pushlightuserdata(L, (void *)m); /* static data, not heap */
     lua_pushcclosure(L, load_embedded, 1);
@@ -1253,11 +1539,18 @@ void kl_rt_free(kl_rt_t *rt) {
   kl_timers_stop(kl_loop_timers(rt->loop), &rt->stop_timer);
   kl_loop_undefer(rt->loop, &rt->hup);
   kl_loop_undefer(rt->loop, &rt->on_stop_run);
+  kl_watchdog_free(rt->watchdog); /* before the probes' socket closes */
   lua_close(rt->L); /* requests and reflectors end here, http is still up */
   kl_http_free(rt->http);
+  kl_reflector_servers_free(rt->servers);
   kl_metrics_free(rt->metrics);
   free(rt->hooks);
   free(rt);
+}
+
+kl_reflector_servers_t *kl_rt_reflector_servers(kl_rt_t *rt) {
+  if (!rt->servers) rt->servers = kl_reflector_servers_new();
+  return rt->servers;
 }
 
 lua_State *kl_rt_lua(kl_rt_t *rt) { return rt->L; }
@@ -1272,12 +1565,12 @@ int kl_lua_traceback(lua_State *L) {
     msg =
         lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
   }
-  luaL_traceback(L, L, msg, 1);
+  luaL_traceback(L, L, msg, user_level(L, 1));
   return 1;
 }
 
 int kl_rt_start_script(kl_rt_t *rt, const char *path, int argc, char **argv,
-                       int watch) {
+                       double watch_poll) {
   lua_State *L = rt->L;
   int base = lua_gettop(L);
   rt->main_fatal = 1;
@@ -1296,9 +1589,13 @@ int kl_rt_start_script(kl_rt_t *rt, const char *path, int argc, char **argv,
     lua_pushstring(L, argv[i]);
     lua_rawseti(L, -2, i + 1);
   }
-  lua_createtable(L, 0, 1);
-  lua_pushboolean(L, watch);
+  lua_createtable(L, 0, 2);
+  lua_pushboolean(L, watch_poll > 0);
   lua_setfield(L, -2, "watch");
+  if (watch_poll > 0) {
+    lua_pushnumber(L, watch_poll);
+    lua_setfield(L, -2, "poll");
+  }
   int rc = lua_pcall(L, 3, 2, base + 1);
   if (rc != 0 || !lua_toboolean(L, -2)) {
     kl_log(KL_LOG_ERROR, "%s", lua_tostring(L, -1));
@@ -1327,6 +1624,7 @@ static void on_signal(kl_loop_t *loop, int signum, void *ud) {
     return;
   }
   kl_log(KL_LOG_INFO, "signal %d: stopping gracefully", signum);
+  rt->stop_signal = signum;
   kl_rt_stop(rt, 0);
 }
 

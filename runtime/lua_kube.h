@@ -52,6 +52,11 @@ lua_State *kl_rt_lua(kl_rt_t *rt);
 /* The runtime's HTTP client, shared by every request and watch; NULL when
  * libcurl cannot start. Freed after the Lua state closes. */
 struct kl_http *kl_rt_http(kl_rt_t *rt);
+struct kl_reflector_servers;
+/* What the process's reflectors learnt about their servers (reflector.h),
+ * shared by every informer: made on first use, freed after the Lua state
+ * closes. */
+struct kl_reflector_servers *kl_rt_reflector_servers(kl_rt_t *rt);
 kl_loop_t *kl_rt_loop(kl_rt_t *rt);
 struct kl_metrics;
 /* The runtime's metrics registry (metrics.h): it outlives the Lua state, so
@@ -61,14 +66,15 @@ struct kl_metrics *kl_rt_metrics(kl_rt_t *rt);
 kl_rt_t *kl_rt_from(lua_State *L);
 
 /* Runs a controller script as the first generation (lua/kubelua/
- * generation.lua: `args` as the global `arg`, arg[0] the script) and, with
- * `watch`, reloads it when its files change; SIGHUP reloads it too.
+ * generation.lua: `args` as the global `arg`, arg[0] the script) and, when
+ * watch_poll > 0, reloads it when its files change (inotify, and a look
+ * every watch_poll seconds); SIGHUP reloads it too.
  * From then on, a main task (kube.spawn from a generation's main chunk)
  * that raises is logged with its traceback and stops the runtime with
  * status 1 (kl_rt_stop); other tasks' errors are only logged.
  * Returns 0, or 1 with the message (file:line: …) logged. */
 int kl_rt_start_script(kl_rt_t *rt, const char *path, int argc, char **argv,
-                       int watch);
+                       double watch_poll);
 /* Runs the loop until the runtime has stopped; returns the exit status. */
 int kl_rt_loop_until_stopped(kl_rt_t *rt);
 
@@ -77,9 +83,15 @@ int kl_rt_loop_until_stopped(kl_rt_t *rt);
  * Later calls only lower a zero status to a failure. */
 void kl_rt_stop(kl_rt_t *rt, int status);
 int kl_rt_stopping(const kl_rt_t *rt);
+/* The signal (SIGINT, SIGTERM) that began the stop, or 0. */
+int kl_rt_stop_signal(const kl_rt_t *rt);
 void kl_rt_on_stop(kl_rt_t *rt, kl_rt_stop_hook *hook, void *ud);
 /* Seconds a graceful stop may take before the process gives up (default 30). */
 void kl_rt_set_shutdown_timeout(kl_rt_t *rt, double seconds);
+/* Starts a watchdog (watchdog.h) that reports a task which has not yielded
+ * for `seconds`, fails /healthz while it hangs and lets a second signal end
+ * the process; 0 stops it. Returns 0, or -1 when its thread cannot start. */
+int kl_rt_set_hang_timeout(kl_rt_t *rt, double seconds);
 
 /* Generations of the scripts (hot reload). Tasks, kube.after timers and
  * informer handlers belong to the generation whose code made them; 0 is the
@@ -102,7 +114,7 @@ void kl_rt_gen_enter(kl_rt_t *rt, unsigned gen, kl_gen_scope_t *saved);
 void kl_rt_gen_leave(kl_rt_t *rt, const kl_gen_scope_t *saved);
 
 /* A message handler for lua_pcall: the message (or a description of a
- * non-string error) with a traceback. */
+ * non-string error) with a traceback from the user's frame. */
 int kl_lua_traceback(lua_State *L);
 
 /* Tasks */
@@ -126,6 +138,10 @@ size_t kl_waitlist_wake(kl_waitlist_t *wl, size_t n);
 /* Marks that t holds (+1) or released (-1) a workqueue key: a task holding a
  * key is in the middle of a reconcile, which a graceful stop lets finish. */
 void kl_task_hold(kl_task_t *t, int delta);
+/* Names what t works on now, for the watchdog's reports: the key it took
+ * from the queue of `controller`. */
+void kl_task_set_work(kl_task_t *t, const char *controller, const char *key,
+                      size_t len);
 
 /* The number of seconds at idx, finite; raises "NAME: seconds must be ..."
  * otherwise. */
@@ -154,5 +170,6 @@ int kl_luaopen_informer(lua_State *L);
 int kl_luaopen_http(lua_State *L);
 int kl_luaopen_kubeconfig(lua_State *L);
 int kl_luaopen_metrics(lua_State *L);
+int kl_luaopen_process(lua_State *L);
 
 #endif

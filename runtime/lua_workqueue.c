@@ -258,6 +258,7 @@ static int take(lwq_t *w, kl_task_t *t, lua_State *L) {
   }
   lua_pushlstring(L, key, len);
   kl_task_hold(t, 1);
+  kl_task_set_work(t, w->name, key, len);
   return 1;
 }
 

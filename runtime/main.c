@@ -1,12 +1,15 @@
 /* main.c — the kubelua command line.
  *
- *   kubelua run [options] SCRIPT.lua [args]   run a controller script
- *   kubelua test [busted options] [paths]    run busted specs in the runtime
+ *   kubelua run [options] SCRIPT.lua [args] [-- args]   run a script
+ *   kubelua test [options] [busted options] [paths]   run busted specs
  *   kubelua sim --listen HOST:PORT [options]  serve the API simulator
  *   kubelua version
  *
+ * Each command answers -h and --help with its own usage, on stdout.
+ *
  * main wires the loop and the Lua runtime together and turns their outcome
  * into an exit status; everything else lives in the modules. */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,16 +22,24 @@
 #include "lua_kube.h"
 
 static void usage(FILE *out) {
+  fputs("usage: kubelua run [options] SCRIPT.lua [args...] [-- args...]\n"
+        "       kubelua test [options] [busted options] [spec paths...]\n"
+        "       kubelua sim [--listen HOST:PORT] [options]\n"
+        "       kubelua version\n"
+        "\n"
+        "`kubelua COMMAND --help` lists a command's options.\n",
+        out);
+}
+
+static void usage_run(FILE *out) {
   fputs(
-      "usage: kubelua run [options] SCRIPT.lua [args...]\n"
-      "       kubelua test [busted options] [spec paths...]\n"
-      "       kubelua sim --listen HOST:PORT [--token T] [--user NAME=T]\n"
-      "                   [--tls-cert F --tls-key F] [--load DIR]\n"
-      "                   [--history N] [--bookmark-interval SECS]\n"
-      "                   [--no-controllers] [--no-controller NAME]\n"
-      "       kubelua version\n"
+      "usage: kubelua run [options] SCRIPT.lua [args...] [-- args...]\n"
       "\n"
-      "run options:\n"
+      "Runs a controller script. Options may come before or after the\n"
+      "script; the other arguments, and every one after \"--\", go to the\n"
+      "script (as ... and arg).\n"
+      "\n"
+      "options:\n"
       "  --sim                    serve the API from an in-process simulator\n"
       "  --kubeconfig PATH        the kubeconfig file (else KUBECONFIG, the\n"
       "                           pod's service account, ~/.kube/config)\n"
@@ -39,6 +50,8 @@ static void usage(FILE *out) {
       "                           else \"default\")\n"
       "  --no-watch               reload the script on SIGHUP only, not when\n"
       "                           its files change\n"
+      "  --watch-poll SECS        look at the script's files this often even\n"
+      "                           without a change notice (default 5)\n"
       "  --metrics-bind-address ADDR   serve /metrics on HOST:PORT or :PORT;\n"
       "                           0 turns it off (default :8080 in a pod, else "
       "0)\n"
@@ -49,21 +62,83 @@ static void usage(FILE *out) {
       "  --log-format FORMAT      text (default) or json: one object a line\n"
       "  --graceful-shutdown-timeout SECS (or --shutdown-timeout)\n"
       "                           how long a graceful stop may take "
-      "(default 30)\n",
+      "(default 30)\n"
+      "  --hang-timeout SECS      a reconcile or task that runs this long\n"
+      "                           without yielding is logged and fails\n"
+      "                           /healthz (default 60; 0 turns it off)\n"
+      "  -h, --help               this help\n",
       out);
 }
 
-static int bad_usage(const char *fmt, ...)
-    __attribute__((format(printf, 1, 2)));
-static int bad_usage(const char *fmt, ...) {
+static void usage_test(FILE *out) {
+  fputs("usage: kubelua test [options] [busted options] [spec paths...]\n"
+        "\n"
+        "Runs busted specs inside the runtime, in a task.\n"
+        "\n"
+        "options:\n"
+        "  --apiserver sim|real     the server testing.start serves: the\n"
+        "                           simulator (default) or a real\n"
+        "                           kube-apiserver and etcd, found in\n"
+        "                           KUBEBUILDER_ASSETS, else PATH\n"
+        "  --controller-manager     with real: run kube-controller-manager "
+        "too\n"
+        "  --log-level LEVEL        debug, info, warn or error (default info)\n"
+        "  --log-format FORMAT      text (default) or json\n"
+        "  -h, --help               this help, then busted's\n",
+        out);
+}
+
+static void usage_sim(FILE *out) {
+  fputs("usage: kubelua sim [--listen HOST:PORT] [options]\n"
+        "\n"
+        "Serves the Kubernetes API from memory until SIGINT or SIGTERM.\n"
+        "\n"
+        "options:\n"
+        "  --listen HOST:PORT       where to serve (default 127.0.0.1:6443)\n"
+        "  --token T                the bearer token of an admin (without it,\n"
+        "                           every request is the admin's)\n"
+        "  --user NAME=T            a user allowed discovery and access "
+        "reviews\n"
+        "  --tls-cert F --tls-key F serve HTTPS (HTTP/2 by ALPN, or "
+        "HTTP/1.1)\n"
+        "  --load DIR               create the JSON and YAML objects in DIR\n"
+        "  --history N              watch events kept per resource "
+        "(default 10000)\n"
+        "  --bookmark-interval SECS how often a watch gets a bookmark "
+        "(default 60)\n"
+        "  --no-controllers         serve the API server alone: no garbage\n"
+        "                           collector, namespace controller, root CA\n"
+        "                           or default ServiceAccount publisher\n"
+        "  --no-controller NAME     turn one off: gc, namespace, root_ca,\n"
+        "                           service_account\n"
+        "  -h, --help               this help\n",
+        out);
+}
+
+static void usage_version(FILE *out) {
+  fputs("usage: kubelua version\n"
+        "\n"
+        "Prints the versions of kubelua and LuaJIT.\n",
+        out);
+}
+
+typedef void usage_fn(FILE *out);
+
+static int bad_usage(usage_fn *usage_of, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static int bad_usage(usage_fn *usage_of, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   fprintf(stderr, "kubelua: ");
   vfprintf(stderr, fmt, ap);
   va_end(ap);
   fputs("\n", stderr);
-  usage(stderr);
+  usage_of(stderr);
   return 2;
+}
+
+static int is_help(const char *arg) {
+  return strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0;
 }
 
 /* --sim: an API simulator in this process, the script's connection
@@ -80,6 +155,17 @@ static int start_sim(kl_rt_t *rt) {
   return 0;
 }
 
+/* Pushes require(mod)[fn]. Returns 0, or 1 with the error message pushed
+ * (the stack otherwise as it was). */
+static int push_module_fn(lua_State *L, const char *mod, const char *fn) {
+  lua_getglobal(L, "require");
+  lua_pushstring(L, mod);
+  if (lua_pcall(L, 1, 1, 0) != 0) return 1;
+  lua_getfield(L, -1, fn);
+  lua_remove(L, -2);
+  return 0;
+}
+
 typedef struct run_opts {
   const char *kubeconfig, *context;
   const char *metrics_addr, *probes_addr; /* NULL: the default */
@@ -91,14 +177,11 @@ typedef struct run_opts {
  * leader election. */
 static int run_options(kl_rt_t *rt, const run_opts_t *o) {
   lua_State *L = kl_rt_lua(rt);
-  lua_getglobal(L, "require");
-  lua_pushliteral(L, "kubelua");
-  if (lua_pcall(L, 1, 1, 0) != 0) {
+  if (push_module_fn(L, "kubelua", "_run_options")) {
     fprintf(stderr, "kubelua: %s\n", lua_tostring(L, -1));
     lua_settop(L, 0);
     return 1;
   }
-  lua_getfield(L, -1, "_run_options");
   lua_createtable(L, 0, 5);
   const char *strs[][2] = {{"kubeconfig", o->kubeconfig},
                            {"context", o->context},
@@ -137,10 +220,7 @@ static int serve_endpoints(kl_rt_t *rt, const run_opts_t *o, int sim) {
   const char *paddr = o->probes_addr ? o->probes_addr : pod ? ":8081" : "0";
   if (strcmp(maddr, "0") == 0 && strcmp(paddr, "0") == 0) return 0;
   lua_State *L = kl_rt_lua(rt);
-  lua_getglobal(L, "require");
-  lua_pushliteral(L, "kubelua.metrics");
-  if (lua_pcall(L, 1, 1, 0) != 0) goto fail;
-  lua_getfield(L, -1, "serve");
+  if (push_module_fn(L, "kubelua.metrics", "serve")) goto fail;
   lua_createtable(L, 0, 2);
   lua_pushstring(L, maddr);
   lua_setfield(L, -2, "metrics");
@@ -156,25 +236,122 @@ fail:
   return 1;
 }
 
+/* One option: "--name=value" is split into its name and value. */
+typedef struct opt {
+  const char *name, *inline_val; /* inline_val: NULL unless --name=value */
+  char buf[64];
+} opt_t;
+
+static void opt_split(opt_t *o, const char *arg) {
+  const char *eq = strchr(arg, '=');
+  o->name = arg;
+  o->inline_val = NULL;
+  if (eq && (size_t)(eq - arg) < sizeof o->buf) {
+    memcpy(o->buf, arg, (size_t)(eq - arg));
+    o->buf[eq - arg] = '\0';
+    o->name = o->buf;
+    o->inline_val = eq + 1;
+  }
+}
+
+/* The value of option o at argv[*i]: inline, or the next argument (then
+ * *i moves past it); NULL after saying that it is missing. */
+static const char *opt_value(const opt_t *o, int argc, char **argv, int *i,
+                             usage_fn *usage_of) {
+  if (o->inline_val) return o->inline_val;
+  if (*i + 1 < argc) return argv[++*i];
+  bad_usage(usage_of, "option %s needs a value", o->name);
+  return NULL;
+}
+
+/* --log-level, --v and --log-format, which run and test share. Returns 0
+ * when name is none of them, 1 when it took val, or 2 after saying what
+ * is wrong with val. */
+static int log_option(const char *name, const char *val, usage_fn *usage_of) {
+  if (strcmp(name, "--log-level") == 0) {
+    int level = kl_log_parse_level(val);
+    if (level < 0) return bad_usage(usage_of, "unknown log level \"%s\"", val);
+    kl_log_set_level((kl_log_level_t)level);
+  } else if (strcmp(name, "--v") == 0) { /* klog's verbosity */
+    char *end;
+    long v = strtol(val, &end, 10);
+    if (*end || end == val || v < 0)
+      return bad_usage(usage_of, "--v needs a number, got \"%s\"", val);
+    kl_log_set_level(v >= 4 ? KL_LOG_DEBUG : KL_LOG_INFO);
+  } else if (strcmp(name, "--log-format") == 0) {
+    int f = kl_log_parse_format(val);
+    if (f < 0)
+      return bad_usage(usage_of, "unknown log format \"%s\" (text, json)", val);
+    kl_log_set_format((kl_log_format_t)f);
+  } else {
+    return 0;
+  }
+  return 1;
+}
+
+/* An argument for the script: the first names the script itself. The
+ * others are gathered at the front of argv, which they were behind. */
+static void script_arg(const char **script, char **argv, int *nargs,
+                       char *arg) {
+  if (!*script)
+    *script = arg;
+  else
+    argv[(*nargs)++] = arg;
+}
+
+/* The options of run that take a value. */
+static const char *const run_valued[] = {"--kubeconfig",
+                                         "--context",
+                                         "--metrics-bind-address",
+                                         "--health-probe-bind-address",
+                                         "--leader-election-id",
+                                         "--leader-election-namespace",
+                                         "--shutdown-timeout",
+                                         "--graceful-shutdown-timeout",
+                                         "--hang-timeout",
+                                         "--watch-poll",
+                                         "--log-level",
+                                         "--v",
+                                         "--log-format",
+                                         NULL};
+
+/* The options of test that take a value (busted has none of these). */
+static const char *const test_valued[] = {"--log-level", "--v", "--log-format",
+                                          NULL};
+
+static int is_one_of(const char *name, const char *const *names) {
+  for (; *names; names++)
+    if (strcmp(name, *names) == 0) return 1;
+  return 0;
+}
+
+/* kubelua run. Options may come anywhere before "--": the first argument
+ * that is not an option is the script, the others are its arguments, and
+ * so is everything after "--". An unknown --option is refused, so that a
+ * misspelt or misplaced runtime option never silently reaches the script. */
 static int run_script(int argc, char **argv) {
-  double shutdown_timeout = 30;
-  int sim = 0, watch = 1;
+  double shutdown_timeout = 30, hang_timeout = 60, watch_poll = 5;
+  int sim = 0, watch = 1, nargs = 0;
+  const char *script = NULL;
   run_opts_t ro = {0};
-  int i = 0;
-  char opt_buf[64];
-  for (; i < argc && strncmp(argv[i], "--", 2) == 0; i++) {
-    const char *opt = argv[i], *inline_val = NULL;
-    const char *eq = strchr(opt, '=');
-    if (eq && (size_t)(eq - opt) < sizeof opt_buf) { /* --name=value */
-      memcpy(opt_buf, opt, (size_t)(eq - opt));
-      opt_buf[eq - opt] = '\0';
-      opt = opt_buf;
-      inline_val = eq + 1;
-    }
-    if (strcmp(opt, "--") == 0) {
-      i++;
+  for (int i = 0; i < argc; i++) {
+    char *arg = argv[i];
+    if (strcmp(arg, "--") == 0) {
+      while (++i < argc)
+        script_arg(&script, argv, &nargs, argv[i]);
       break;
     }
+    if (strncmp(arg, "--", 2) != 0 && strcmp(arg, "-h") != 0) {
+      script_arg(&script, argv, &nargs, arg);
+      continue;
+    }
+    if (is_help(arg)) {
+      usage_run(stdout);
+      return 0;
+    }
+    opt_t o;
+    opt_split(&o, arg);
+    const char *opt = o.name;
     if (strcmp(opt, "--sim") == 0) {
       sim = 1;
       continue;
@@ -187,25 +364,17 @@ static int run_script(int argc, char **argv) {
       ro.leader_elect = 1;
       continue;
     }
-    if (!inline_val && i + 1 >= argc)
-      return bad_usage("option %s needs a value", opt);
-    const char *val = inline_val ? inline_val : argv[++i];
-    if (strcmp(opt, "--log-level") == 0) {
-      int level = kl_log_parse_level(val);
-      if (level < 0) return bad_usage("unknown log level \"%s\"", val);
-      kl_log_set_level((kl_log_level_t)level);
-    } else if (strcmp(opt, "--v") == 0) { /* klog's verbosity */
-      char *end;
-      long v = strtol(val, &end, 10);
-      if (*end || end == val || v < 0)
-        return bad_usage("--v needs a number, got \"%s\"", val);
-      kl_log_set_level(v >= 4 ? KL_LOG_DEBUG : KL_LOG_INFO);
-    } else if (strcmp(opt, "--log-format") == 0) {
-      int f = kl_log_parse_format(val);
-      if (f < 0)
-        return bad_usage("unknown log format \"%s\" (text, json)", val);
-      kl_log_set_format((kl_log_format_t)f);
-    } else if (strcmp(opt, "--kubeconfig") == 0) {
+    if (!is_one_of(opt, run_valued))
+      return bad_usage(usage_run,
+                       "unknown option %s (the script's own options go "
+                       "after \"--\")",
+                       opt);
+    const char *val = opt_value(&o, argc, argv, &i, usage_run);
+    if (!val) return 2;
+    int logged = log_option(opt, val, usage_run);
+    if (logged == 2) return 2;
+    if (logged) continue;
+    if (strcmp(opt, "--kubeconfig") == 0) {
       ro.kubeconfig = val;
     } else if (strcmp(opt, "--context") == 0) {
       ro.context = val;
@@ -217,19 +386,26 @@ static int run_script(int argc, char **argv) {
       ro.election_id = val;
     } else if (strcmp(opt, "--leader-election-namespace") == 0) {
       ro.election_ns = val;
-    } else if (strcmp(opt, "--shutdown-timeout") == 0 ||
-               strcmp(opt, "--graceful-shutdown-timeout") == 0) {
+    } else if (strcmp(opt, "--watch-poll") == 0) {
       char *end;
-      shutdown_timeout = strtod(val, &end);
-      if (*end || end == val || !(shutdown_timeout >= 0))
-        return bad_usage("--shutdown-timeout needs seconds, got \"%s\"", val);
+      watch_poll = strtod(val, &end);
+      if (*end || end == val || !(watch_poll > 0) || isinf(watch_poll))
+        return bad_usage(
+            usage_run, "--watch-poll needs positive seconds, got \"%s\"", val);
     } else {
-      return bad_usage("unknown option %s", opt);
+      int hang = strcmp(opt, "--hang-timeout") == 0;
+      char *end;
+      double secs = strtod(val, &end);
+      if (*end || end == val || !(secs >= 0) || secs > 1e9)
+        return bad_usage(usage_run, "%s needs seconds, got \"%s\"",
+                         hang ? "--hang-timeout" : "--shutdown-timeout", val);
+      *(hang ? &hang_timeout : &shutdown_timeout) = secs;
     }
   }
-  if (i >= argc) return bad_usage("%s", "run needs a script");
+  if (!script) return bad_usage(usage_run, "%s", "run needs a script");
   if (ro.leader_elect && !ro.election_id)
-    return bad_usage("%s", "--leader-elect needs --leader-election-id NAME");
+    return bad_usage(usage_run, "%s",
+                     "--leader-elect needs --leader-election-id NAME");
 
   kl_loop_t *loop = kl_loop_new(NULL);
   if (!loop) {
@@ -243,20 +419,91 @@ static int run_script(int argc, char **argv) {
     return 1;
   }
   kl_rt_set_shutdown_timeout(rt, shutdown_timeout);
-  int status = sim ? start_sim(rt) : 0;
+  int status = 0;
+  if (kl_rt_set_hang_timeout(rt, hang_timeout) != 0) {
+    fprintf(stderr, "kubelua: cannot start the watchdog thread\n");
+    status = 1;
+  }
+  if (status == 0 && sim) status = start_sim(rt);
   if (status == 0) status = serve_endpoints(rt, &ro, sim);
   if (status == 0 && (!sim || ro.leader_elect)) status = run_options(rt, &ro);
   if (status == 0)
-    status = kl_rt_start_script(rt, argv[i], argc - i - 1, argv + i + 1, watch);
+    status =
+        kl_rt_start_script(rt, script, nargs, argv, watch ? watch_poll : 0);
   if (status == 0) status = kl_rt_loop_until_stopped(rt);
   kl_rt_free(rt);
   kl_loop_free(loop);
   return status;
 }
 
+/* busted's own help, after kubelua test's lines. busted answers --help as
+ * a usage error that carries the help, so the text is taken from there. */
+static const char busted_help[] =
+    "local cli = require('busted.modules.cli')({ standalone = false })\n"
+    "cli:set_name('busted')\n"
+    "local _, text = cli:parse({ '--help' })\n"
+    "text = tostring(text):gsub('^busted: error: ', '')\n"
+    "  :gsub('; re%-run with %-%-help for usage%.$', '')\n"
+    "io.stdout:write('\\nbusted options:\\n', text, '\\n')\n";
+
+/* kubelua.testing.configure{apiserver=, controller_manager=}: the server
+ * the harnesses start. Returns 0, or 1 with the reason said (a binary that
+ * is not there). */
+static int test_options(kl_rt_t *rt, const char *apiserver, int cm) {
+  lua_State *L = kl_rt_lua(rt);
+  int status = 1;
+  if (push_module_fn(L, "kubelua.testing", "configure")) goto out;
+  lua_createtable(L, 0, 2);
+  lua_pushstring(L, apiserver);
+  lua_setfield(L, -2, "apiserver");
+  lua_pushboolean(L, cm);
+  lua_setfield(L, -2, "controller_manager");
+  if (lua_pcall(L, 1, 2, 0) != 0) goto out;
+  if (lua_toboolean(L, -2)) status = 0;
+out:
+  if (status) fprintf(stderr, "kubelua test: %s\n", lua_tostring(L, -1));
+  lua_settop(L, 0);
+  return status;
+}
+
 /* Runs busted inside the runtime, in a task: specs get the same Lua state,
- * library and loop as scripts, and kube.run waits for tasks from a spec. */
+ * library and loop as scripts, and kube.run waits for tasks from a spec.
+ * kubelua's own options (logs, help) are taken out of the arguments before
+ * "--"; the rest are busted's. */
 static int run_tests(int argc, char **argv) {
+  /* Ours, taken out of busted's: --apiserver sim|real,
+   * --controller-manager, the log options and help. */
+  const char *apiserver = "sim";
+  int cm = 0, nargs = 0, help = 0;
+  for (int i = 0; i < argc; i++) {
+    if (strcmp(argv[i], "--") == 0) {
+      while (i < argc)
+        argv[nargs++] = argv[i++];
+      break;
+    }
+    opt_t o;
+    opt_split(&o, argv[i]);
+    if (is_help(argv[i])) {
+      help = 1;
+    } else if (strcmp(argv[i], "--controller-manager") == 0) {
+      cm = 1;
+    } else if (strcmp(o.name, "--apiserver") == 0) {
+      apiserver = opt_value(&o, argc, argv, &i, usage_test);
+      if (!apiserver) return 2;
+    } else if (is_one_of(o.name, test_valued)) {
+      const char *val = opt_value(&o, argc, argv, &i, usage_test);
+      if (!val || log_option(o.name, val, usage_test) == 2) return 2;
+    } else {
+      argv[nargs++] = argv[i];
+    }
+  }
+  if (strcmp(apiserver, "sim") != 0 && strcmp(apiserver, "real") != 0)
+    return bad_usage(usage_test, "--apiserver needs sim or real, got \"%s\"",
+                     apiserver);
+  if (cm && strcmp(apiserver, "real") != 0)
+    return bad_usage(usage_test, "%s",
+                     "--controller-manager needs --apiserver real");
+  if (help) usage_test(stdout);
   static const char runner[] =
       "local kube = require 'kubelua'\n"
       "kube.spawn(function()\n"
@@ -281,20 +528,39 @@ static int run_tests(int argc, char **argv) {
     return 1;
   }
   lua_State *L = kl_rt_lua(rt);
-  lua_createtable(L, argc, 1);
+  if (help) {
+    if (luaL_loadbuffer(L, busted_help, sizeof busted_help - 1,
+                        "=kubelua test") != 0 ||
+        lua_pcall(L, 0, 0, 0) != 0)
+      fprintf(stderr, "kubelua test: %s\n", lua_tostring(L, -1));
+    kl_rt_free(rt);
+    kl_loop_free(loop);
+    return 0;
+  }
+  lua_createtable(L, nargs, 1);
   lua_pushliteral(L, "kubelua test");
   lua_rawseti(L, -2, 0);
-  for (int i = 0; i < argc; i++) {
+  for (int i = 0; i < nargs; i++) {
     lua_pushstring(L, argv[i]);
     lua_rawseti(L, -2, i + 1);
   }
   lua_setglobal(L, "arg");
-  int status = 1;
-  if (luaL_loadbuffer(L, runner, sizeof runner - 1, "=kubelua test") == 0 &&
-      lua_pcall(L, 0, 0, 0) == 0)
-    status = kl_rt_loop_until_stopped(rt);
-  else
-    fprintf(stderr, "kubelua test: %s\n", lua_tostring(L, -1));
+  int status = test_options(rt, apiserver, cm);
+  if (status == 0) {
+    if (luaL_loadbuffer(L, runner, sizeof runner - 1, "=kubelua test") == 0 &&
+        lua_pcall(L, 0, 0, 0) == 0) {
+      status = kl_rt_loop_until_stopped(rt);
+      /* specs cut short are no success, whatever they said so far */
+      if (kl_rt_stop_signal(rt)) {
+        fprintf(stderr, "kubelua test: interrupted by signal %d\n",
+                kl_rt_stop_signal(rt));
+        status = 1;
+      }
+    } else {
+      fprintf(stderr, "kubelua test: %s\n", lua_tostring(L, -1));
+      status = 1;
+    }
+  }
   kl_rt_free(rt);
   kl_loop_free(loop);
   return status;
@@ -303,6 +569,12 @@ static int run_tests(int argc, char **argv) {
 /* Serves the API simulator (lua/kubelua/sim) until SIGINT or SIGTERM. Its
  * main parses the options, listens and prints one line with the address. */
 static int run_sim(int argc, char **argv) {
+  for (int i = 0; i < argc; i++) {
+    if (is_help(argv[i])) {
+      usage_sim(stdout);
+      return 0;
+    }
+  }
   kl_loop_t *loop = kl_loop_new(NULL);
   kl_rt_t *rt = loop ? kl_rt_new(loop) : NULL;
   if (!rt) {
@@ -330,7 +602,7 @@ static int run_sim(int argc, char **argv) {
   }
   if (!lua_toboolean(L, -2)) {
     fprintf(stderr, "kubelua sim: %s\n", lua_tostring(L, -1));
-    usage(stderr);
+    usage_sim(stderr);
     status = 2;
     goto out;
   }
@@ -343,22 +615,44 @@ out:
 }
 
 int main(int argc, char **argv) {
+  /* print() reaches a pipe (a container's log) line by line, not when a
+   * block fills or the process ends. */
+  setvbuf(stdout, NULL, _IOLBF, 0);
   if (argc < 2) {
     usage(stderr);
     return 2;
   }
+  static const struct {
+    const char *name;
+    usage_fn *usage;
+  } cmds[] = {{"run", usage_run},
+              {"test", usage_test},
+              {"sim", usage_sim},
+              {"version", usage_version}};
   const char *cmd = argv[1];
-  if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
-    printf("kubelua %s (%s)\n", KL_VERSION, LUAJIT_VERSION);
+  if (strcmp(cmd, "help") == 0 || is_help(cmd)) {
+    for (size_t i = 0; argc > 2 && i < sizeof cmds / sizeof cmds[0]; i++) {
+      if (strcmp(argv[2], cmds[i].name) == 0) {
+        cmds[i].usage(stdout); /* kubelua help COMMAND */
+        return 0;
+      }
+    }
+    usage(stdout);
     return 0;
   }
-  if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 ||
-      strcmp(cmd, "-h") == 0) {
-    usage(stdout);
+  if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
+    if (argc > 2 && is_help(argv[2])) {
+      usage_version(stdout);
+      return 0;
+    }
+    if (argc > 2)
+      return bad_usage(usage_version, "version takes no arguments, got %s",
+                       argv[2]);
+    printf("kubelua %s (%s)\n", KL_VERSION, LUAJIT_VERSION);
     return 0;
   }
   if (strcmp(cmd, "run") == 0) return run_script(argc - 2, argv + 2);
   if (strcmp(cmd, "test") == 0) return run_tests(argc - 2, argv + 2);
   if (strcmp(cmd, "sim") == 0) return run_sim(argc - 2, argv + 2);
-  return bad_usage("unknown command \"%s\"", cmd);
+  return bad_usage(usage, "unknown command \"%s\"", cmd);
 }

@@ -5,8 +5,9 @@
  * same keys and often the same values), so zstd with a dictionary made of
  * the first objects the informer caches shrinks the rest several times over.
  * A codec is per informer: it keeps the first objects plain while it learns
- * (their JSON, up to sample_size bytes, becomes a raw-content dictionary),
- * then returns compressed copies of every object worth compressing.
+ * (their JSON, up to sample_size bytes, becomes the dictionary's content,
+ * and the first `samples` objects give it entropy tables), then returns
+ * compressed copies of every object worth compressing.
  * Compressed objects keep their extracted metadata plain (kl_obj_name,
  * labels, … cost nothing) and hold a reference on the codec, which
  * decompresses kl_obj_json on demand into its own buffers.
@@ -26,6 +27,7 @@ typedef struct kl_objz_opts {
   size_t min_size;    /* JSON shorter than this stays plain; 0: 256 */
   size_t sample_size; /* JSON bytes learned before compressing; 0: 16 KiB */
   int level;          /* zstd level; 0: 1 */
+  size_t samples;     /* objects the entropy tables are learned from; 0: 16 */
 } kl_objz_opts_t;
 
 typedef struct kl_objz_stats {

@@ -5,15 +5,19 @@
  *
  *   WAITING --(defer or backoff timer)--> LISTING (one page after another)
  *   LISTING --(every page in: Replace)--> WATCHING
- *   WATCHING --(normal close, dead watch)--> WAITING(watch, no delay)
+ *   WATCHING --(normal close, broken connection)--> WAITING(watch, no delay)
  *   WATCHING --(429 / refused to set up, ERROR 429)--> WAITING(watch, backoff)
+ *   WATCHING --(410 after a watch that worked)--> WAITING(list, no delay)
  *   anything else that ends a round --> WAITING(list, backoff)
  *
  * With watch_list, a round starts WATCHING with sendInitialEvents instead of
  * LISTING: the initial ADDED events are collected (r->initial) and replace
  * the informer's content at the end bookmark, then the same stream is an
- * ordinary watch. A refusal, or a stream that ends without that bookmark,
- * turns watch_list off (r->wl_off) and the round lists at once.
+ * ordinary watch. Whether the server does streaming lists is asked once per
+ * server and process (kl_reflector_servers_t): one reflector asks while the
+ * others wait for its answer; a refusal, or a server that ignores the
+ * parameters (another event than ADDED before the end bookmark, or no end
+ * bookmark at all), makes every round of every reflector there list.
  *
  * A round is client-go's ListAndWatch; each round ends with a backoff wait
  * (the Run loop's sliding BackoffUntil), failed or not. One backoff state
@@ -24,9 +28,11 @@
  * large, one immediate retry at "") are followed to the letter, as are the
  * query strings, whose parameters come in Go's sorted order.
  *
- * Beyond client-go: a watch that receives no byte for liveness_timeout is
- * cancelled and resumed from the last resourceVersion (a silently dead
- * connection otherwise loses changes until TCP gives up); a 429's
+ * Beyond client-go: a 410 on a watch that worked (it ran, or the one before
+ * it ended normally) relists at once with no backoff step: compaction is
+ * routine, and counting it as a failure grew the backoff until the cache
+ * stayed stale for half a minute; after failures, the watch that opens
+ * again says so once (how long, how many tries); a 429's
  * Retry-After lengthens the backoff (client-go's REST client honours it
  * before the reflector sees the error); and an event that does not decode,
  * an unknown event type included, ends the stream and relists after a
@@ -36,9 +42,15 @@
  * caller forget the refused one before the backoff (client-go's transport
  * does this under the reflector).
  *
+ * A quiet watch is not a dead one: a server may send nothing, not even a
+ * bookmark, until its timeoutSeconds, so only the watch's deadline ends it
+ * here; a dead connection is found under the HTTP client (TCP keepalive).
+ * Only a streaming list's initial events have a silence limit
+ * (initial_timeout): a real server sends them at once.
+ *
  * Invariants: r->req is the only request in flight and is non-NULL only in
  * LISTING and WATCHING; the wait timer and the step node are armed only in
- * WAITING, the liveness timer only in WATCHING; nothing reaches the informer
+ * WAITING, the deadline timer only in WATCHING; nothing reaches the informer
  * unless a request of ours is live, so once stop has cancelled it nothing does.
  * r->gen changes on stop and start, so code that called out (on_error, the
  * informer) can tell it must not go on. The reflector owns its strings, its
@@ -66,11 +78,31 @@
 #define RETRY_AFTER_MAX 60.0 /* a 429's Retry-After honoured up to this */
 #define AUTH_MAX (16 * 1024) /* the credential's header line */
 #define AUTH_POLL 0.05       /* seconds between asks while auth says EAGAIN */
+#define ASK_POLL 0.05        /* seconds between looks while another asks */
 #define WL_MAX ((size_t)16 << 20) /* objects in one streaming list */
 #define INITIAL_EVENTS_END "k8s.io/initial-events-end"
 
 typedef enum state { ST_STOPPED, ST_WAITING, ST_LISTING, ST_WATCHING } state_t;
 typedef enum next { NEXT_LIST, NEXT_WATCH } next_t;
+
+/* A server's streaming lists, as far as the process knows. */
+typedef enum sv_state {
+  SV_UNKNOWN,
+  SV_ASKING,
+  SV_STREAMS,
+  SV_LISTS
+} sv_state_t;
+
+typedef struct server {
+  char *url;
+  sv_state_t state;
+  const kl_reflector_t *asker; /* in SV_ASKING: the one whose answer waits */
+  struct server *next;
+} server_t;
+
+struct kl_reflector_servers {
+  server_t *list;
+};
 
 /* A failed request or an ERROR event, classified as apimachinery's errors
  * package does (CLIENTGO.md 2.7). */
@@ -99,11 +131,14 @@ struct kl_reflector {
   void *rand_ud;
   uint64_t seed; /* the default generator's state */
   double bo_initial, bo_factor, bo_jitter, bo_max, bo_reset;
-  double min_watch, liveness;
+  double min_watch, initial_silence;
   int page_size;
   bool watch_list; /* opts.watch_list */
-  bool wl_off;     /* the server does not stream lists: list+watch */
   bool wl_skip;    /* this round lists: its streaming list failed */
+  bool wl_ignored; /* the initial events had another type than ADDED */
+  kl_reflector_servers_t *servers; /* opts.servers, or own_servers */
+  kl_reflector_servers_t *own_servers;
+  server_t *sv; /* this reflector's server in servers */
   kl_reflector_error_fn *on_error;
   void *ud;
   kl_reflector_auth_fn *auth;
@@ -116,7 +151,7 @@ struct kl_reflector {
   unsigned gen;
   kl_timer_t wait; /* the backoff wait */
   kl_defer_t step; /* the next step without a wait */
-  kl_timer_t live; /* the watch's liveness and client-side deadline */
+  kl_timer_t live; /* the watch's deadline (and initial events' silence) */
   kl_http_req_t *req;
 
   /* The reflector's state (6.1). */
@@ -126,6 +161,11 @@ struct kl_reflector {
   /* The backoff manager (6.3). */
   double bo_dur, bo_last;
   int bo_steps;
+
+  /* Failed attempts since the last watch that opened, and when the first
+   * of them failed: the recovery line. */
+  unsigned down_tries;
+  double down_since;
 
   /* The list in progress: list() and the pager (5.2, 6.5). */
   kl_informer_list_t *acc;
@@ -149,6 +189,8 @@ struct kl_reflector {
   double w_start, w_last, w_end;
   uint64_t w_events;
   bool streaming; /* the watch answered 200: its stream is open */
+  bool w_open;    /* this watch answered 200 */
+  bool w_ok;      /* the last watch worked and ended normally */
   bool paused;    /* the stream waits while the informer catches up */
   kl_timer_t unpause;
   bool propagate, besides_added;
@@ -185,6 +227,82 @@ static void copy_rv(char *dst, const char *p, size_t n) {
   if (n > RV_MAX - 1) n = RV_MAX - 1;
   memcpy(dst, p, n);
   dst[n] = '\0';
+}
+
+/* ---- what the process knows of servers ---- */
+
+kl_reflector_servers_t *kl_reflector_servers_new(void) {
+  return kl_xcalloc(1, sizeof(kl_reflector_servers_t));
+}
+
+void kl_reflector_servers_free(kl_reflector_servers_t *ss) {
+  if (!ss) return;
+  for (server_t *s = ss->list, *next; s; s = next) {
+    next = s->next;
+    free(s->url);
+    free(s);
+  }
+  free(ss);
+}
+
+/* The server of a collection URL: up to its "/api/" or "/apis/" (a
+ * server's URL may have a path of its own), else scheme and authority. */
+static char *server_url(const char *url) {
+  const char *p = strstr(url, "://"), *end;
+  p = p ? p + 3 : url;
+  const char *api = strstr(p, "/api/"), *apis = strstr(p, "/apis/");
+  if (api && (!apis || api < apis))
+    end = api;
+  else if (apis)
+    end = apis;
+  else
+    end = p + strcspn(p, "/");
+  return kl_xstrndup(url, (size_t)(end - url));
+}
+
+static server_t *server_find(kl_reflector_servers_t *ss, const char *url) {
+  server_t *s = ss->list;
+  while (s && strcmp(s->url, url) != 0)
+    s = s->next;
+  if (s) return s;
+  s = kl_xcalloc(1, sizeof *s);
+  s->url = kl_xstrdup(url);
+  s->next = ss->list;
+  ss->list = s;
+  return s;
+}
+
+/* The asker goes without an answer (it failed otherwise, or stopped): the
+ * next round of any reflector there asks again. */
+static void server_release(kl_reflector_t *r) {
+  if (r->sv->state == SV_ASKING && r->sv->asker == r) {
+    r->sv->state = SV_UNKNOWN;
+    r->sv->asker = NULL;
+  }
+}
+
+static void server_streams(kl_reflector_t *r) {
+  if (r->sv->state == SV_ASKING || r->sv->state == SV_UNKNOWN) {
+    r->sv->state = SV_STREAMS;
+    r->sv->asker = NULL;
+  }
+}
+
+/* The server refused or ignored a streaming list (why): every reflector
+ * there lists and watches from now on. Said once per server, at info: it
+ * is how the server is, not a failure. */
+static void server_lists(kl_reflector_t *r, const char *why) {
+  if (r->sv->state == SV_LISTS) {
+    kl_log(KL_LOG_DEBUG, "reflector %s: streaming list: %s: listing", r->name,
+           why);
+    return;
+  }
+  r->sv->state = SV_LISTS;
+  r->sv->asker = NULL;
+  kl_log(KL_LOG_INFO,
+         "reflector %s: streaming list: %s: %s does not serve streaming "
+         "lists; listing and watching from now on",
+         r->name, why, r->sv->url);
 }
 
 /* ---- backoff: wait.ExponentialBackoffManager over wait.Backoff.Step ---- */
@@ -244,6 +362,12 @@ static void go(kl_reflector_t *r, next_t next, double delay) {
     kl_loop_defer(r->loop, &r->step);
 }
 
+/* A failed attempt: counted for the line that says the watch is back. */
+static void note_failure(kl_reflector_t *r) {
+  r->st.errors++;
+  if (r->down_tries++ == 0) r->down_since = now(r);
+}
+
 static void backoff_then(kl_reflector_t *r, next_t next, double at_least) {
   double d = backoff_delay(r);
   if (d < at_least) d = at_least;
@@ -265,7 +389,9 @@ static void refused_credential(kl_reflector_t *r, const failure_t *f) {
  * least a 429's Retry-After) and a new round. */
 static void round_failed(kl_reflector_t *r, const char *msg, double at_least) {
   unsigned gen = r->gen;
-  r->st.errors++;
+  note_failure(r);
+  r->w_ok = false;
+  server_release(r);
   r->state = ST_WAITING;
   kl_log(KL_LOG_WARN, "reflector %s: %s", r->name, msg);
   if (r->on_error) r->on_error(r, msg, r->ud);
@@ -464,9 +590,17 @@ static int on_head(kl_http_req_t *req, int status, void *ud) {
       r->retry_after = s < RETRY_AFTER_MAX ? (double)s : RETRY_AFTER_MAX;
   }
   if (r->state == ST_WATCHING && status == 200) {
-    r->streaming = true;
+    r->streaming = r->w_open = true;
     r->w_start = now(r);
     r->w_last = r->w_start;
+    if (r->down_tries) {
+      kl_log(KL_LOG_INFO,
+             "reflector %s: watching again after %u failed attempt%s in "
+             "%.1fs",
+             r->name, r->down_tries, r->down_tries == 1 ? "" : "s",
+             r->w_start - r->down_since);
+      r->down_tries = 0;
+    }
   }
   return 0;
 }
@@ -512,9 +646,17 @@ static void pager_begin(kl_reflector_t *r) {
 /* A round: a streaming list when asked for and the server does them,
  * else list() (6.4). */
 static void list_begin(kl_reflector_t *r) {
-  bool stream = r->watch_list && !r->wl_off && !r->wl_skip;
+  bool stream = r->watch_list && !r->wl_skip && r->sv->state != SV_LISTS;
   r->wl_skip = false;
+  if (stream && r->sv->state == SV_ASKING && r->sv->asker != r) {
+    go(r, NEXT_LIST, ASK_POLL); /* another reflector asks the server */
+    return;
+  }
   if (stream) {
+    if (r->sv->state == SV_UNKNOWN) {
+      r->sv->state = SV_ASKING;
+      r->sv->asker = r;
+    }
     watch_begin(r, true);
     return;
   }
@@ -578,6 +720,7 @@ static void list_done(kl_reflector_t *r) {
   }
   snprintf(r->rv, sizeof r->rv, "%s", r->page_rv);
   r->listed = true;
+  r->w_ok = false;
   if (++r->st.lists > 1) r->st.relists++;
   kl_log(KL_LOG_DEBUG,
          "reflector %s: caches populated: %zu items at resourceVersion %s",
@@ -693,8 +836,9 @@ static void list_failed(kl_reflector_t *r, failure_t *f) {
 
 static void arm_live(kl_reflector_t *r) {
   double at = r->w_end;
-  if (r->liveness >= 0 && r->w_last + r->liveness < at)
-    at = r->w_last + r->liveness;
+  if (r->initial && r->initial_silence >= 0 &&
+      r->w_last + r->initial_silence < at)
+    at = r->w_last + r->initial_silence;
   kl_timers_start(r->timers, &r->live, at);
 }
 
@@ -706,6 +850,7 @@ static void wl_clear(kl_reflector_t *r) {
   r->wl_objs = NULL;
   r->wl_n = r->wl_cap = 0;
   r->initial = false;
+  r->wl_ignored = false;
 }
 
 /* watch(), or with initial set watchList()'s request (6.6, 6.11): the
@@ -740,6 +885,7 @@ static void watch_begin(kl_reflector_t *r, bool initial) {
   wl_clear(r);
   r->initial = initial;
   r->besides_added = false;
+  r->w_open = false;
   r->w_events = 0;
   memset(&r->evfail, 0, sizeof r->evfail);
   if (kl_informer_watch_reset(r->inf) != 0)
@@ -790,6 +936,8 @@ static int wl_commit(kl_reflector_t *r, const kl_obj_t *bookmark, char *err,
   r->unavailable = false;
   snprintf(r->rv, sizeof r->rv, "%s", rv);
   r->listed = true;
+  r->w_ok = false;
+  server_streams(r);
   r->propagate = true; /* past the initial events: every RV counts */
   r->st.watch_lists++;
   if (++r->st.lists > 1) r->st.relists++;
@@ -813,12 +961,14 @@ static int initial_event(kl_reflector_t *r, const kl_obj_event_t *ev, char *err,
       r->wl_cap = r->wl_cap ? r->wl_cap * 2 : 64;
       r->wl_objs = kl_xrealloc(r->wl_objs, r->wl_cap * sizeof *r->wl_objs);
     }
-    r->wl_objs[r->wl_n++] = kl_obj_ref(ev->obj);
+    r->wl_objs[r->wl_n] = kl_informer_cache_form(r->inf, ev->obj, r->wl_n);
+    r->wl_n++;
     return 1;
   }
   if (ev->type != KL_OBJ_BOOKMARK) {
     snprintf(err, errlen, "a %s event among a streaming list's initial events",
              kl_obj_event_type_name(ev->type));
+    r->wl_ignored = true;
     return KL_EPARSE;
   }
   return initial_events_end(ev->obj) ? wl_commit(r, ev->obj, err, errlen) : 1;
@@ -869,18 +1019,23 @@ static int on_event(void *ud, const kl_obj_event_t *ev, char *err,
   return 0;
 }
 
-/* A streaming list ended without its end bookmark (a server that ignores
- * sendInitialEvents, or a proxy in the way): list+watch from now on, at
- * once. client-go would stream again forever, never synced (14.3). */
-static void wl_no_bookmark(kl_reflector_t *r, const char *why) {
+/* The server ignores streaming lists (why: it sent other events than the
+ * initial ADDED ones, or its stream ended, timed out or went silent
+ * without the end bookmark — an aggregated server on older libraries, a
+ * proxy): list at once, and every reflector there lists from now on.
+ * client-go would stream again for ever, never synced (14.3). */
+static void wl_ignored(kl_reflector_t *r, const char *why) {
   wl_clear(r);
-  r->wl_off = true;
   r->st.errors++;
-  kl_log(KL_LOG_WARN,
-         "reflector %s: streaming list: %s without the %s bookmark: "
-         "falling back to list and watch",
-         r->name, why, INITIAL_EVENTS_END);
+  server_lists(r, why);
   go(r, NEXT_LIST, 0);
+}
+
+static void wl_no_bookmark(kl_reflector_t *r, const char *why) {
+  char msg[200];
+  snprintf(msg, sizeof msg, "%s without the %s bookmark", why,
+           INITIAL_EVENTS_END);
+  wl_ignored(r, msg);
 }
 
 /* watchList() failed to set up, or with an ERROR event (6.11 step 3):
@@ -890,37 +1045,77 @@ static void wl_no_bookmark(kl_reflector_t *r, const char *why) {
  * watch with resourceVersionMatch 422, so does one with the WatchList gate
  * off; 400, 405 and 501 are refusals too). */
 static void wl_failed(kl_reflector_t *r, failure_t *f) {
+  long c = f->code;
   wl_clear(r);
   refused_credential(r, f);
-  if (f->refused || f->too_many) {
-    r->st.errors++;
-    kl_log(KL_LOG_WARN, "reflector %s: %s: streaming again after a backoff",
-           r->name, f->msg);
-    backoff_then(r, NEXT_LIST, f->retry_after);
-  } else if ((f->expired || f->gone || f->too_large) && !r->unavailable) {
+  if ((f->expired || f->gone || f->too_large) && !r->unavailable) {
     kl_log(KL_LOG_DEBUG, "reflector %s: %s: streaming at the latest version",
            r->name, f->msg);
     r->unavailable = true;
     go(r, NEXT_LIST, 0);
+    return;
+  }
+  if (!f->refused && !f->too_many && !f->unauthorized &&
+      (c == 400 || c == 405 || c == 422 || c == 501)) {
+    r->st.errors++;
+    r->wl_skip = true;
+    server_lists(r, f->msg);
+    go(r, NEXT_LIST, 0);
+    return;
+  }
+  server_release(r); /* no answer: another reflector may ask */
+  if (f->refused || f->too_many) {
+    note_failure(r);
+    kl_log(KL_LOG_WARN, "reflector %s: %s: streaming again after a backoff",
+           r->name, f->msg);
+    backoff_then(r, NEXT_LIST, f->retry_after);
   } else if (f->unauthorized) {
     round_failed(r, f->msg, f->retry_after);
   } else {
-    long c = f->code;
-    r->wl_off = c == 400 || c == 405 || c == 422 || c == 501;
     r->wl_skip = true;
-    r->st.errors++;
-    kl_log(KL_LOG_WARN, "reflector %s: streaming list: %s: listing%s", r->name,
-           f->msg, r->wl_off ? " and watching from now on" : " instead");
+    note_failure(r);
+    kl_log(KL_LOG_WARN, "reflector %s: streaming list: %s: listing instead",
+           r->name, f->msg);
     go(r, NEXT_LIST, 0);
   }
+}
+
+/* True when the watch that just ended worked: it ran a while or brought
+ * events. */
+static bool watch_worked(const kl_reflector_t *r) {
+  return r->w_events > 0 || (r->w_open && now(r) - r->w_start >= VERY_SHORT);
+}
+
+/* The watch's resourceVersion is gone (a 410 on set-up or in the stream):
+ * relist (6.6), at the last resourceVersion first. When the watch worked,
+ * or the one before it ended normally and this one resumed it, the 410 is
+ * routine (the server compacted) and the relist starts at once, with no
+ * backoff step; otherwise (a new list's watch expired at once) after a
+ * backoff, as any round ends. */
+static void watch_expired(kl_reflector_t *r, const failure_t *f) {
+  bool routine = r->w_ok || watch_worked(r);
+  r->w_ok = false;
+  r->st.errors++;
+  kl_log(KL_LOG_INFO, "reflector %s: resourceVersion %s is gone (%s): %s",
+         r->name, r->rv[0] ? r->rv : "\"\"", f->msg,
+         routine ? "relisting" : "relisting after a backoff");
+  if (routine)
+    go(r, NEXT_LIST, 0);
+  else
+    round_over(r);
 }
 
 /* The watch's request failed or was refused before any stream. */
 static void watch_setup_failed(kl_reflector_t *r, failure_t *f) {
   refused_credential(r, f);
+  if (f->expired || f->gone) {
+    watch_expired(r, f);
+    return;
+  }
+  r->w_ok = false;
   if (f->refused || f->too_many) {
     /* isWatchErrorRetriable: back off and watch again, no relist. */
-    r->st.errors++;
+    note_failure(r);
     kl_log(KL_LOG_WARN, "reflector %s: %s: watching again after a backoff",
            r->name, f->msg);
     backoff_then(r, NEXT_WATCH, f->retry_after);
@@ -932,21 +1127,28 @@ static void watch_setup_failed(kl_reflector_t *r, failure_t *f) {
 /* The stream ended with an ERROR event or an undecodable event. */
 static void watch_stream_failed(kl_reflector_t *r, int rc, const char *err) {
   failure_t *f = &r->evfail;
-  bool initial = r->initial;
+  bool initial = r->initial, ignored = r->wl_ignored;
   wl_clear(r);
+  if (initial && ignored) {
+    wl_ignored(r, err);
+    return;
+  }
   if (initial && rc == KL_EIO) {
     wl_failed(r, f);
     return;
   }
-  r->st.errors++;
+  if (rc == KL_EIO && (f->expired || f->gone)) {
+    watch_expired(r, f);
+    return;
+  }
+  r->w_ok = false;
+  if (initial) server_release(r);
+  note_failure(r);
   if (rc != KL_EIO) {
     kl_log(KL_LOG_ERROR,
            "reflector %s: watch ended with error: decoding an event: %s; "
            "relisting",
            r->name, err);
-    round_over(r);
-  } else if (f->expired || f->gone) {
-    kl_log(KL_LOG_DEBUG, "reflector %s: watch closed: %s", r->name, f->msg);
     round_over(r);
   } else if (f->too_many) {
     kl_log(KL_LOG_WARN, "reflector %s: %s: watching again after a backoff",
@@ -1036,17 +1238,15 @@ static void watch_response(kl_http_req_t *req, int err, const char *msg,
   }
   if (r->initial) { /* the connection broke: stream again after a backoff */
     wl_clear(r);
-    r->st.errors++;
+    server_release(r);
+    note_failure(r);
     kl_log(KL_LOG_WARN, "reflector %s: streaming list: %s", r->name, msg);
     round_over(r);
     return;
   }
-  /* The stream ended: at its timeout, or the connection went (client-go
-   * treats a probable EOF as a normal close). */
-  if (err != 0)
-    kl_log(KL_LOG_DEBUG, "reflector %s: watch stream ended: %s", r->name, msg);
   if (now(r) - r->w_start < VERY_SHORT && r->w_events == 0) {
-    r->st.errors++;
+    r->w_ok = false;
+    note_failure(r);
     kl_log(KL_LOG_WARN,
            "reflector %s: watch ended with error: very short watch: "
            "Unexpected watch close - watch lasted less than a second and no "
@@ -1055,17 +1255,34 @@ static void watch_response(kl_http_req_t *req, int err, const char *msg,
     round_over(r);
     return;
   }
+  /* The stream ended: at its timeout, or the connection went (client-go
+   * treats a probable EOF as a normal close). Either way the watch worked:
+   * resume it from the last resourceVersion, no backoff. */
+  r->w_ok = true;
+  if (err != 0) {
+    r->st.watch_restarts++;
+    kl_log(KL_LOG_DEBUG,
+           "reflector %s: the watch's connection broke after %.0fs (%s): "
+           "watching again from resourceVersion %s",
+           r->name, now(r) - r->w_start, msg, r->rv[0] ? r->rv : "\"\"");
+  } else {
+    kl_log(KL_LOG_DEBUG,
+           "reflector %s: the server ended the watch after %.0fs: watching "
+           "again from resourceVersion %s",
+           r->name, now(r) - r->w_start, r->rv[0] ? r->rv : "\"\"");
+  }
   go(r, NEXT_WATCH, 0);
 }
 
-/* The liveness timeout or the watch's own deadline. */
+/* The watch's deadline, or a streaming list's initial events' silence. */
 static void on_live(kl_timer_t *t, void *ud) {
   kl_reflector_t *r = ud;
   (void)t;
   if (r->state != ST_WATCHING || !r->req) return;
   double at = now(r);
   if (r->initial &&
-      (at >= r->w_end || (r->liveness >= 0 && at - r->w_last >= r->liveness))) {
+      (at >= r->w_end ||
+       (r->initial_silence >= 0 && at - r->w_last >= r->initial_silence))) {
     /* Streaming the initial events again would meet the same silence:
      * client-go's never-synced informer (CLIENTGO.md 14.3). */
     drop_request(r);
@@ -1074,14 +1291,11 @@ static void on_live(kl_timer_t *t, void *ud) {
   } else if (at >= r->w_end) {
     /* timeoutSeconds passed on our side too: a normal end. */
     drop_request(r);
-    go(r, NEXT_WATCH, 0);
-  } else if (r->liveness >= 0 && at - r->w_last >= r->liveness) {
-    drop_request(r);
-    r->st.watch_restarts++;
-    kl_log(KL_LOG_WARN,
-           "reflector %s: the watch received nothing for %.0fs: restarting "
-           "it from resourceVersion %s",
-           r->name, at - r->w_last, r->rv[0] ? r->rv : "\"\"");
+    r->w_ok = true;
+    kl_log(KL_LOG_DEBUG,
+           "reflector %s: the watch reached its timeoutSeconds: watching "
+           "again from resourceVersion %s",
+           r->name, r->rv[0] ? r->rv : "\"\"");
     go(r, NEXT_WATCH, 0);
   } else {
     arm_live(r);
@@ -1212,11 +1426,16 @@ kl_reflector_t *kl_reflector_new(kl_loop_t *loop, kl_http_t *http,
   r->bo_reset = OR(o->backoff_reset, KL_REFLECTOR_BACKOFF_RESET);
   r->min_watch = OR(o->min_watch_timeout, KL_REFLECTOR_MIN_WATCH_TIMEOUT);
 #undef OR
-  r->liveness = o->liveness_timeout < 0   ? -1
-                : o->liveness_timeout > 0 ? o->liveness_timeout
-                                          : KL_REFLECTOR_LIVENESS;
+  r->initial_silence = o->initial_timeout < 0   ? -1
+                       : o->initial_timeout > 0 ? o->initial_timeout
+                                                : KL_REFLECTOR_INITIAL_SILENCE;
   r->page_size = o->page_size > 0 ? o->page_size : 0;
   r->watch_list = o->watch_list;
+  r->servers = o->servers;
+  if (!r->servers) r->servers = r->own_servers = kl_reflector_servers_new();
+  char *server = server_url(r->url);
+  r->sv = server_find(r->servers, server);
+  free(server);
   r->on_error = o->on_error;
   r->ud = o->ud;
   /* NewExponentialBackoffManager: Steps = ceil(max / initial). */
@@ -1240,6 +1459,7 @@ void kl_reflector_stop(kl_reflector_t *r) {
   }
   r->streaming = false;
   r->paused = false;
+  server_release(r);
   kl_timers_stop(r->timers, &r->wait);
   kl_timers_stop(r->timers, &r->live);
   kl_timers_stop(r->timers, &r->unpause);
@@ -1266,14 +1486,15 @@ void kl_reflector_free(kl_reflector_t *r) {
   free(r->field_selector);
   free(r->kind);
   free(r->api_version);
+  kl_reflector_servers_free(r->own_servers);
   free(r);
 }
 
 int kl_reflector_start(kl_reflector_t *r) {
   if (r->state != ST_STOPPED) return KL_EINVAL;
   r->gen++;
-  r->wl_off = false;
   r->listed = false;
+  r->w_ok = false;
   go(r, NEXT_LIST, 0);
   return 0;
 }

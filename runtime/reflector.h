@@ -7,8 +7,10 @@
  * random timeoutSeconds, resuming from the last resourceVersion seen when a
  * watch ends, and relisting when the server says that version is gone. Each
  * failure is classified as client-go's reflector does (CLIENTGO.md 6.8) and
- * retried after client-go's exponential backoff. A watch that receives
- * nothing for a set time is treated as dead and restarted.
+ * retried after client-go's exponential backoff. A quiet watch is left
+ * alone until the server ends it at its timeoutSeconds (a server may send
+ * nothing at all until then); dead connections are the HTTP client's to
+ * find (TCP keepalive, see http.h).
  *
  * Time comes from the heap's clock and randomness from an injected source,
  * so tests drive both. No Lua here. */
@@ -25,6 +27,15 @@
 
 typedef struct kl_reflector kl_reflector_t;
 
+/* What the reflectors of a process learnt about their servers, kept by the
+ * runtime and shared: whether a server serves streaming lists, asked of it
+ * once (by one reflector while the others wait) and remembered. A server is
+ * the collection URL up to its "/api/" or "/apis/". */
+typedef struct kl_reflector_servers kl_reflector_servers_t;
+kl_reflector_servers_t *kl_reflector_servers_new(void);
+/* Frees; every reflector using it must be freed first. NULL is a no-op. */
+void kl_reflector_servers_free(kl_reflector_servers_t *s);
+
 /* Defaults: client-go's figures (CLIENTGO.md 6.3, 13). */
 #define KL_REFLECTOR_PAGE_SIZE 500
 #define KL_REFLECTOR_BACKOFF_INITIAL 0.8
@@ -33,7 +44,9 @@ typedef struct kl_reflector kl_reflector_t;
 #define KL_REFLECTOR_BACKOFF_MAX 30.0
 #define KL_REFLECTOR_BACKOFF_RESET 120.0
 #define KL_REFLECTOR_MIN_WATCH_TIMEOUT 300.0
-#define KL_REFLECTOR_LIVENESS 90.0
+/* A streaming list's initial events that stay silent this long mean a
+ * server that ignores streaming lists. */
+#define KL_REFLECTOR_INITIAL_SILENCE 90.0
 /* A list page that receives nothing for this long fails (and is retried
  * after a backoff): lists have no overall timeout, a big one can take
  * minutes, but a silent one is dead. */
@@ -78,8 +91,8 @@ typedef struct kl_reflector_opts {
   const char *const *headers;
   const kl_http_tls_t *tls; /* borrowed; must outlive the reflector */
   /* The heap for every deadline and the clock read through it; NULL: the
-   * loop's heap. Backoff waits, the liveness timeout and watch durations
-   * are all measured on this clock. */
+   * loop's heap. Backoff waits, the initial-events timeout and watch
+   * durations are all measured on this clock. */
   kl_timers_t *timers;
   /* A uniform number in [0, 1) (jitter, timeoutSeconds); NULL: a generator
    * seeded from the clock. */
@@ -89,9 +102,10 @@ typedef struct kl_reflector_opts {
   double backoff_initial, backoff_factor, backoff_jitter, backoff_max;
   double backoff_reset;     /* no backoff for this long resets the backoff */
   double min_watch_timeout; /* timeoutSeconds in [min, 2 min) */
-  /* Seconds a watch may receive nothing (no byte at all) before it is
-   * deemed dead and restarted from the last resourceVersion; < 0: never. */
-  double liveness_timeout;
+  /* Seconds a streaming list's initial events may receive nothing (no byte
+   * at all) before the server is deemed to ignore streaming lists; < 0:
+   * never. An ordinary watch may stay silent until its timeoutSeconds. */
+  double initial_timeout;
   /* client-go's WatchListPageSize: > 0 uses this page size for every list;
    * 0 chooses as client-go does (500, or one unpaginated list when listing
    * at a known resourceVersion from the watch cache). */
@@ -100,12 +114,16 @@ typedef struct kl_reflector_opts {
    * round opens a watch with sendInitialEvents=true instead of listing,
    * collects the initial ADDED events, and replaces the informer's content
    * at the bookmark annotated k8s.io/initial-events-end, then goes on
-   * watching on the same stream. A server that refuses it (400, 422 …) or
-   * whose stream ends, times out or goes silent (liveness_timeout) without
-   * that bookmark makes the reflector fall back to list+watch for as long
-   * as it runs; another failure (a 500, a broken connection) lists for
-   * that round only. */
+   * watching on the same stream. A server that refuses it (400, 422 …), or
+   * that ignores it (an event other than ADDED among the initial events, or
+   * a stream that ends, times out or goes silent (initial_timeout) without
+   * that bookmark) is remembered in servers: every reflector lists and
+   * watches there from then on. Another failure (a 500, a broken
+   * connection) lists for that round only. */
   bool watch_list;
+  /* Borrowed; must outlive the reflector. NULL: the reflector keeps its
+   * own (it learns alone). */
+  kl_reflector_servers_t *servers;
   kl_reflector_error_fn *on_error;
   void *ud;
   /* Credentials asked for before each request (see above); NULL: only
@@ -122,7 +140,7 @@ typedef struct kl_reflector_stats {
   uint64_t watch_lists;    /* of which streaming lists */
   uint64_t relists;        /* lists completed after the first */
   uint64_t watches;        /* watch requests sent */
-  uint64_t watch_restarts; /* watches deemed dead by the liveness timeout */
+  uint64_t watch_restarts; /* watches resumed after their connection broke */
   uint64_t watch_pauses;   /* times a watch stream waited for the informer */
   uint64_t events;         /* watch events received (bookmarks included) */
   uint64_t errors;         /* failed rounds and watch-stream errors */

@@ -672,6 +672,18 @@ int kl_store_delete_obj(kl_store_t *s, const kl_obj_t *o, kl_obj_t **old) {
   return rc;
 }
 
+int kl_store_swap(kl_store_t *s, const kl_obj_t *o, kl_obj_t *repl) {
+  kl_obj_keybuf_t k;
+  if (s->busy) return KL_EINVAL;
+  if (kl_obj_keybuf(o, &k) != KL_OK) return KL_ENOENT;
+  st_entry *e = kl_dict_get(s->items, k.p, k.len);
+  kl_obj_keybuf_free(&k);
+  if (!e || e->obj != o) return KL_ENOENT;
+  kl_obj_unref(e->obj);
+  e->obj = kl_obj_ref(repl);
+  return KL_OK;
+}
+
 kl_obj_t *kl_store_get(const kl_store_t *s, const char *key, size_t len) {
   st_entry *e = kl_dict_get(s->items, key, len);
   return e ? e->obj : NULL;

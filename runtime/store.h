@@ -113,6 +113,13 @@ int kl_store_delete(kl_store_t *s, const char *key, size_t len, kl_obj_t **old);
 /* Delete(obj): kl_store_delete under o's key. */
 int kl_store_delete_obj(kl_store_t *s, const kl_obj_t *o, kl_obj_t **old);
 
+/* Puts repl, another form of o (the same key, metadata and JSON: objz's
+ * compressed copy), in o's place if o is still the object cached under its
+ * key; indices are untouched, no index function runs. Takes a reference on
+ * repl and drops the store's on o. Returns 0, KL_ENOENT (o is not the
+ * cached object) or KL_EINVAL (an iteration is in progress). */
+int kl_store_swap(kl_store_t *s, const kl_obj_t *o, kl_obj_t *repl);
+
 /* GetByKey: the cached object (borrowed), or NULL. Never calls back. */
 kl_obj_t *kl_store_get(const kl_store_t *s, const char *key, size_t len);
 /* Get(obj): the cached object under o's key (borrowed), or NULL. */

@@ -26,6 +26,68 @@ describe("kubelua", function()
     end)
   end)
 
+  describe("core.watch", function()
+    local core = require "kubelua.core"
+    local dir
+
+    local function write(path, text)
+      local f = assert(io.open(path, "w"))
+      f:write(text)
+      f:close()
+    end
+
+    before_each(function()
+      dir = os.tmpname()
+      os.remove(dir)
+      assert(os.execute("mkdir " .. dir) == 0)
+    end)
+
+    after_each(function() os.execute("rm -rf " .. dir) end)
+
+    it("calls fn when a watched file changes, never for another file beside it", function()
+      local path = dir .. "/c.lua"
+      write(path, "a")
+      local calls = 0
+      local w = core.watch({ path }, function() calls = calls + 1 end, 60)
+      finally(function() w:close() end)
+      for i = 1, 25 do -- a log written next to the script
+        write(dir .. "/out.log", ("line\n"):rep(i))
+        kube.sleep(0.02)
+      end
+      kube.sleep(0.5) -- more than the settle delay
+      assert.equal(0, calls)
+      write(path, "b")
+      assert.is_true(support.eventually(function() return calls == 1 end))
+      kube.sleep(0.5)
+      assert.equal(1, calls)
+    end)
+
+    it("refuses a poll that is not positive seconds", function()
+      local ok, err = pcall(core.watch, {}, function() end, 0)
+      assert.is_false(ok)
+      assert.equal("core.watch: poll must be positive, got 0", err)
+    end)
+  end)
+
+  describe("core.random_bytes", function()
+    local core = require "kubelua.core"
+
+    it("returns n bytes from the kernel, different each time", function()
+      local a, b = core.random_bytes(16), core.random_bytes(16)
+      assert.equal(16, #a)
+      assert.equal(256, #core.random_bytes(256))
+      assert.not_equal(a, b)
+    end)
+
+    it("refuses n outside 1 to 256", function()
+      for _, n in ipairs({ 0, 257 }) do
+        local ok, err = pcall(core.random_bytes, n)
+        assert.is_false(ok)
+        assert.equal("core.random_bytes: n must be 1 to 256, got " .. n, err)
+      end
+    end)
+  end)
+
   describe("run", function()
     it("returns what the task returns", function()
       local a, b, c = kube.run(function() return 1, nil, "x" end)

@@ -1,6 +1,6 @@
 // bench/compare/client-node.mjs: @kubernetes/client-node's informer
 // (makeInformer over listPodForAllNamespaces, as its README shows) against
-// the simulator bench/compare.lua runs. Prints two JSON lines on stdout:
+// the server bench/lib/listwatch.lua runs. Prints two JSON lines on stdout:
 //   {"phase":"synced",...}  after the initial list is cached
 //   {"phase":"done",...}    after M "update" events reached the handler
 // then waits to be killed. RSS and CPU come from /proc/self, as kubelua's
@@ -11,15 +11,15 @@ import fs from 'node:fs';
 const [kubeconfig, mArg] = process.argv.slice(2);
 const M = Number(mArg);
 
-function rss() {
+function rss(field = 'VmRSS') { // or VmHWM, the peak
   const s = fs.readFileSync('/proc/self/status', 'utf8');
-  return Number(/VmRSS:\s+(\d+) kB/.exec(s)[1]) * 1024;
+  return Number(new RegExp(field + ':\\s+(\\d+) kB').exec(s)[1]) * 1024;
 }
-function cpu() { // utime + stime, fields 14 and 15 of /proc/self/stat
-  const s = fs.readFileSync('/proc/self/stat', 'utf8');
-  const f = s.slice(s.lastIndexOf(')') + 2).split(' ');
-  return (Number(f[11]) + Number(f[12])) / 100;
+function cpu() { // utime + stime in seconds, to the microsecond
+  const u = process.cpuUsage();
+  return (u.user + u.system) / 1e6;
 }
+function heap() { return process.memoryUsage().heapUsed; } // the V8 heap
 function gc() { if (global.gc) { global.gc(); global.gc(); } }
 function out(o) { process.stdout.write(JSON.stringify(o) + '\n'); }
 
@@ -29,6 +29,7 @@ const api = kc.makeApiClient(k8s.CoreV1Api);
 
 gc();
 const rss0 = rss();
+const heap0 = heap();
 const cpu0 = cpu();
 const t0 = performance.now();
 const inf = k8s.makeInformer(kc, '/api/v1/pods', () => api.listPodForAllNamespaces());
@@ -41,7 +42,8 @@ inf.on('update', () => {
   if (updates === M) {
     const t = performance.now();
     out({ phase: 'done', events: updates, other_events: others,
-          watch_s: (t - first) / 1000, cpu_s: cpu() - cpu0 });
+          watch_s: (t - first) / 1000, cpu_s: cpu() - cpu0,
+          at: Number(process.hrtime.bigint()) / 1e9 }); // CLOCK_MONOTONIC
   }
 });
 inf.on('add', () => { if (updates > 0) others += 1; });
@@ -54,5 +56,6 @@ await inf.start();
 const syncS = (performance.now() - t0) / 1000;
 gc();
 out({ phase: 'synced', sync_s: syncS, objects: inf.list().length, rss_before: rss0,
-      rss_after: rss(), cpu_s: cpu() - cpu0 });
+      rss_after: rss(), rss_peak: rss('VmHWM'), heap_before: heap0, heap_after: heap(),
+      cpu_s: cpu() - cpu0 });
 setInterval(() => {}, 1 << 30);

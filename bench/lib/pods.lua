@@ -5,6 +5,7 @@
 -- asks so that figures compare across runs and with peers.
 local kube = require "kubelua"
 local httpd = require "kubelua.httpd"
+local realistic = require "bench.lib.realistic"
 
 local _M = {}
 
@@ -226,6 +227,28 @@ function _M.table(i, ns, v, rv, annotate)
   st.hostIP = "10.0." .. v % 256 .. "." .. i % 256
   p.status = st
   return p
+end
+
+-- The objects the benchmarks use, by name: "realistic" (the default,
+-- bench/lib/realistic.lua: what a real cluster's Pods look like, from a
+-- seed) or "alike" (the copies of pod-2.4k.json above, status.hostIP
+-- varied from round to round). Returns g with g.object(i, rv, round) (the
+-- JSON of Pod i with kind/apiVersion, after `round` status updates),
+-- g.item(i, rv) (as a list's item: no kind/apiVersion), g.key(i).
+_M.KINDS = { realistic = true, alike = true }
+
+function _M.objects(kind, seed)
+  if kind == "realistic" then return realistic.new(seed or 1) end
+  assert(kind == "alike", "objects are realistic or alike, not " .. tostring(kind))
+  local g, head = {}, '{"apiVersion":"v1","kind":"Pod",'
+  function g.object(i, rv, round) return _M.pod(i, rv, round) end
+  function g.item(i, rv)
+    local s = _M.pod(i, rv, 0)
+    assert(s:sub(1, #head) == head)
+    return "{" .. s:sub(#head + 1)
+  end
+  function g.key(i) return "ns-" .. i % 50 .. "/web-" .. i end
+  return g
 end
 
 -- Resident set size of this process, in bytes.

@@ -6,7 +6,7 @@
 --     out of it before the Greeting goes,
 --   * reports status.observedGeneration and a Ready condition.
 --
---   kubelua run --sim examples/greeting-operator/controller.lua --demo
+--   kubelua run --sim examples/greeting-operator/controller.lua -- --demo
 --   kubelua run examples/greeting-operator/controller.lua     (kubeconfig;
 --                                     kubectl apply -f deploy/01-crd.yaml first)
 local kube = require "kubelua"

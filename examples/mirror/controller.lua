@@ -2,8 +2,8 @@
 -- into namespace "mirror", keeps the copies in step, and deletes a copy when
 -- its source goes away.
 --
---   kubelua run --sim examples/mirror/controller.lua         (no cluster)
---   kubelua run examples/mirror/controller.lua --demo=false  (a real one)
+--   kubelua run --sim examples/mirror/controller.lua            (no cluster)
+--   kubelua run examples/mirror/controller.lua -- --demo=false  (a real one)
 --
 -- With --sim (the default in scripts/example) the simulator starts empty, so
 -- the script first creates the namespaces and a few ConfigMaps, then plays a

@@ -15,7 +15,14 @@
 -- stop watching. New handlers join late, so they first see a synthetic add
 -- for every cached object: the new code sees the whole state without a
 -- relist. A script that fails to load is logged with file and line, and the
--- old generation keeps running untouched.
+-- old generation keeps running untouched; the failure is logged once for
+-- each content its files take (the next trigger with the same bytes does not
+-- try again), and their return to the running content is said once.
+--
+-- Numbers: g.n identifies a generation to the core (its tasks, timers and
+-- informers), and every load uses one, failed or not, so that nothing late
+-- of a failed load is taken for a later one's; g.number counts the loads
+-- that succeeded, and is what the log and kubelua_reload_generation show.
 --
 -- Triggers: a change of the script or of a module it required (or of their
 -- directories: an editor's rename-over-write, a ConfigMap volume's `..data`
@@ -28,14 +35,17 @@ local metrics = require "kubelua.metrics"
 local type, setmetatable, setfenv = type, setmetatable, setfenv
 local loadfile, loadstring = loadfile, loadstring
 local error, tostring, unpack, concat = error, tostring, unpack, table.concat
-local pairs, sort = pairs, table.sort
+local pairs, ipairs, sort = pairs, ipairs, table.sort
 local io_open, searchpath = io.open, package.searchpath
 
 local _M = {}
 
-local last = 0     -- the last generation number handed out
+local last = 0     -- the last generation number handed out (g.n)
+local numbered = 0 -- the loads that succeeded (g.number)
 local current      -- the active generation
+local failed       -- the last reload that failed since current began, if any
 local watcher      -- core.watch handle on its files
+local poll         -- its poll period (nil: the runtime's default)
 local retire_hooks = {}
 
 -- fn(gen) runs when generation gen retires or fails to load: kubelua's
@@ -80,21 +90,30 @@ local function add_script_dir(path)
   package.path = dir .. "/?.lua;" .. dir .. "/?/init.lua;" .. package.path
 end
 
--- Loads a file as a chunk and notes the exact text that was loaded, which
--- later tells a real change from a touch.
+-- Loads a file as a chunk and notes the exact text that was loaded (false:
+-- none could be read), which later tells a real change from a touch.
 local function load_noted(g, path)
   local text = read_file(path)
-  if not text then return loadfile(path) end -- its "cannot open" message
   g.files[#g.files + 1] = path
-  g.texts[#g.texts + 1] = text
+  g.texts[#g.texts + 1] = text or false
+  if not text then return loadfile(path) end -- its "cannot open" message
   return loadstring(text, "@" .. path)
 end
 
 local function changed(g)
   for i = 1, #g.files do
-    if read_file(g.files[i]) ~= g.texts[i] then return true end
+    if (read_file(g.files[i]) or false) ~= g.texts[i] then return true end
   end
   return false
+end
+
+-- Whether two loads read the same files with the same bytes.
+local function same_content(a, b)
+  if #a.files ~= #b.files then return false end
+  for i = 1, #a.files do
+    if a.files[i] ~= b.files[i] or a.texts[i] ~= b.texts[i] then return false end
+  end
+  return true
 end
 
 -- require for one generation: modules the runtime or the test runner have
@@ -121,8 +140,9 @@ local function generation_require(g)
   end
 end
 
--- load(path [, args]) -> generation | nil, message: runs the script as a
--- new generation and, when it succeeds, retires the active one.
+-- load(path [, args]) -> generation | nil, message, attempt: runs the script
+-- as a new generation and, when it succeeds, retires the active one; a
+-- failed attempt still tells which files it read.
 -- Messages: "cannot load script: FILE:LINE: …" (syntax, missing file) and
 -- "script failed: FILE:LINE: …" with a traceback (an error at top level).
 function _M.load(path, args)
@@ -133,7 +153,7 @@ function _M.load(path, args)
   add_script_dir(path)
   local g = { path = path, args = args, loaded = {}, files = {}, texts = {} }
   local chunk, err = load_noted(g, path)
-  if not chunk then return nil, "cannot load script: " .. err end
+  if not chunk then return nil, "cannot load script: " .. err, g end
   last = last + 1
   g.n = last
   local env = setmetatable({}, { __index = _G })
@@ -147,11 +167,13 @@ function _M.load(path, args)
   local ok, msg = core.load(g.n, chunk, unpack(args))
   if not ok then
     retired(g.n, false)
-    return nil, "script failed: " .. tostring(msg)
+    return nil, "script failed: " .. tostring(msg), g
   end
   local old = current
-  current = g
-  metrics.reload_generation:set(g.n)
+  numbered = numbered + 1
+  g.number = numbered
+  current, failed = g, nil
+  metrics.reload_generation:set(g.number)
   if old then
     core.retire(old.n)
     retired(old.n, true)
@@ -165,7 +187,7 @@ end
 -- generation's reconciles in progress have finished.
 function _M.unload(wait)
   local g = current
-  current = nil
+  current, failed = nil, nil
   if watcher then watcher:close() watcher = nil end
   if not g then return end
   core.retire(g.n)
@@ -180,35 +202,60 @@ local watch
 
 -- reload([force]) -> true | nil, message: loads the active generation's
 -- script again. Without force, nothing happens when no file it loaded has
--- changed (a touch, an atime update, a second event for one change).
+-- changed (a touch, an atime update, a second event for one change), nor
+-- when the files still hold what the last failed reload read.
 function _M.reload(force)
   local g = current
   if not g then return nil, "no script loaded" end
-  if not force and not changed(g) then return true end
-  local new, err = _M.load(g.path, g.args)
+  if not force then
+    if not changed(g) then
+      if failed then
+        failed = nil
+        log("info", "files back to generation " .. g.number .. "'s content; it keeps running",
+            { script = g.path })
+        if watcher then watch(g) end
+      end
+      return true
+    end
+    if failed and not changed(failed) then return nil, failed.err end
+  end
+  local new, err, attempt = _M.load(g.path, g.args)
   if not new then
-    metrics.reload_failures:inc()
-    log("error", "reload failed; generation " .. g.n .. " keeps running: " .. err,
-        { script = g.path })
+    if force or not failed or not same_content(attempt, failed) then
+      metrics.reload_failures:inc()
+      log("error", "reload failed; generation " .. g.number .. " keeps running: " .. err,
+          { script = g.path })
+    end
+    attempt.err, failed = err, attempt
+    if watcher then watch(g, attempt) end
     return nil, err
   end
-  log("info", "reloaded: generation " .. new.n, { script = new.path, modules = #new.files - 1 })
+  log("info", "reloaded: generation " .. new.number,
+      { script = new.path, modules = #new.files - 1 })
   if watcher then watch(new) end
   return true
 end
 
--- Watches a generation's files (the runtime adds their directories).
-watch = function(g)
+-- Watches a generation's files (the runtime adds their directories) and
+-- those a failed attempt read besides, if any.
+watch = function(g, attempt)
+  local files, seen = {}, {}
+  for _, l in ipairs({ g, attempt }) do
+    for i = 1, #l.files do
+      if not seen[l.files[i]] then files[#files + 1], seen[l.files[i]] = l.files[i], true end
+    end
+  end
   if watcher then watcher:close() end
-  watcher = core.watch(g.files, function() _M.reload(false) end)
+  watcher = core.watch(files, function() _M.reload(false) end, poll)
   -- A change made while it loaded, before the watch began.
-  if changed(g) then watcher:poke() end
+  if changed(attempt or g) then watcher:poke() end
 end
 
 -- start(path, args, opts) -> true | nil, message: `kubelua run`'s first
 -- load; then reloads on SIGHUP, and on file changes unless opts.watch is
--- false.
+-- false (opts.poll: how often the files are looked at regardless).
 function _M.start(path, args, opts)
+  poll = opts and opts.poll
   local g, err = _M.load(path, args)
   if not g then return nil, err end
   core.on_hup(function()

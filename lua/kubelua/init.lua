@@ -21,7 +21,7 @@ local generation = require "kubelua.generation"
 local error, type, tostring, pairs, ipairs, select = error, type, tostring, pairs, ipairs, select
 local setmetatable, getmetatable, xpcall = setmetatable, getmetatable, xpcall
 local concat, sort, format = table.concat, table.sort, string.format
-local traceback, getinfo = debug.traceback, debug.getinfo
+local user_traceback, getinfo = core.traceback, debug.getinfo
 local unpack = unpack
 
 local function pack(...) return { n = select("#", ...), ... } end
@@ -513,10 +513,17 @@ local ctx_mt = { __index = function(ctx, k)
   return v
 end }
 
--- A raised terminal result stays a table; other errors get the traceback.
+-- A reconcile's error handler: a raised terminal result stays a table;
+-- another error gets a traceback from the user's frame that raised it (past
+-- error() and the library functions that raised it on its behalf) down to
+-- the reconcile function, without the worker's own frames below it.
+local WORKER_FRAMES = "\n\t%[C%]: in function 'xpcall'\n\tkubelua/init%.lua:%d+: in function "
+  .. "<kubelua/init%.lua:%d+>$"
 local function on_error(e)
   if getmetatable(e) == terminal_mt then return e end
-  return traceback(e, 2)
+  local tb = user_traceback(e, 2)
+  if type(tb) ~= "string" then return tb end
+  return (tb:gsub(WORKER_FRAMES, ""))
 end
 
 local function failed(fields, key, msg, what)

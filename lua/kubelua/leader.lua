@@ -20,10 +20,11 @@ local core = require "kubelua.core"
 local client = require "kubelua.client"
 local metrics = require "kubelua.metrics"
 
-local type, error, tostring, pairs = type, error, tostring, pairs
+local type, error, tostring, pairs, unpack = type, error, tostring, pairs, unpack
 local setmetatable, getmetatable = setmetatable, getmetatable
 local xpcall, traceback = xpcall, debug.traceback
 local floor, random, format = math.floor, math.random, string.format
+local byte, band, bor = string.byte, bit.band, bit.bor
 
 local _M = {}
 
@@ -65,8 +66,18 @@ end
 local Elector = {}
 Elector.__index = Elector
 
--- The identity default: the pod's name (HOSTNAME in a pod) and a random
--- suffix, as controller-runtime makes it unique per process.
+-- A version 4 UUID from 16 bytes of the kernel's randomness.
+local function uuid4()
+  local b = { byte(core.random_bytes(16), 1, 16) }
+  b[7] = bor(band(b[7], 0x0f), 0x40)
+  b[9] = bor(band(b[9], 0x3f), 0x80)
+  local h = format(("%02x"):rep(16), unpack(b))
+  return h:sub(1, 8) .. "-" .. h:sub(9, 12) .. "-" .. h:sub(13, 16) .. "-" .. h:sub(17, 20)
+    .. "-" .. h:sub(21)
+end
+
+-- The identity default: the pod's name (HOSTNAME in a pod) and a UUID, as
+-- client-go makes it, unique per process even where hosts share a name.
 local function default_identity()
   local host = os.getenv("HOSTNAME")
   if not host or host == "" then
@@ -74,7 +85,7 @@ local function default_identity()
     host = f and f:read("*l") or "kubelua"
     if f then f:close() end
   end
-  return format("%s_%08x", host, random(0, 0x7fffffff))
+  return host .. "_" .. uuid4()
 end
 
 local function check_number(opts, k, dflt)
@@ -111,6 +122,7 @@ function _M.new(opts)
     client = opts.client, on_started_leading = opts.on_started_leading,
     on_stopped_leading = opts.on_stopped_leading, on_new_leader = opts.on_new_leader,
     leading = false, observed = nil, observed_at = nil, stopped = false,
+    reported = nil, -- the holder last noted
   }, Elector)
   if self.lease_duration <= self.renew_deadline then
     error("kube.leader_election: lease_duration must be greater than renew_deadline", 2)
@@ -134,6 +146,17 @@ function Elector:call(verb, ...)
     self.base, self.derived = base, c
   end
   return self.derived[verb](self.derived, ...)
+end
+
+-- Notes the holder a round saw: another one is said (and on_new_leader
+-- called) once, when it first shows, not at each retry or renewal.
+function Elector:note_holder(holder)
+  if holder == self.reported then return end
+  self.reported = holder
+  if holder == "" or holder == self.identity then return end
+  log("info", "leader election: standing by", { holder = holder, identity = self.identity,
+                                                lease = self.namespace .. "/" .. self.name })
+  if self.on_new_leader then self.on_new_leader(holder) end
 end
 
 -- One round of client-go's tryAcquireOrRenew. Returns true when this
@@ -163,15 +186,14 @@ function Elector:try()
       return false
     end
     self.observed, self.observed_at = mine, now
+    self:note_holder(mine.holder)
     return true
   end
   local old = record_of(lease)
   if not self.observed or not same(old, self.observed) then
     self.observed, self.observed_at = old, now
-    if old.holder ~= "" and old.holder ~= self.identity and self.on_new_leader then
-      self.on_new_leader(old.holder)
-    end
   end
+  self:note_holder(old.holder)
   local is_leader = old.holder == self.identity
   if old.holder ~= "" and not is_leader and self.observed_at + self.lease_duration > now then
     return false
@@ -187,6 +209,7 @@ function Elector:try()
     return false
   end
   self.observed, self.observed_at = mine, now
+  self:note_holder(mine.holder)
   return true
 end
 

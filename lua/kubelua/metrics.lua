@@ -21,7 +21,8 @@
 -- --metrics-bind-address / --health-probe-bind-address` call: ADDR is
 -- "HOST:PORT", ":PORT" (every interface) or "0" (off). /readyz answers 200
 -- once every readiness check passes (informers synced), else 503 with the
--- reasons; /healthz answers 200 while the loop runs.
+-- reasons; /healthz answers 200 while the loop runs, and 500 from the
+-- watchdog's thread while a task hangs past --hang-timeout.
 
 local core = require "kubelua.core"
 local mcore = require "kubelua.metrics.core"
@@ -214,6 +215,8 @@ function _M.serve(opts)
   if not ok then return nil, err end
   ok, err = listen("probes", opts.probes, handle_probes, "/healthz and /readyz")
   if not ok then return nil, err end
+  -- while the loop hangs, the watchdog answers /healthz itself
+  if ok ~= true then core.hang_probes(ok:fd()) end
   return true
 end
 

@@ -18,11 +18,25 @@
 --   end)
 --
 -- start() serves a fresh, empty API simulator in this process on a
--- loopback port and points kubelua's connection at it; load() runs the
+-- loopback port and points kubelua's connection at it (or, with
+-- apiserver = "real", a real kube-apiserver: see below); load() runs the
 -- controller script as `kubelua run` would (its own generation: globals,
 -- handlers and workers of its own), and stop() retires it — its workers and
 -- informers stop — and closes the simulator. `kubelua test` runs every spec
 -- inside a task, so the API calls here simply wait for their answers.
+
+-- A real API server (start{ apiserver = "real" }, or every start under
+-- `kubelua test --apiserver real`): etcd and kube-apiserver, plus
+-- kube-controller-manager with controller_manager = true, started by
+-- kubelua.envtest on the first start of the process and kept for the next
+-- ones (`scripts/test` runs one process per spec file), stopped when
+-- kubelua exits. Each t:stop() cleans it: every object made since the
+-- server started is deleted, finalizers cleared, and the namespaces made
+-- since are finalized, so that the next spec finds the names it uses free
+-- even without a controller manager (a namespace stays Terminating on a
+-- real server until something deletes its contents). What only the
+-- simulator has (t.sim: faults, history, seed files with opts.load,
+-- simulator options with opts.sim) raises an error naming it.
 
 -- Methods that need no state of the harness are methods all the same: a
 -- spec reads t:create(…) as "the harness creates".
@@ -40,12 +54,64 @@ local function pack(...) return { n = select("#", ...), ... } end
 local _M = {}
 
 local Harness = {}
-Harness.__index = Harness
 
 local active
+local defaults = { apiserver = "sim", controller_manager = false }
+local real -- the real control plane of this process: { cp, controller_manager, err }
 
 local function fail(fname, msg, level)
   error("kubelua.testing: " .. fname .. ": " .. msg, (level or 1) + 1)
+end
+
+Harness.__index = function(t, k)
+  if k == "sim" and rawget(t, "apiserver") == "real" then
+    fail("t.sim", "the simulator's features (faults, history, its options) are not there: "
+      .. 'this harness runs against a real API server (apiserver = "real")', 2)
+  end
+  return Harness[k]
+end
+
+local function check_apiserver(fname, v)
+  if v ~= "sim" and v ~= "real" then
+    fail(fname, 'apiserver must be "sim" or "real", got ' .. tostring(v), 3)
+  end
+end
+
+-- configure(opts) -> true, or nil, message: the defaults of start()
+-- (`kubelua test --apiserver real --controller-manager`): apiserver
+-- ("sim" or "real") and controller_manager. With "real", the binaries
+-- must be there (kubelua.envtest.find).
+function _M.configure(opts)
+  if type(opts) ~= "table" then fail("configure", "opts must be a table, got " .. type(opts), 2) end
+  local apiserver = opts.apiserver or "sim"
+  check_apiserver("configure", apiserver)
+  if apiserver == "real" then
+    local ok, err = require("kubelua.envtest").find{ controller_manager = opts.controller_manager }
+    if not ok then return nil, err end
+  end
+  defaults = { apiserver = apiserver, controller_manager = opts.controller_manager == true }
+  return true
+end
+
+-- apiserver() -> "sim" or "real": the server start() uses when not told.
+function _M.apiserver() return defaults.apiserver end
+
+-- The process's real control plane, started on first use (and again when
+-- the controller manager is wanted and does not run); a start that failed
+-- fails the next ones at once with its message.
+local function real_server(opts)
+  local cm = opts.controller_manager
+  if cm == nil then cm = defaults.controller_manager end
+  if real and real.cp and cm and not real.controller_manager then
+    real.cp:stop()
+    real = nil
+  end
+  if not real then
+    local cp, err = require("kubelua.envtest").start{ controller_manager = cm }
+    real = { cp = cp, controller_manager = cm, err = err }
+  end
+  if not real.cp then fail("start", real.err, 3) end
+  return real.cp
 end
 
 -- start([opts]) -> harness. opts.namespaces: names to create;
@@ -55,24 +121,44 @@ end
 -- not slowed down by it; give 20 for client-go's default);
 -- opts.controllers: the simulator's control plane (default: all of it;
 -- false: the API server alone, as envtest runs it; { gc = false, … }:
--- all but those; kubelua.sim.controllers names them).
+-- all but those; kubelua.sim.controllers names them). A real server's
+-- control plane is kube-controller-manager: opts.controller_manager.
+-- opts.apiserver: "sim" or "real" (default: configure's, else "sim");
+-- opts.controller_manager: with "real", run kube-controller-manager too.
+-- t.apiserver says which server it is; t.cp is the real one's
+-- kubelua.envtest control plane (server, token, ca_file, kubeconfig).
 function _M.start(opts)
   opts = opts or {}
   if type(opts) ~= "table" then fail("start", "opts must be a table, got " .. type(opts), 2) end
+  local apiserver = opts.apiserver or defaults.apiserver
+  check_apiserver("start", apiserver)
   if active then active:stop() end
-  local simopts = opts.sim
-  if opts.controllers ~= nil then
-    simopts = {}
-    for k, v in pairs(opts.sim or {}) do simopts[k] = v end
-    simopts.controllers = opts.controllers
+  local t
+  if apiserver == "real" then
+    if opts.sim then fail("start", "opts.sim (simulator options) needs the simulator, "
+      .. 'and this harness runs against a real API server (apiserver = "real")', 2) end
+    if opts.load then fail("start", "opts.load (seed files) needs the simulator, "
+      .. 'and this harness runs against a real API server (apiserver = "real")', 2) end
+    local cp = real_server(opts)
+    kube.connect{ server = cp.server, token = cp.token, tls = { ca_file = cp.ca_file } }
+    kube.client.set_default(cp:client{ qps = opts.qps or 0 })
+    t = setmetatable({ apiserver = "real", cp = cp, controller_manager = real.controller_manager },
+                     Harness)
+  else
+    local simopts = opts.sim
+    if opts.controllers ~= nil then
+      simopts = {}
+      for k, v in pairs(opts.sim or {}) do simopts[k] = v end
+      simopts.controllers = opts.controllers
+    end
+    local ok, sim = pcall(kube.start_sim, simopts)
+    if not ok then fail("start", (tostring(sim):gsub("^.-sim: ", "sim: ")), 2) end
+    kube.client.set_default(kube.client.new{ server = kube.server(), qps = opts.qps or 0 })
+    t = setmetatable({ apiserver = "sim", sim = sim }, Harness)
   end
-  local ok, sim = pcall(kube.start_sim, simopts)
-  if not ok then fail("start", (tostring(sim):gsub("^.-sim: ", "sim: ")), 2) end
-  kube.client.set_default(kube.client.new{ server = kube.server(), qps = opts.qps or 0 })
-  local t = setmetatable({ sim = sim }, Harness)
   active = t
   if opts.load then
-    local n, err = sim:load(opts.load)
+    local n, err = t.sim:load(opts.load)
     if not n then fail("start", "cannot load " .. tostring(opts.load) .. ": " .. err, 2) end
   end
   for _, ns in ipairs(opts.namespaces or {}) do t:namespace(ns) end
@@ -99,7 +185,8 @@ end
 
 -- t:stop(): the controller's generation retires (its workers and
 -- informers stop; reconciles in progress get up to 5 s to finish, so that
--- none outlives its spec) and the simulator closes. Idempotent. Queues
+-- none outlives its spec) and the simulator closes (a real server is
+-- cleaned, and raises if it cannot be). Idempotent. Queues
 -- keep what was queued, as they do across reloads: give each spec's
 -- controller its own queue names when that matters.
 function Harness:stop()
@@ -107,8 +194,13 @@ function Harness:stop()
   self.stopped = true
   generation.unload(5)
   kube._stop_informers(kube.server())
-  for _, srv in ipairs(self.sim.servers) do srv:close() end
   if active == self then active = nil end
+  if self.apiserver == "real" then
+    local ok, err = self.cp:clean()
+    if not ok then fail("stop", "cannot clean the API server: " .. tostring(err), 2) end
+    return
+  end
+  for _, srv in ipairs(self.sim.servers) do srv:close() end
 end
 
 local function check(fname, obj, err)
@@ -116,9 +208,14 @@ local function check(fname, obj, err)
   return obj
 end
 
--- t:namespace(name) -> the Namespace (created if missing).
+-- t:namespace(name) -> the Namespace (created if missing). With a real
+-- controller manager, once its default ServiceAccount is there (a Pod
+-- cannot be made before).
 function Harness:namespace(name)
   local ns, err = kube.create{ apiVersion = "v1", kind = "Namespace", metadata = { name = name } }
+  if ns and rawget(self, "controller_manager") then
+    self:eventually(function() return kube.get("v1", "serviceaccounts", name, "default") end, 30)
+  end
   if ns then return ns end
   if kube.is_already_exists(err) then
     local r = check("namespace", kube.get("v1", "namespaces", nil, name))

@@ -1638,8 +1638,9 @@ static int client_fd_for(const kl_httpd_req_t *r) {
   return -1;
 }
 
-/* A watch that rides a connection opened by a plain GET still has TCP
- * keepalive, with the idle time and interval client-go uses. */
+/* A watch that rides a connection opened by a plain GET still finds a dead
+ * peer as client-go's HTTP/2 health check does: probes after 30 s without
+ * traffic, the connection ended when nothing answers for 15 s more. */
 static void test_tcp_keepalive_on_shared_connections(void) {
   setup();
   call_t c = {0}, w = {0};
@@ -1653,16 +1654,23 @@ static void test_tcp_keepalive_on_shared_connections(void) {
   KT_EQ_INT(stats().accepted, 1); /* the GET's connection */
   int fd = client_fd_for(held[0]);
   KT_TRUE(fd >= 0);
-  int on = 0, idle = 0, intvl = 0;
+  int on = 0, idle = 0, intvl = 0, cnt = 0;
+  unsigned int user = 0;
   socklen_t l = sizeof on;
   getsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, &l);
   l = sizeof idle;
   getsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, &l);
   l = sizeof intvl;
   getsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, &l);
+  l = sizeof cnt;
+  getsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, &l);
+  l = sizeof user;
+  getsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user, &l);
   KT_EQ_INT(on, 1);
   KT_EQ_INT(idle, 30);
-  KT_EQ_INT(intvl, 15);
+  KT_EQ_INT(intvl, 5);
+  KT_EQ_INT(cnt, 3);
+  KT_EQ_INT(user, 45000);
   cancel_call(&w);
   UNTIL(held_count() == 0);
   call_reset(&c);

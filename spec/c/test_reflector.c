@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "error.h"
 #include "http.h"
@@ -78,6 +79,41 @@ static void settle_for(double secs) {
 }
 
 static void settle(void) { settle_for(0.03); }
+
+/* ---- what an operator reads: the log lines written meanwhile ---- */
+
+static FILE *logf_;
+static int saved_stderr = -1;
+static char logbuf[64 * 1024];
+
+static void log_begin(void) {
+  fflush(stderr);
+  logf_ = tmpfile();
+  saved_stderr = dup(2);
+  dup2(fileno(logf_), 2);
+}
+
+/* The lines since log_begin (at most 64 KiB), stderr restored. */
+static const char *log_end(void) {
+  fflush(stderr);
+  dup2(saved_stderr, 2);
+  close(saved_stderr);
+  saved_stderr = -1;
+  rewind(logf_);
+  size_t n = fread(logbuf, 1, sizeof logbuf - 1, logf_);
+  logbuf[n] = '\0';
+  fclose(logf_);
+  logf_ = NULL;
+  return logbuf;
+}
+
+/* Occurrences of needle in hay. */
+static int count(const char *hay, const char *needle) {
+  int n = 0;
+  for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle))
+    n++;
+  return n;
+}
 
 /* ---- the fake apiserver ---- */
 
@@ -532,9 +568,10 @@ static void test_normal_close_resumes(void) {
   teardown();
 }
 
-/* T-18: an ERROR 410 in the stream: a backoff in [0.8, 1.6), a list at the
- * last RV with no limit; when that 410s too, at once a list with no
- * resourceVersion; then a watch from what that list returned. */
+/* T-18: an ERROR 410 in a stream that worked: at once (no backoff, unlike
+ * client-go) a list at the last RV with no limit; when that 410s too, at
+ * once a list with no resourceVersion; then a watch from what that list
+ * returned. */
 static void test_error_410_relists_at_last_rv(void) {
   setup();
   start_listed();
@@ -545,16 +582,13 @@ static void test_error_410_relists_at_last_rv(void) {
   REPLY_(200, LIST("200", "", CM("a", "150") "," CM("c", "190")));
   STREAM_(NULL);
   wsend(ERROR_EV(410, "Expired", "too old resource version: 105 (150)"));
-  UNTIL(kl_timers_count(fts) == 1 && stats().backoffs == 1);
-  KT_EQ_INT(nreq, 2);
-  KT_EQ_STR(kl_reflector_last_rv(refl), "105");
-  KT_EQ_DBL(fire_backoff(), 1.2, 1e-9);
   UNTIL(nreq == 5 && wreq != NULL && kl_reflector_watching(refl));
+  KT_EQ_DBL(kt_now, 1002.0, 0);
+  KT_EQ_INT(stats().backoffs, 0);
   KT_EQ_STR(reqlog[2], "resourceVersion=105");
   KT_EQ_STR(reqlog[3], "");
   KT_EQ_STR(reqlog[4], "allowWatchBookmarks=true&resourceVersion=200&"
                        "timeoutSeconds=450&watch=true");
-  KT_EQ_INT(stats().backoffs, 1);
   KT_EQ_INT(nerrors, 0); /* a stream error is not a ListAndWatch error */
   pump();
   KT_EQ_INT(ncached(), 2);
@@ -581,8 +615,6 @@ static void test_too_large_rv(void) {
   REPLY_(200, LIST("300", "", CM("a", "300")));
   STREAM_(NULL);
   wsend(ERROR_EV(410, "Gone", "gone"));
-  UNTIL(stats().backoffs == 1);
-  fire_backoff();
   UNTIL(nreq == 5 && wreq != NULL && kl_reflector_watching(refl));
   KT_EQ_STR(reqlog[2], "resourceVersion=105");
   KT_EQ_STR(reqlog[3], "");
@@ -596,9 +628,8 @@ static void test_too_large_rv(void) {
   REPLY_(200, LIST("310", "", CM("a", "300")));
   STREAM_(NULL);
   wsend(ERROR_EV(410, "Expired", "too old"));
-  UNTIL(stats().backoffs == 2);
-  fire_backoff();
   UNTIL(nreq == 8 && wreq != NULL && kl_reflector_watching(refl));
+  KT_EQ_INT(stats().backoffs, 0);
   KT_EQ_STR(reqlog[5], "resourceVersion=300");
   KT_EQ_STR(reqlog[6], "");
   KT_EQ_STR(reqlog[7], "allowWatchBookmarks=true&resourceVersion=310&"
@@ -867,60 +898,260 @@ static void test_backlog_pauses_the_watch(void) {
   teardown();
 }
 
-/* A watch that receives nothing for the liveness timeout is restarted from
- * the last RV; any byte resets the clock. Its own deadline (timeoutSeconds)
- * ends it normally too. */
-static void test_liveness_restarts_dead_watch(void) {
+/* A quiet watch is not a dead one: a 1.26 server sends nothing at all, no
+ * bookmark, until its timeoutSeconds. The watch stays open however long
+ * it is silent, then resumes from the last RV: no backoff, no error, and
+ * nothing logged above debug. */
+static void test_quiet_watch_left_alone(void) {
   setup();
+  log_begin();
   start_listed();
   wsend(EVT("MODIFIED", "a", "105"));
   UNTIL(stats().events == 1);
-  advance(60);
-  wsend(BOOKMARK("110"));
-  UNTIL(stats().events == 2);
-  advance(89); /* 149 s in, 89 s since the bookmark */
-  KT_EQ_INT(nreq, 2);
-  KT_TRUE(wreq != NULL);
-  int c = closes;
-  advance(1);
-  UNTIL(nreq == 3 && closes == c + 1 && wreq != NULL &&
-        kl_reflector_watching(refl));
-  KT_EQ_STR(reqlog[2], "allowWatchBookmarks=true&resourceVersion=110&"
-                       "timeoutSeconds=450&watch=true");
-  KT_EQ_INT(stats().watch_restarts, 1);
-  KT_EQ_INT(stats().list_requests, 1);
-  KT_EQ_INT(stats().backoffs, 0);
-  /* The deadline: bytes keep it alive up to timeoutSeconds. */
-  for (int i = 0; i < 5; i++) {
-    advance(80);
-    wsend("\n");
+  for (int i = 0; i < 4; i++) {
+    advance(110); /* 440 s of silence in all */
     settle();
   }
-  KT_EQ_INT(nreq, 3);
-  advance(50); /* 450 s */
+  KT_EQ_INT(nreq, 2);
+  KT_TRUE(kl_reflector_watching(refl));
+  advance(10); /* 450 s: timeoutSeconds */
+  UNTIL(nreq == 3 && wreq != NULL && kl_reflector_watching(refl));
+  KT_EQ_STR(reqlog[2], "allowWatchBookmarks=true&resourceVersion=105&"
+                       "timeoutSeconds=450&watch=true");
+  /* The server ends the next one first, cleanly. */
+  advance(300);
+  wend();
   UNTIL(nreq == 4 && wreq != NULL && kl_reflector_watching(refl));
-  KT_EQ_INT(stats().watch_restarts, 1);
   KT_EQ_STR(reqlog[3], reqlog[2]);
+  KT_EQ_STR(log_end(), "");
+  KT_EQ_INT(stats().watch_restarts, 0);
+  KT_EQ_INT(stats().backoffs, 0);
+  KT_EQ_INT(stats().errors, 0);
+  KT_EQ_INT(stats().list_requests, 1);
+  /* At debug, each restart is one line. */
+  kl_log_set_level(KL_LOG_DEBUG);
+  log_begin();
+  advance(60);
+  wend();
+  UNTIL(nreq == 5 && wreq != NULL && kl_reflector_watching(refl));
+  const char *out = log_end();
+  kl_log_set_level(KL_LOG_INFO);
+  KT_EQ_INT(count(out, "DEBUG reflector cms: the server ended the watch after "
+                       "60s: watching again from resourceVersion 105\n"),
+            1);
   teardown();
 }
 
-/* The liveness timeout is configurable and can be switched off. */
-static void test_liveness_configurable(void) {
+/* A streaming list's initial events that stay silent for initial_timeout
+ * mean a server that ignores streaming lists: list and watch. Switched
+ * off, the initial events may take until timeoutSeconds. */
+static void test_initial_timeout_configurable(void) {
   kl_reflector_opts_t o = {0};
-  o.liveness_timeout = 5;
+  o.watch_list = true;
+  o.initial_timeout = 5;
   setup_with(&o);
-  start_listed();
-  advance(5);
+  STREAM_(NULL);
+  REPLY_(200, LIST("100", "", CM("a", "90")));
+  STREAM_(NULL);
+  kl_reflector_start(refl);
+  UNTIL(nreq == 1 && wreq != NULL && kl_reflector_watching(refl));
+  advance(4.9);
+  settle();
+  KT_EQ_INT(nreq, 1);
+  advance(0.2);
   UNTIL(nreq == 3 && wreq != NULL && kl_reflector_watching(refl));
-  KT_EQ_INT(stats().watch_restarts, 1);
+  KT_EQ_STR(reqlog[1], "limit=500&resourceVersion=0");
   teardown();
-  o.liveness_timeout = -1;
+  o.initial_timeout = -1;
   setup_with(&o);
-  start_listed();
+  STREAM_(NULL);
+  kl_reflector_start(refl);
+  UNTIL(nreq == 1 && wreq != NULL && kl_reflector_watching(refl));
   advance(449);
   settle();
-  KT_EQ_INT(nreq, 2);
-  KT_EQ_INT(stats().watch_restarts, 0);
+  KT_EQ_INT(nreq, 1);
+  teardown();
+}
+
+/* A streaming list's query. */
+#define WL_Q                                                                   \
+  "resourceVersionMatch=NotOlderThan&sendInitialEvents=true&"                  \
+  "timeoutSeconds=450&watch=true"
+
+/* Compaction is routine: a watch that worked and ended normally, resumed
+ * and answered 410 (in the stream or on set-up), relists at once with no
+ * backoff step, however often it happens, and says so in one line. A new
+ * list's watch that 410s at once is a failure: backoff. */
+static void test_routine_410_relists_at_once(void) {
+  setup();
+  start_listed();
+  for (int i = 0; i < 3; i++) { /* quiet rounds the server ends */
+    advance(300);
+    wend();
+    UNTIL(nreq == 3 + i && wreq != NULL && kl_reflector_watching(refl));
+  }
+  log_begin();
+  for (int i = 0; i < 4; i++) {
+    int n = nreq;
+    double t = kt_now;
+    advance(300);
+    if (i % 2 == 0)
+      STREAM_(ERROR_EV(410, "Expired", "too old resource version: 100 (250)"));
+    else
+      REPLY_(410,
+             STATUS(410, "Expired", "too old resource version: 100 (250)", ""));
+    REPLY_(200, LIST("100", "", CM("a", "90") "," CM("b", "95")));
+    STREAM_(NULL);
+    wend();
+    UNTIL(nreq == n + 3 && wreq != NULL && kl_reflector_watching(refl));
+    KT_EQ_DBL(kt_now, t + 300, 0);
+    KT_EQ_STR(reqlog[n + 1], "resourceVersion=100");
+  }
+  const char *out = log_end();
+  KT_EQ_INT(count(out, "INFO  reflector cms: resourceVersion 100 is gone "
+                       "(watch: 410 Expired: too old resource version: 100 "
+                       "(250)): relisting\n"),
+            4);
+  KT_EQ_INT(count(out, "\n"), 4);
+  KT_EQ_INT(stats().backoffs, 0);
+  KT_EQ_INT(stats().relists, 4);
+  KT_EQ_INT(nerrors, 0);
+  /* The watch of that last list 410s at once: a backoff before the next. */
+  log_begin();
+  REPLY_(200, LIST("300", "", CM("a", "90")));
+  STREAM_(NULL);
+  wsend(ERROR_EV(410, "Expired", "too old resource version: 100 (300)"));
+  UNTIL(stats().backoffs == 1);
+  out = log_end();
+  KT_EQ_INT(count(out, "INFO  reflector cms: resourceVersion 100 is gone "
+                       "(watch: 410 Expired: too old resource version: 100 "
+                       "(300)): relisting after a backoff\n"),
+            1);
+  KT_IN(fire_backoff(), 0.8, 1.6);
+  UNTIL(wreq != NULL && kl_reflector_watching(refl) && stats().relists == 5);
+  teardown();
+}
+/* After failures, the watch that opens again says so once: how many
+ * attempts failed, over how long. */
+static void test_recovery_is_logged_once(void) {
+  setup();
+  start_listed();
+  advance(2);
+  int p = port;
+  log_begin();
+  server_stop(); /* the watch breaks; resuming it is refused */
+  UNTIL(stats().backoffs == 1);
+  KT_EQ_DBL(fire_backoff(), 1.2, 1e-9);
+  UNTIL(stats().backoffs == 2);
+  server_start(p);
+  STREAM_(NULL);
+  KT_EQ_DBL(fire_backoff(), 2.4, 1e-9);
+  UNTIL(wreq != NULL && kl_reflector_watching(refl));
+  /* A routine end later says nothing more. */
+  advance(300);
+  wend();
+  UNTIL(wreq != NULL && kl_reflector_watching(refl) && stats().watches == 5);
+  const char *out = log_end();
+  KT_EQ_INT(count(out, "INFO  reflector cms: watching again after 2 failed "
+                       "attempts in 3.6s\n"),
+            1);
+  KT_EQ_INT(count(out, "INFO "), 1);
+  KT_EQ_INT(count(out, "WARN  reflector cms: watch: "), 2);
+  KT_EQ_INT(stats().list_requests, 1);
+  teardown();
+}
+
+/* Reflectors that share what they know of a server ask it once whether it
+ * streams lists: one asks while the others wait; a refusal is said once,
+ * at info, and each lists and watches, now and after a restart. */
+static void test_servers_asked_once(void) {
+  char err[256], url[128];
+  kl_reflector_servers_t *servers = kl_reflector_servers_new();
+  kl_reflector_opts_t o = {0};
+  o.watch_list = true;
+  o.servers = servers;
+  setup_with(&o);
+  kl_informer_opts_t io = {0};
+  io.name = "cms2";
+  io.timers = fts;
+  kl_informer_t *inf2 = kl_informer_new(&io);
+  snprintf(url, sizeof url, "http://127.0.0.1:%d" PATH, port);
+  o.url = url;
+  o.timers = fts;
+  o.rand = fixed_rand;
+  o.on_error = on_error;
+  kl_reflector_t *r2 = kl_reflector_new(loop, http, inf2, &o, err, sizeof err);
+  log_begin();
+  REPLY_(422, STATUS(422, "Invalid",
+                     "ListOptions.meta.k8s.io \\\"\\\" is invalid: "
+                     "resourceVersionMatch: Forbidden: resourceVersionMatch "
+                     "is forbidden for watch",
+                     ""));
+  REPLY_(200, LIST("100", "", CM("a", "90")));
+  kl_reflector_start(refl);
+  kl_reflector_start(r2);
+  UNTIL(nreq == 3 && kl_reflector_watching(refl));
+  KT_TRUE(!kl_reflector_listed(r2)); /* waiting for the answer */
+  kl_reflector_stop(refl);
+  REPLY_(200, LIST("100", "", CM("a", "90")));
+  advance(0.05);
+  UNTIL(nreq == 5 && kl_reflector_watching(r2));
+  const char *out = log_end();
+  KT_EQ_STR(reqlog[0], "allowWatchBookmarks=true&" WL_Q);
+  KT_EQ_STR(reqlog[1], "limit=500&resourceVersion=0");
+  KT_EQ_STR(reqlog[3], "limit=500&resourceVersion=0");
+  KT_EQ_INT(count(out, "INFO  reflector cms: streaming list: watch: 422 "
+                       "Invalid: ListOptions.meta.k8s.io \"\" is invalid: "
+                       "resourceVersionMatch: Forbidden: resourceVersionMatch "
+                       "is forbidden for watch: http://127.0.0.1:"),
+            1);
+  KT_EQ_INT(count(out, " does not serve streaming lists; listing and "
+                       "watching from now on\n"),
+            1);
+  KT_EQ_INT(count(out, "\n"), 1);
+  /* Stopped and started again, it lists at once. */
+  kl_reflector_stop(r2);
+  REPLY_(200, LIST("100", "", CM("a", "90")));
+  kl_reflector_start(r2);
+  UNTIL(nreq == 7 && kl_reflector_watching(r2));
+  KT_EQ_STR(reqlog[5], "resourceVersion=100");
+  kl_reflector_free(r2);
+  kl_informer_free(inf2);
+  teardown();
+  kl_reflector_servers_free(servers);
+}
+
+/* A server that ignores the streaming-list parameters answers with a plain
+ * watch: a MODIFIED event among the initial events. Said once, the round
+ * lists at once, and so does every later one. */
+static void test_watch_list_ignored(void) {
+  kl_reflector_opts_t o = {0};
+  o.watch_list = true;
+  setup_with(&o);
+  log_begin();
+  STREAM_(EVT("ADDED", "a", "90") EVT("MODIFIED", "a", "91"));
+  REPLY_(200, LIST("100", "", CM("a", "91")));
+  STREAM_(NULL);
+  kl_reflector_start(refl);
+  UNTIL(nreq == 3 && wreq != NULL && kl_reflector_watching(refl));
+  KT_EQ_STR(reqlog[1], "limit=500&resourceVersion=0");
+  KT_EQ_INT(stats().backoffs, 0);
+  /* A relist later lists too. */
+  advance(2);
+  REPLY_(200, LIST("120", "", CM("a", "91")));
+  STREAM_(NULL);
+  wsend(ERROR_EV(410, "Expired", "too old resource version: 100 (110)"));
+  UNTIL(nreq == 5 && wreq != NULL && kl_reflector_watching(refl));
+  KT_EQ_STR(reqlog[3], "resourceVersion=100");
+  const char *out = log_end();
+  KT_EQ_INT(count(out, "INFO  reflector cms: streaming list: a MODIFIED event "
+                       "among a streaming list's initial events: "
+                       "http://127.0.0.1:"),
+            1);
+  KT_EQ_INT(count(out, "does not serve streaming lists"), 1);
+  KT_EQ_INT(count(out, "\n"), 2);
+  pump();
+  KT_EQ_STR(cached("ns/a"), "91");
   teardown();
 }
 
@@ -1444,9 +1675,6 @@ static void test_credentials_pending(void) {
  * bookmark and the stream goes on as a watch; a normal close resumes with
  * an ordinary watch; a 410 on the watch streams again from the last RV, and
  * a 410 on that streams once more at "". */
-#define WL_Q                                                                   \
-  "resourceVersionMatch=NotOlderThan&sendInitialEvents=true&"                  \
-  "timeoutSeconds=450&watch=true"
 static void test_watch_list(void) {
   kl_reflector_opts_t o = {0};
   o.watch_list = true;
@@ -1476,13 +1704,13 @@ static void test_watch_list(void) {
   UNTIL(nreq == 2 && wreq != NULL && kl_reflector_watching(refl));
   KT_EQ_STR(reqlog[1], "allowWatchBookmarks=true&resourceVersion=105&"
                        "timeoutSeconds=450&watch=true");
-  /* 410 there: a new round streams from 105; 410 again: at "". */
+  /* 410 on resuming it: at once a new round streams from 105; 410 again:
+   * at "". */
   STREAM_(ERROR_EV(410, "Expired", "too old resource version: 105 (200)"));
   STREAM_(EVT("ADDED", "a", "210") BOOKMARK_END("220"));
   wsend(ERROR_EV(410, "Expired", "too old resource version: 105 (200)"));
-  UNTIL(stats().backoffs == 1);
-  KT_IN(fire_backoff(), 0.8, 1.6);
   UNTIL(nreq == 4 && stats().lists == 2);
+  KT_EQ_INT(stats().backoffs, 0);
   KT_EQ_STR(reqlog[2], "allowWatchBookmarks=true&resourceVersion=105&" WL_Q);
   KT_EQ_STR(reqlog[3], "allowWatchBookmarks=true&" WL_Q);
   pump();
@@ -1557,7 +1785,7 @@ static void test_watch_list_falls_back(void) {
   /* The initial events, then silence: no waiting for ever. */
   setup_with(&o);
   stream_initial_then_list();
-  advance(KL_REFLECTOR_LIVENESS);
+  advance(KL_REFLECTOR_INITIAL_SILENCE);
   UNTIL(nreq == 3 && wreq != NULL && kl_reflector_watching(refl));
   KT_EQ_STR(reqlog[1], "limit=500&resourceVersion=0");
   teardown();
@@ -1599,8 +1827,12 @@ int main(void) {
   KT_RUN(test_list_429_retry_after);
   KT_RUN(test_events_in_order);
   KT_RUN(test_backlog_pauses_the_watch);
-  KT_RUN(test_liveness_restarts_dead_watch);
-  KT_RUN(test_liveness_configurable);
+  KT_RUN(test_quiet_watch_left_alone);
+  KT_RUN(test_initial_timeout_configurable);
+  KT_RUN(test_routine_410_relists_at_once);
+  KT_RUN(test_recovery_is_logged_once);
+  KT_RUN(test_servers_asked_once);
+  KT_RUN(test_watch_list_ignored);
   KT_RUN(test_decode_error_relists);
   KT_RUN(test_list_errors);
   KT_RUN(test_watch_setup_other_error);

@@ -176,6 +176,33 @@ static void test_keys_add_update_delete_get(void) {
   KT_EQ_INT(heap_used(), heap0);
 }
 
+/* Swap puts another form of the cached object in its place, indices
+ * untouched, only while that object is the one cached. */
+static void test_swap(void) {
+  size_t heap0 = heap_used();
+  kl_store_t *s = kl_store_new();
+  KT_EQ_INT(kl_store_add_indexers(s, &ns_ix, 1, NULL, 0), 0);
+  kl_obj_t *a1 = mk("ns", "a", "1", NULL, NULL);
+  kl_obj_t *a1b = mk("ns", "a", "1", NULL, NULL);
+  kl_obj_t *a2 = mk("ns", "a", "2", NULL, NULL);
+  kl_obj_t *b = mk("ns", "b", "1", NULL, NULL);
+  KT_EQ_INT(kl_store_add(s, a1, NULL, NULL, 0), 0);
+  KT_EQ_INT(kl_store_swap(s, a1, a1b), 0);
+  KT_TRUE(kl_store_get(s, K("ns/a")) == a1b);
+  KT_EQ_STR(by_index(s, KL_STORE_NAMESPACE, "ns"), "ns/a@1");
+  /* a1 is no longer the cached object, nor is b cached */
+  KT_EQ_INT(kl_store_swap(s, a1, a2), KL_ENOENT);
+  KT_EQ_INT(kl_store_swap(s, b, a2), KL_ENOENT);
+  KT_TRUE(kl_store_get(s, K("ns/a")) == a1b);
+  KT_EQ_INT(kl_store_len(s), 1);
+  kl_obj_unref(a1);
+  kl_obj_unref(a1b);
+  kl_obj_unref(a2);
+  kl_obj_unref(b);
+  kl_store_free(s);
+  KT_EQ_INT(heap_used(), heap0);
+}
+
 static void test_long_keys(void) {
   size_t heap0 = heap_used();
   char name[300], key[400];
@@ -658,6 +685,7 @@ int main(int argc, char **argv) {
   without_tcache(argv);
   warm_up();
   KT_RUN(test_keys_add_update_delete_get);
+  KT_RUN(test_swap);
   KT_RUN(test_long_keys);
   KT_RUN(test_iteration_stops_and_guards);
   KT_RUN(test_t11_index_maintenance);

@@ -1,9 +1,15 @@
--- kubelua.client: the REST client against a `kubelua sim` process.
+-- kubelua.client: the REST client against a `kubelua sim` process, or
+-- under `kubelua test --apiserver real` a real kube-apiserver of its own.
+-- Specs tagged #sim need the simulator's faults.
 local kube = require "kubelua"
 local client = require "kubelua.client"
+local envtest = require "kubelua.envtest"
 local json = require "kubelua.json"
 local sim_helper = require "spec.integration.sim_helper"
 local support = require "spec.support"
+local testing = require "kubelua.testing"
+
+local real = testing.apiserver() == "real"
 
 local NS = "client-spec"
 
@@ -19,17 +25,31 @@ local function fault(sim, body)
 end
 
 describe("kubelua.client", function()
-  local sim, c
+  local sim, cp, srv, c
+
+  -- A client of the server: opts with its URL, CA and (unless given) the
+  -- admin's token.
+  local function new_client(opts)
+    opts.server, opts.tls = srv.base, srv.tls
+    if opts.token == nil and opts.creds == nil then opts.token = srv.token end
+    return client.new(opts)
+  end
 
   setup(function()
-    sim = sim_helper.start("--token secret --user bob=bobtoken")
-    c = client.new{ server = sim.base, token = "secret", qps = 0 }
+    if real then
+      cp = assert(envtest.start{ users = { bob = "bobtoken" } })
+      srv = { base = cp.server, token = cp.token, tls = { ca_file = cp.ca_file } }
+    else
+      sim = sim_helper.start("--token secret --user bob=bobtoken")
+      srv = { base = sim.base, token = "secret" }
+    end
+    c = new_client{ qps = 0 }
     client.set_default(c)
     assert(kube.create{ apiVersion = "v1", kind = "Namespace", metadata = { name = NS } })
   end)
   teardown(function()
     client.set_default(nil)
-    sim_helper.stop(sim)
+    if real then cp:stop() else sim_helper.stop(sim) end
   end)
 
   describe("get, create, update, delete", function()
@@ -104,8 +124,10 @@ describe("kubelua.client", function()
         { preconditions = { uid = "not-the-uid" } })
       assert.is_nil(res)
       assert.is_true(kube.is_conflict(err))
-      assert.matches("^Conflict: Operation cannot be fulfilled on configmaps \"del\": "
-        .. "Precondition failed: UID in precondition: not%-the%-uid", tostring(err))
+      assert.equal('Conflict: Operation cannot be fulfilled on ConfigMap "del": the UID in the '
+        .. "precondition (not-the-uid) does not match the UID in record (" .. obj.metadata.uid
+        .. "). The object might have been deleted and then recreated", tostring(err))
+      assert.same({ kind = "ConfigMap", name = "del" }, err.details)
       res = assert(kube.delete("v1", "configmaps", NS, "del", { propagation_policy = "Background",
         grace_period_seconds = 0, preconditions = { uid = obj.metadata.uid } }))
       assert.equal("Success", res.status)
@@ -161,7 +183,14 @@ describe("kubelua.client", function()
       for i = 1, 25 do
         assert.equal(string.format("page-%02d", i), all.items[i].metadata.name)
       end
-      -- a continue token that expires between pages: one full list instead
+      -- all namespaces, by kind
+      local every = assert(kube.list_all({ apiVersion = "v1", kind = "ConfigMap" },
+        { label_selector = "app=pages" }))
+      assert.equal(25, #every.items)
+    end)
+
+    it("lists all again when a continue token expires between pages #sim", function()
+      local request = c.request
       local answers = {}
       c.request = function(self, method, path, q, ...)
         if #answers == 1 then fault(sim, { compact = true }) end
@@ -169,16 +198,12 @@ describe("kubelua.client", function()
         answers[#answers + 1] = { q.limit, q.continue and true, rerr and rerr.reason }
         return res, rerr
       end
-      all, err = kube.list_all("v1", "configmaps", NS, { label_selector = "app=pages",
+      local all, err = kube.list_all("v1", "configmaps", NS, { label_selector = "app=pages",
         limit = 10 })
       c.request = nil
       assert.is_nil(err)
       assert.same({ { "10" }, { "10", true, "Expired" }, {} }, answers)
       assert.equal(25, #all.items)
-      -- all namespaces, by kind
-      local every = assert(kube.list_all({ apiVersion = "v1", kind = "ConfigMap" },
-        { label_selector = "app=pages" }))
-      assert.equal(25, #every.items)
     end)
   end)
 
@@ -215,6 +240,21 @@ describe("kubelua.client", function()
       local m = assert(kube.patch("v1", "configmaps", NS, "ssa", json.encode(cm("ssa",
         { k = "b", more = "1" })), "apply", { field_manager = "bob" }))
       assert.same({ k = "b", more = "1" }, m.data)
+      -- a field an update wrote names its manager with the version it used
+      m.data.k = "c"
+      assert(kube.update(m))
+      res, err = kube.apply(cm("ssa", { k = "d" }), { field_manager = "bob" })
+      assert.is_nil(res)
+      assert.equal('Apply failed with 1 conflict: conflict with "kubelua" using v1: .data.k',
+        err.message)
+      assert.same({ { reason = "FieldManagerConflict", field = ".data.k",
+        message = 'conflict with "kubelua" using v1' } }, err.details.causes)
+      -- several conflicts: grouped by manager, a field a line
+      res, err = kube.apply(cm("ssa", { k = "e", more = "2" }), { field_manager = "carol" })
+      assert.is_nil(res)
+      assert.equal('Apply failed with 2 conflicts: conflicts with "bob":\n- .data.more\n'
+        .. 'conflicts with "kubelua" using v1:\n- .data.k', err.message)
+      assert.equal(2, #err.details.causes)
     end)
   end)
 
@@ -264,13 +304,13 @@ describe("kubelua.client", function()
       assert.equal("2", p.data.k)
       assert.equal(NS, assert(kube.get("v1", "Namespace", nil, NS)).metadata.name)
       -- kube.informer finds a singular the same way
-      assert(kube.connect{ server = sim.base, token = "secret" })
+      assert(kube.connect{ server = srv.base, token = srv.token, tls = srv.tls })
       local inf = kube.informer("v1", "configmap", { namespace = NS })
       client.set_default(c)
       assert.equal("v1/configmaps@" .. NS, inf:name())
       assert.is_true(kube.wait_for_sync(inf, 10))
       assert.same(obj.metadata.uid, inf:get(NS .. "/kinded").metadata.uid)
-      kube._stop_informers(sim.base)
+      kube._stop_informers(srv.base)
       assert(kube.delete("v1", "ConfigMap", NS, "kinded"))
       -- get-then-create: a missing object of a known kind is a real NotFound
       local res, err = kube.get("v1", "ConfigMap", NS, "kinded")
@@ -312,8 +352,7 @@ describe("kubelua.client", function()
     it("fetches discovery again on a miss at most once per discovery_refresh", function()
       local fetches = {}
       local function counting(refresh)
-        local cc = client.new{ server = sim.base, token = "secret", qps = 0,
-          discovery_refresh = refresh }
+        local cc = new_client{ qps = 0, discovery_refresh = refresh }
         cc.request = function(self, method, path, ...)
           if path == "/api/v1" or path:match("^/apis/[^/]+/[^/]+$") then
             fetches[path] = (fetches[path] or 0) + 1
@@ -367,13 +406,13 @@ describe("kubelua.client", function()
 
   describe("errors", function()
     it("maps 401 for a wrong token and 403 for a user without rights", function()
-      local bad = client.new{ server = sim.base, token = "wrong" }
+      local bad = new_client{ token = "wrong" }
       local res, err = bad:get("v1", "configmaps", NS, "rt")
       assert.is_nil(res)
       assert.is_true(kube.is_unauthorized(err))
       assert.equal(401, err.code)
       assert.equal("Unauthorized: Unauthorized", tostring(err))
-      local bob = client.new{ server = sim.base, token = "bobtoken" }
+      local bob = new_client{ token = "bobtoken" }
       res, err = bob:get("v1", "configmaps", NS, "rt")
       assert.is_nil(res)
       assert.is_true(kube.is_forbidden(err))
@@ -382,7 +421,7 @@ describe("kubelua.client", function()
     end)
 
     it("takes each request's token from creds, and refreshes it once after a 401", function()
-      local creds = { tokens = { "stale", "secret" }, calls = 0, invalidated = {} }
+      local creds = { tokens = { "stale", srv.token }, calls = 0, invalidated = {} }
       function creds.token(self)
         self.calls = self.calls + 1
         return self.tokens[1]
@@ -391,7 +430,7 @@ describe("kubelua.client", function()
         self.invalidated[#self.invalidated + 1] = start
         table.remove(self.tokens, 1)
       end
-      local cc = client.new{ server = sim.base, creds = creds }
+      local cc = new_client{ creds = creds }
       local t0 = kube.now()
       -- the first request, discovery's, is tried twice; the get once
       assert.equal("rt", assert(cc:get("v1", "configmaps", NS, "rt")).metadata.name)
@@ -401,7 +440,7 @@ describe("kubelua.client", function()
       assert(cc:get("v1", "configmaps", NS, "rt"))
       assert.equal(4, creds.calls)
       -- a second 401 in a row is the answer
-      creds.tokens = { "wrong", "also-wrong", "secret" }
+      creds.tokens = { "wrong", "also-wrong", srv.token }
       local res, err = cc:get("v1", "configmaps", NS, "rt")
       assert.is_nil(res)
       assert.equal("Unauthorized: Unauthorized", tostring(err))
@@ -443,7 +482,7 @@ describe("kubelua.client", function()
       assert.is_false(kube.is_not_found("NotFound"))
     end)
 
-    it("retries 429 with Retry-After, sleeping as told", function()
+    it("retries 429 with Retry-After, sleeping as told #sim", function()
       fault(sim, { fail_next = 2, code = 429, retry_after = 1 })
       local t0 = kube.monotonic()
       local got = assert(kube.get("v1", "configmaps", NS, "rt"))
@@ -455,7 +494,7 @@ describe("kubelua.client", function()
       assert(kube.patch("v1", "configmaps", NS, "rt", { data = { retried = "yes" } }))
     end)
 
-    it("gives up after 10 retries, and does not retry without Retry-After", function()
+    it("gives up after 10 retries, and does not retry without Retry-After #sim", function()
       fault(sim, { fail_next = 11, code = 429, retry_after = 0 })
       local res, err = kube.get("v1", "configmaps", NS, "rt")
       assert.is_nil(res)
@@ -488,7 +527,7 @@ describe("kubelua.client", function()
     end)
 
     it("fetches a group-version once for many tasks that resolve at the same time", function()
-      local fresh = client.new{ server = sim.base, token = "secret", qps = 0 }
+      local fresh = new_client{ qps = 0 }
       local fetches, done = 0, 0
       fresh.request = function(...)
         fetches = fetches + 1
@@ -508,7 +547,7 @@ describe("kubelua.client", function()
     end)
 
     it("spends the burst at once, then waits for tokens at qps", function()
-      local limited = client.new{ server = sim.base, token = "secret", qps = 50, burst = 5 }
+      local limited = new_client{ qps = 50, burst = 5 }
       local t0 = kube.monotonic()
       for _ = 1, 5 do assert(limited:get("v1", "namespaces", nil, NS)) end
       assert.is_true(kube.monotonic() - t0 < 0.5)
@@ -533,7 +572,7 @@ describe("kubelua.client", function()
         .. "'http://127.0.0.1:1' }); kube.get('v1', 'configmaps', 'default', 'x')")
       assert.equal(1, status)
       assert.matches("ERROR script failed: " .. path .. ":1: kube.get: not inside a task (use "
-        .. "kube.spawn or a worker)\\nstack traceback:", out, 1, true)
+        .. "kube.spawn or a worker)\n    stack traceback:\n", out, 1, true)
     end)
 
     it("raises on misuse at the caller's line", function()

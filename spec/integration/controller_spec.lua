@@ -4,6 +4,7 @@
 -- after sync, outcomes) and the server-side finalizer helpers.
 local kube = require "kubelua"
 local support = require "spec.support"
+local testing = require "kubelua.testing"
 local json = kube.json
 local raises = support.raises
 
@@ -36,14 +37,16 @@ local function sorted_names(list)
   return names
 end
 
+local t -- one server for the file (the simulator, or a real one: kubelua test --apiserver real)
+
 describe("controller API", function()
   setup(function()
-    kube.start_sim()
-    for _, ns in ipairs({ "k1", "m1", "m2", "m3", "b1", "b2", "b3", "b4", "f1" }) do
-      assert(kube.create{ apiVersion = "v1", kind = "Namespace", metadata = { name = ns } })
-    end
+    t = testing.start{ namespaces = { "k1", "m1", "m2", "m3", "b1", "b2", "b3", "b4", "f1" } }
     assert(kube.create(crd))
+    -- a real server serves a new CRD's resource a moment later
+    t:eventually(function() return t:list("example.com/v1", "greetings", "k1") end)
   end)
+  teardown(function() t:stop() end)
 
   describe("kube.informer by kind", function()
     it("resolves a built-in kind to the informer of its resource", function()
@@ -86,10 +89,11 @@ describe("controller API", function()
       assert(kube.create(cm("m1", "a", { v = "1" })))
       assert(kube.create(cm("m2", "b", { v = "2" })))
       assert(kube.create(cm("m3", "c", { v = "3" })))
+      -- (a real server leaves out an empty data map: m2/d has none)
       local inf = kube.informer("v1", "configmaps", { namespaces = { "m1", "m2" },
-        indexers = { by_v = function(o) return { o.data.v } end } })
+        indexers = { by_v = function(o) return { o.data and o.data.v } end } })
       assert.equal(inf, kube.informer("v1", "configmaps", { namespaces = { "m1", "m2" },
-        indexers = { by_v = function(o) return { o.data.v } end } }))
+        indexers = { by_v = function(o) return { o.data and o.data.v } end } }))
       local seen = {}
       local h = inf:on_add(function(ev) seen[#seen + 1] = ev.key end)
       assert.is_true(kube.wait_for_sync(inf, 5))
@@ -112,7 +116,7 @@ describe("controller API", function()
       assert.is_nil(inf:last_sync_resource_version())
 
       h:remove()
-      assert(kube.create(cm("m2", "d", {})))
+      assert(kube.create(cm("m2", "d", { v = "4" })))
       assert.is_true(eventually(function() return inf:get("m2/d") ~= nil end))
       assert.equal(4, #seen)
     end)
@@ -376,7 +380,7 @@ describe("kube.informer by kind at a script's top level", function()
         print("name " .. inf:name() .. " got " .. inf:get("default/x").metadata.name)
         kube.stop()
       end)
-    ]], "", "--sim")
+    ]], "", t.apiserver == "real" and "--kubeconfig " .. t.cp.kubeconfig or "--sim")
     assert.equal(0, status, out)
     assert.matches("synced before: false 0\n", out, 1, true)
     assert.matches("add default/x\n", out, 1, true)

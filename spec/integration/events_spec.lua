@@ -58,6 +58,9 @@ describe("kube.event", function()
   end)
 
   it("posts core/v1 Events to a server without events.k8s.io/v1, counting repeats", function()
+    -- a server without events.k8s.io: the simulator's, with it taken out
+    t = testing.start{ apiserver = "sim", namespaces = { "e" } }
+    cm = t:create{ apiVersion = "v1", kind = "ConfigMap", metadata = { name = "c1", namespace = "e" } }
     local store = t.sim.store
     local core_events = store:resource("v1", "events")
     store:remove_resource(store:resource("events.k8s.io/v1", "events"))

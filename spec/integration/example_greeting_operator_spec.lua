@@ -32,6 +32,8 @@ describe("examples/greeting-operator", function()
     local f = assert(io.open("examples/greeting-operator/deploy/01-crd.yaml"))
     t:create(assert(yaml.decode(f:read("*a"))))
     f:close()
+    -- a real server serves a new CRD's resource a moment later
+    t:eventually(function() return t:list(GV, "greetings", "demo") end)
     t:load("examples/greeting-operator/controller.lua")
   end)
   after_each(function()

@@ -47,6 +47,7 @@ describe("examples/pod-labeler", function()
   end)
 
   it("retries a failed update with backoff until it succeeds", function()
+    t = testing.start{ apiserver = "sim", namespaces = { "demo" } } -- its faults
     t:create(pod("first", { app = "x" }))
     t:load("examples/pod-labeler/controller.lua")
     t:eventually(function() return labeled(t, "first") end) -- it runs

@@ -4,6 +4,7 @@
 local support = require "spec.support"
 local helper = require "spec.integration.sim_helper"
 local procs = require "spec.integration.proc_helper"
+local testing = require "kubelua.testing"
 
 local ffi = require "ffi" -- kill(), declared by sim_helper
 local sleep, read_file, quote = helper.sleep, helper.read_file, helper.quote
@@ -12,7 +13,7 @@ local sleep, read_file, quote = helper.sleep, helper.read_file, helper.quote
 local SCRIPT = support.tempfile([[
 local kube = require "kubelua"
 local server, id = ...
-kube.connect{ server = server }
+if server ~= "-" then kube.connect{ server = server } end -- "-": --kubeconfig's
 if id ~= "cli" then
   kube.leader_election{ name = "ctl", namespace = "default", identity = id,
                         lease_duration = 1, renew_deadline = 0.6, retry_period = 0.1 }
@@ -23,16 +24,44 @@ local n = 0
 kube.workers(q, 1, function() n = n + 1 if n % 5 == 1 then kube.log.info("working", { n = n }) end end)
 ]], ".lua")
 
-local function start(sim, id, options)
-  return procs.start((options or "") .. " " .. quote(SCRIPT) .. " " .. sim.base .. " " .. id)
+-- The server the processes share: a `kubelua sim`, or under `kubelua test
+-- --apiserver real` the harness's real one, through its kubeconfig.
+local real = testing.apiserver() == "real"
+local t
+
+local function serve()
+  if not real then return helper.start() end
+  t = testing.start()
+  return { kubeconfig = t.cp.kubeconfig }
+end
+
+local function unserve(sim)
+  if real then t:stop() else helper.stop(sim) end
+end
+
+local function lease(sim, name)
+  if real then return t:get("coordination.k8s.io/v1", "leases", "default", name) end
+  local _, _, _, l = helper.request(sim, "GET",
+    "/apis/coordination.k8s.io/v1/namespaces/default/leases/" .. name)
+  return l
+end
+
+local function start(sim, id, options, env)
+  local server = sim.base or "-"
+  if sim.kubeconfig then options = (options or "") .. " --kubeconfig " .. quote(sim.kubeconfig) end
+  return procs.start((options or "") .. " " .. quote(SCRIPT) .. " " .. server .. " " .. id,
+    { env = env })
 end
 
 local count, wait_log = procs.count, procs.wait_log
 
+-- The random part of a default identity: a version 4 UUID.
+local UUID4 = "%x%x%x%x%x%x%x%x%-%x%x%x%x%-4%x%x%x%-[89ab]%x%x%x%-" .. ("%x"):rep(12)
+
 describe("leader election between processes", function()
   local sim
-  before_each(function() sim = helper.start() end)
-  after_each(function() helper.stop(sim) end)
+  before_each(function() sim = serve() end)
+  after_each(function() unserve(sim) end)
 
   it("lets only the leader work, and replaces a killed one after its lease", function()
     local a = start(sim, "a")
@@ -46,8 +75,7 @@ describe("leader election between processes", function()
     local out = wait_log(b, "working")
     assert.matches("leading identity=b lease=default/ctl", out)
     assert.is_true(os.time() - killed <= 3)
-    local _, _, _, l = helper.request(sim, "GET",
-      "/apis/coordination.k8s.io/v1/namespaces/default/leases/ctl")
+    local l = lease(sim, "ctl")
     assert.equal("b", l.spec.holderIdentity)
     assert.equal(1, l.spec.leaseTransitions)
     helper.stop(b)
@@ -83,6 +111,39 @@ describe("leader election between processes", function()
     for _, p in ipairs(ps) do helper.stop(p) end
   end)
 
+  it("says once who holds the lease while standing by, and again when that changes", function()
+    local a = start(sim, "a")
+    wait_log(a, "leading identity=a")
+    local ps = { b = start(sim, "b"), c = start(sim, "c") }
+    wait_log(ps.b, "standing by")
+    wait_log(ps.c, "standing by")
+    sleep(0.5) -- five retries each
+    for id, p in pairs(ps) do
+      local out = read_file(p.log)
+      assert.equal(1, count(out, "standing by"))
+      assert.matches("INFO  leader election: standing by holder=a identity=" .. id
+        .. " lease=default/ctl\n", out)
+    end
+    ffi.C.kill(a.pid, 9)
+    os.remove(a.log)
+    local new, other
+    for _ = 1, 500 do
+      if count(read_file(ps.b.log), "leading identity=b") > 0 then new, other = "b", "c" break end
+      if count(read_file(ps.c.log), "leading identity=c") > 0 then new, other = "c", "b" break end
+      sleep(0.01)
+    end
+    assert.is_string(new)
+    wait_log(ps[other], "standing by", 2)
+    sleep(0.5)
+    local out = read_file(ps[other].log)
+    assert.equal(2, count(out, "standing by"))
+    assert.matches("INFO  leader election: standing by holder=" .. new .. " identity=" .. other
+      .. " lease=default/ctl\n", out)
+    assert.equal(0, count(read_file(ps[new].log), "standing by holder=" .. new))
+    helper.stop(ps.b)
+    helper.stop(ps.c)
+  end)
+
   it("hands over at once on SIGTERM, releasing the lease", function()
     local a = start(sim, "a")
     wait_log(a, "leading identity=a")
@@ -95,6 +156,38 @@ describe("leader election between processes", function()
     helper.stop(b)
   end)
 
+  it("gives two processes on hosts of one name their own identities: exactly one leads", function()
+    local function twin()
+      return start(sim, "cli", "--leader-elect --leader-election-id twin "
+        .. "--leader-election-namespace default", "HOSTNAME=twin-host")
+    end
+    local ps = { twin(), twin() }
+    local function leading()
+      local n = 0
+      for i = 1, 2 do n = n + count(read_file(ps[i].log) or "", "leading identity=") end
+      return n
+    end
+    for _ = 1, 500 do
+      if leading() >= 1 then break end
+      sleep(0.01)
+    end
+    sleep(1) -- each has tried the lease by now (it tries at once, then every 2 s)
+    assert.equal(1, leading())
+    local l = lease(sim, "twin")
+    assert.matches("^twin%-host_" .. UUID4 .. "$", l.spec.holderIdentity)
+    -- the standby names the leader: the same host, another identity
+    local holder = l.spec.holderIdentity:gsub("%p", "%%%0")
+    local worked, standby = 0, nil
+    for i = 1, 2 do
+      local out = helper.stop(ps[i])
+      if count(out, "working") > 0 then worked = worked + 1 else standby = out end
+    end
+    assert.equal(1, worked)
+    assert.matches("standing by holder=" .. holder .. " identity=twin%-host_" .. UUID4
+      .. " lease=default/twin\n", standby)
+    assert.equal(0, count(standby, "identity=" .. holder))
+  end)
+
   it("campaigns with --leader-elect", function()
     local status, out = support.sh(support.kubelua .. " run --leader-elect " .. SCRIPT)
     assert.equal(2, status)
@@ -103,7 +196,7 @@ describe("leader election between processes", function()
       .. "--leader-election-namespace default")
     wait_log(p, "working")
     local out_p = helper.stop(p)
-    assert.matches("leading identity=[^ ]+_%x+ lease=default/cli%-ctl", out_p)
+    assert.matches("leading identity=[^ ]+_" .. UUID4 .. " lease=default/cli%-ctl", out_p)
     assert.matches("released the lease", out_p)
   end)
 end)

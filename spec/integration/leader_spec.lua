@@ -91,7 +91,32 @@ describe("leader election", function()
     assert.same({ "+a", "-a", "+b" }, log)
   end)
 
+  it("calls on_new_leader once for each new holder, not at each renewal", function()
+    local seen = {}
+    les[1] = candidate("a", log)
+    t:eventually(function() return les[1]:is_leader() end)
+    les[2] = leader.new{
+      name = "ctl", namespace = "default", identity = "b",
+      lease_duration = LEASE, renew_deadline = RENEW, retry_period = RETRY,
+      on_new_leader = function(id) seen[#seen + 1] = id end,
+    }
+    kube.spawn(function() les[2]:run() end)
+    kube.sleep(RETRY * 5) -- several renewals by a
+    assert.same({ "a" }, seen)
+    les[3] = candidate("c", log)
+    kube.sleep(RETRY * 2)
+    les[1].stopped = true -- a crash: b or c takes the lease once it expires
+    t:eventually(function() return les[2]:is_leader() or les[3]:is_leader() end)
+    kube.sleep(RETRY * 3)
+    if les[3]:is_leader() then
+      assert.same({ "a", "c" }, seen)
+    else
+      assert.same({ "a" }, seen)
+    end
+  end)
+
   it("steps down when it cannot renew within the deadline", function()
+    t = testing.start{ apiserver = "sim" } -- its faults
     les[1] = candidate("a", log)
     t:eventually(function() return les[1]:is_leader() end)
     t.sim:inject{ fail_next = 1000, code = 500, retry_after = 0 }

@@ -54,6 +54,51 @@ describe("logs", function()
     assert.matches("DEBUG reconcile duration=[%d.]+ key=bad queue=logged result=success\n", out)
   end)
 
+  local failing = [[
+    local kube = require "kubelua"
+    local q = kube.workqueue("work")
+    local function helper(t) return t.x end
+    kube.workers(q, 1, function(key)
+      helper(nil)
+    end)
+    q:add("a")
+    kube.spawn(function() q:shutdown() kube.stop() end)
+  ]]
+
+  it("writes a reconcile's traceback under its line, from the user's frame to the reconcile",
+     function()
+    local status, out, path = run_script(failing)
+    assert.equal(0, status)
+    local p = path:gsub("%p", "%%%0")
+    assert.matches("^[%d:.TZ-]+ ERROR reconcile failed error=\"" .. p .. ":3: attempt to index "
+      .. "local 't' %(a nil value%)\" key=a queue=work\n"
+      .. "    stack traceback:\n"
+      .. "        " .. p .. ":3: in function 'helper'\n"
+      .. "        " .. p .. ":5: in function <" .. p .. ":4>\n[%d:.TZ-]+ INFO ", out)
+  end)
+
+  it("keeps a reconcile's traceback in its error member in JSON", function()
+    local status, out, path = run_script(failing, "", "--log-format json")
+    assert.equal(0, status)
+    local line = kube.json.decode(out:match("[^\n]*reconcile failed[^\n]*"))
+    assert.equal(path .. ":3: attempt to index local 't' (a nil value)\nstack traceback:\n\t"
+      .. path .. ":3: in function 'helper'\n\t" .. path .. ":5: in function <" .. path .. ":4>",
+      line.error)
+  end)
+
+  it("writes a task's traceback under its line, indented, from the user's frame", function()
+    local status, out, path = run_script([[
+      local kube = require "kubelua"
+      kube.spawn(function() error("boom\nsecond line") end)
+    ]])
+    assert.equal(1, status)
+    local p = path:gsub("%p", "%%%0")
+    assert.matches("^[%d:.TZ-]+ ERROR main task failed; stopping with exit status 1: " .. p
+      .. ":2: boom\\nsecond line task=main\n"
+      .. "    stack traceback:\n"
+      .. "        " .. p .. ":2: in function <" .. p .. ":2>\n[%d:.TZ-]+ INFO ", out)
+  end)
+
   it("refuses an unknown format", function()
     local status, out = support.sh(support.kubelua .. " run --log-format xml x.lua")
     assert.equal(2, status)

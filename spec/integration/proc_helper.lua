@@ -8,14 +8,35 @@ local read_file, quote, sleep = helper.read_file, helper.quote, helper.sleep
 
 local _M = {}
 
--- Starts `kubelua run ARGS` (a shell-quoted string); returns { pid, log }.
-function _M.start(args)
-  local log = os.tmpname()
-  local cmd = "exec " .. support.kubelua .. " run " .. args
+-- The binary under test as an absolute path, for a process started in
+-- another directory.
+local function kubelua_path()
+  if support.kubelua:sub(1, 1) == "/" then return support.kubelua end
+  local p = io.popen("pwd")
+  local cwd = p:read("*l")
+  p:close()
+  return cwd .. "/" .. support.kubelua
+end
+
+-- Runs the shell command cmd in the background, its output to the file
+-- log; returns its pid.
+function _M.background(cmd, log)
   local p = io.popen("sh -c " .. quote(cmd .. " >" .. log .. " 2>&1 & echo $!"))
   local pid = p:read("*l")
   p:close()
-  return { pid = tonumber(pid), log = log }
+  return tonumber(pid)
+end
+
+-- Starts `kubelua run ARGS` (a shell-quoted string); returns { pid, log }.
+-- opts.cwd: the directory it runs in; opts.log: the file its output goes
+-- to (default a new temporary file); opts.env: NAME=VALUE settings for it.
+function _M.start(args, opts)
+  opts = opts or {}
+  local log = opts.log or os.tmpname()
+  local cmd = "exec " .. (opts.env and "env " .. opts.env .. " " or "") .. kubelua_path() .. " run "
+    .. args
+  if opts.cwd then cmd = "cd " .. quote(opts.cwd) .. " && " .. cmd end
+  return { pid = _M.background(cmd, log), log = log }
 end
 
 -- The number of matches of pattern in s.

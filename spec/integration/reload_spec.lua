@@ -64,23 +64,47 @@ local function count(list, pattern)
   return n
 end
 
+-- The LISTs of ConfigMaps a real server has answered, from its /metrics.
+local function real_lists(cp)
+  local r = assert(require("kubelua.http").request{ url = cp.server .. "/metrics",
+    headers = { Authorization = "Bearer " .. cp.token }, tls = { ca_file = cp.ca_file } })
+  local n = 0
+  for line in r.body:gmatch("[^\n]+") do
+    if line:match("^apiserver_request_total{") and line:find('resource="configmaps"', 1, true)
+       and line:find('verb="LIST"', 1, true) then
+      n = n + tonumber(line:match(" (%S+)$"))
+    end
+  end
+  return n
+end
+
 describe("hot reload", function()
-  local t, lists
+  local t, sim_lists, lists_at_start
+
+  -- The lists of ConfigMaps the server answered since the spec started
+  -- (plain, or streamed as a watch with sendInitialEvents): a relist
+  -- shows here.
+  local function lists()
+    if t.apiserver == "real" then return real_lists(t.cp) - lists_at_start end
+    return sim_lists
+  end
 
   before_each(function()
     for k in pairs(probe) do probe[k] = nil end
     probe.started, probe.done, probe.seen = {}, {}, {}
     -- "r" holds only what each spec writes: no root-CA publisher
     t = testing.start{ namespaces = { "r" }, controllers = { root_ca = false } }
-    -- Count the lists the simulator answers (plain, or streamed as a watch
-    -- with sendInitialEvents): a relist shows here.
-    lists = 0
+    if t.apiserver == "real" then
+      lists_at_start = real_lists(t.cp)
+      return
+    end
+    sim_lists = 0
     local handle = t.sim.handle
     t.sim.handle = function(self, req)
       local q = req:query() or ""
       if req:method() == "GET" and req:path():match("/configmaps$")
          and (not q:find("watch=", 1, true) or q:find("sendInitialEvents=true", 1, true)) then
-        lists = lists + 1
+        sim_lists = sim_lists + 1
       end
       return handle(self, req)
     end
@@ -93,7 +117,7 @@ describe("hot reload", function()
     assert.is_true(t:load(path) > 0)
     for i = 1, 3 do t:create(cm("c" .. i, i)) end
     t:eventually(function() return count(probe.done, "^A ") == 3 end)
-    local cms, q, lists_before = probe.cms, probe.q, lists
+    local cms, q, lists_before = probe.cms, probe.q, lists()
     assert.equal(1, lists_before)
 
     write("swap.lua", controller("B"))
@@ -102,7 +126,7 @@ describe("hot reload", function()
     t:eventually(function() return count(probe.done, "^B ") == 3 end)
     assert.equal(cms, probe.cms)   -- the same informer: one watch, one cache
     assert.equal(q, probe.q)       -- the same queue
-    assert.equal(lists_before, lists)
+    assert.equal(lists_before, lists())
     assert.equal(2, probe.loaded)
     assert.is_nil(probe.leaked)    -- globals do not leak between generations
 
@@ -193,7 +217,7 @@ describe("hot reload", function()
       end
       return true
     end)
-    assert.equal(1, lists)
+    assert.equal(1, lists())
   end)
 
   it("stops the informers the new generation no longer uses", function()
@@ -228,5 +252,25 @@ describe("hot reload", function()
     t:reload()
     assert.equal("h2", probe.helper)
     assert.is_nil(package.loaded.helper)
+  end)
+
+  it("seeds math.random afresh for each generation", function()
+    -- each generation draws, then seeds 7: a generation that went on with
+    -- the one before it would draw 7's first number
+    local path = write("draws.lua", [[
+      local probe = require "reload_probe"
+      probe.draws[#probe.draws + 1] = math.random()
+      math.randomseed(7)
+    ]])
+    probe.draws = {}
+    t:load(path)
+    t:reload()
+    t:reload()
+    math.randomseed(7)
+    local sevens = math.random()
+    assert.equal(3, #probe.draws)
+    assert.not_equal(sevens, probe.draws[2])
+    assert.not_equal(sevens, probe.draws[3])
+    assert.not_equal(probe.draws[2], probe.draws[3])
   end)
 end)

@@ -78,12 +78,17 @@ describe("kubelua sim API", function()
   end)
 
   it("deletes a collection by selector and returns what it deleted", function()
+    local _, before = api(sim, "GET", CMS)
     local code, list = api(sim, "DELETE", CMS .. "?labelSelector=tier")
     assert.equal(200, code)
     assert.equal("ConfigMapList", list.kind)
     assert.same({ "s1", "s3" }, names(list))
+    -- the list the deletions were made from, at its resourceVersion
+    assert.equal(before.metadata.resourceVersion, list.metadata.resourceVersion)
     local _, left = api(sim, "GET", CMS)
     assert.same({ "kube-root-ca.crt", "s2" }, names(left))
+    assert.equal(tonumber(before.metadata.resourceVersion) + 2,
+      tonumber(left.metadata.resourceVersion))
   end)
 
   it("merges containers by name with a strategic merge patch (fixtures 44-47)", function()
@@ -108,6 +113,19 @@ describe("kubelua sim API", function()
     end
     local _, last = api(sim, "GET", path .. "/web")
     assert.equal(4, last.metadata.generation)
+    -- as the real server orders them: an item the object did not have comes
+    -- before those it had, unless the patch names them after it
+    local got
+    code, got = api(sim, "PATCH", path .. "/web", { spec = { template = { spec = {
+      containers = { { name = "z", image = "z:1" } } } } } },
+      "application/strategic-merge-patch+json")
+    assert.equal(200, code)
+    assert.same({ "z=z:1", "b=busybox:1.37" }, images(got))
+    code, got = api(sim, "PATCH", path .. "/web", { spec = { template = { spec = {
+      containers = { { name = "b", image = "b:2" }, { name = "y", image = "y:1" },
+        { name = "z", image = "z:2" } } } } } }, "application/strategic-merge-patch+json")
+    assert.equal(200, code)
+    assert.same({ "b=b:2", "y=y:1", "z=z:2" }, images(got))
   end)
 
   it("bumps generation on spec changes only, and keeps status to /status", function()
@@ -297,6 +315,44 @@ describe("kubelua sim API", function()
     assert.equal(200, code)
   end)
 
+  it("refuses a Service whose name is no DNS-1035 label or whose ports are out of range",
+    function()
+      local SVCS = "/api/v1/namespaces/default/services"
+      local code, st = api(sim, "POST", SVCS, { apiVersion = "v1", kind = "Service",
+        metadata = { name = "1abc" }, spec = { ports = { { port = 80 } } } })
+      assert.equal(422, code)
+      assert.equal('Service "1abc" is invalid: metadata.name: Invalid value: "1abc": a DNS-1035 '
+        .. "label must consist of lower case alphanumeric characters or '-', start with an "
+        .. "alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or "
+        .. "'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')", st.message)
+      code, st = api(sim, "POST", SVCS, { apiVersion = "v1", kind = "Service",
+        metadata = { name = "p0" }, spec = { ports = { { port = 0 }, { name = "b", port = 70000 } } } })
+      assert.equal(422, code)
+      assert.equal('Service "p0" is invalid: [spec.ports[0].name: Required value, '
+        .. "spec.ports[0].port: Invalid value: 0: must be between 1 and 65535, inclusive, "
+        .. "spec.ports[0].targetPort: Invalid value: 0: must be between 1 and 65535, inclusive, "
+        .. "spec.ports[1].port: Invalid value: 70000: must be between 1 and 65535, inclusive, "
+        .. "spec.ports[1].targetPort: Invalid value: 70000: must be between 1 and 65535, "
+        .. "inclusive]", st.message)
+      assert.same({ reason = "FieldValueRequired", message = "Required value",
+        field = "spec.ports[0].name" }, st.details.causes[1])
+      code, st = api(sim, "POST", SVCS, { apiVersion = "v1", kind = "Service",
+        metadata = { name = "dup" }, spec = { ports = { { name = "http", port = 80 },
+          { name = "http", port = 81 } } } })
+      assert.equal(422, code)
+      assert.equal('Service "dup" is invalid: spec.ports[1].name: Duplicate value: "http"',
+        st.message)
+      -- validation comes before the check that the name is free
+      assert.equal(201, (api(sim, "POST", SVCS, { apiVersion = "v1", kind = "Service",
+        metadata = { name = "taken" }, spec = { ports = { { port = 80 } } } })))
+      code, st = api(sim, "POST", SVCS, { apiVersion = "v1", kind = "Service",
+        metadata = { name = "taken" }, spec = { ports = { { port = 0 } } } })
+      assert.same({ 422, "Invalid" }, { code, st.reason })
+      code, st = api(sim, "POST", SVCS, { apiVersion = "v1", kind = "Service",
+        metadata = { name = "taken" }, spec = { ports = { { port = 80 } } } })
+      assert.same({ 409, 'services "taken" already exists' }, { code, st.message })
+    end)
+
   it("fills in a Service as a real server's defaults and registry do", function()
     local svcs = "/api/v1/namespaces/default/services"
     -- the apiserver's own, as in every cluster
@@ -410,10 +466,117 @@ describe("kubelua sim API", function()
     local _, cm = api(sim, "GET", CMS .. "/s2")
     local code, st = api(sim, "DELETE", CMS .. "/s2", { preconditions = { uid = "nope" } })
     assert.equal(409, code)
-    assert.equal('Operation cannot be fulfilled on configmaps "s2": Precondition failed: UID in '
-      .. "precondition: nope, UID in object meta: " .. cm.metadata.uid, st.message)
+    -- as kube-apiserver 1.26 answers (its storage's words, the Kind's name)
+    assert.equal('Operation cannot be fulfilled on ConfigMap "s2": the UID in the precondition '
+      .. "(nope) does not match the UID in record (" .. cm.metadata.uid .. "). The object might "
+      .. "have been deleted and then recreated", st.message)
+    assert.same({ kind = "ConfigMap", name = "s2" }, st.details)
+    code, st = api(sim, "DELETE", CMS .. "/s2", { preconditions = { resourceVersion = "1" } })
+    assert.equal(409, code)
+    assert.equal('Operation cannot be fulfilled on ConfigMap "s2": the ResourceVersion in the '
+      .. "precondition (1) does not match the ResourceVersion in record ("
+      .. cm.metadata.resourceVersion .. "). The object might have been modified", st.message)
     code = api(sim, "DELETE", CMS .. "/s2", { preconditions = { uid = cm.metadata.uid } })
     assert.equal(200, code)
+  end)
+
+  it("gives an applier the items of keyed lists it applies, as members of their own", function()
+    local body = json.encode { apiVersion = "v1", kind = "Service", metadata = { name = "ap" },
+      spec = { ports = { { name = "http", port = 80 } } } }
+    local code, svc, raw = api(sim, "PATCH", "/api/v1/namespaces/default/services/ap"
+      .. "?fieldManager=me", body, "application/apply-patch+yaml")
+    assert(code == 201, raw)
+    local f = svc.metadata.managedFields[1]
+    assert.equal("Apply", f.operation)
+    assert.same({ ["f:spec"] = { ["f:ports"] = { ['k:{"port":80,"protocol":"TCP"}'] = {
+      ["."] = {}, ["f:name"] = {}, ["f:port"] = {} } } } }, f.fieldsV1)
+    -- a conflict names such an item by its key's fields
+    local st
+    code, st = api(sim, "PATCH", "/api/v1/namespaces/default/services/ap?fieldManager=you",
+      body:gsub('"http"', '"web"'), "application/apply-patch+yaml")
+    assert.equal(409, code)
+    assert.equal('Apply failed with 1 conflict: conflict with "me": '
+      .. '.spec.ports[port=80,protocol="TCP"].name', st.message)
+    -- the same values applied by another manager: a write, that makes them
+    -- shared (no conflict, so force changes nothing); again: nothing to write
+    local path = "/api/v1/namespaces/default/services/ap?fieldManager=you&force=true"
+    local taken, again
+    code, taken = api(sim, "PATCH", path, body, "application/apply-patch+yaml")
+    assert.equal(200, code)
+    assert.is_true(tonumber(taken.metadata.resourceVersion)
+      > tonumber(svc.metadata.resourceVersion))
+    -- the object unchanged, the new entry has no time (the real server sets
+    -- one only when the object changes), so it sorts first
+    assert.same({ "you", "me" }, { taken.metadata.managedFields[1].manager,
+      taken.metadata.managedFields[2].manager })
+    assert.same(taken.metadata.managedFields[1].fieldsV1, taken.metadata.managedFields[2].fieldsV1)
+    assert.is_nil(taken.metadata.managedFields[1].time)
+    assert.is_string(taken.metadata.managedFields[2].time)
+    code, again = api(sim, "PATCH", path, body, "application/apply-patch+yaml")
+    assert.same({ 200, taken.metadata.resourceVersion }, { code, again.metadata.resourceVersion })
+  end)
+
+  it("lists apply conflicts in the field manager's order, leaves before what is below",
+    function()
+      local DEPS = "/apis/apps/v1/namespaces/default/deployments"
+      local function dep(replicas, strategy)
+        return { apiVersion = "apps/v1", kind = "Deployment", metadata = { name = "order" },
+          spec = { replicas = replicas, strategy = strategy,
+            selector = { matchLabels = { app = "o" } }, template = { metadata = {
+              labels = { app = "o" } }, spec = { containers = { { name = "c", image = "i" } } } } } }
+      end
+      assert.equal(201, (api(sim, "POST", DEPS, dep(1, { type = "RollingUpdate",
+        rollingUpdate = { maxSurge = 1 } }))))
+      local code, st = api(sim, "PATCH", DEPS .. "/order?fieldManager=x", json.encode(dep(2,
+        { type = "Recreate", rollingUpdate = { maxSurge = 2 } })), "application/apply-patch+yaml")
+      assert.equal(409, code)
+      assert.equal('Apply failed with 3 conflicts: conflicts with "curl" using apps/v1:\n'
+        .. "- .spec.replicas\n- .spec.strategy.type\n- .spec.strategy.rollingUpdate.maxSurge",
+        st.message)
+    end)
+
+  it("stores no empty labels, annotations or data, as a real server writes none", function()
+    local code, obj, raw = api(sim, "POST", CMS, { apiVersion = "v1", kind = "ConfigMap",
+      metadata = { name = "empties", labels = {}, annotations = {} }, data = {} })
+    assert(code == 201, raw)
+    assert.same({ "apiVersion", "kind", "metadata" }, support.sorted_keys(obj))
+    -- nothing owned: no managedFields entry either
+    assert.same({ "creationTimestamp", "name", "namespace", "resourceVersion", "uid" },
+      support.sorted_keys(obj.metadata))
+    obj.metadata.labels = { a = "b" }
+    code, obj = api(sim, "PUT", CMS .. "/empties", obj)
+    assert.equal(200, code)
+    obj.metadata.labels, obj.data = {}, { k = "v" }
+    code, obj = api(sim, "PUT", CMS .. "/empties", obj)
+    assert.equal(200, code)
+    assert.is_nil(obj.metadata.labels)
+    assert.same({ k = "v" }, obj.data)
+  end)
+
+  it("creates a Lease, Event or Service that an update names, but no ConfigMap", function()
+    local leases = "/apis/coordination.k8s.io/v1/namespaces/default/leases"
+    local code, lease, raw = api(sim, "PUT", leases .. "/fresh", { apiVersion =
+      "coordination.k8s.io/v1", kind = "Lease", metadata = { name = "fresh",
+      resourceVersion = "12345" }, spec = { holderIdentity = "a" } })
+    assert(code == 201, raw)
+    assert.equal("a", lease.spec.holderIdentity)
+    assert.equal(1, #lease.metadata.managedFields)
+    assert.equal("Update", lease.metadata.managedFields[1].operation)
+    code = api(sim, "PUT", leases .. "/fresh", lease)
+    assert.equal(200, code)
+    code = api(sim, "PUT", "/api/v1/namespaces/default/events/fresh.1", { apiVersion = "v1",
+      kind = "Event", metadata = { name = "fresh.1" }, involvedObject = { kind = "ConfigMap",
+      name = "fresh", namespace = "default" }, reason = "Test" })
+    assert.equal(201, code)
+    local svc
+    code, svc = api(sim, "PUT", "/api/v1/namespaces/default/services/fresh", { apiVersion = "v1",
+      kind = "Service", metadata = { name = "fresh" }, spec = { ports = { { port = 80 } } } })
+    assert.equal(201, code)
+    assert.matches("^10%.", svc.spec.clusterIP)
+    local st
+    code, st = api(sim, "PUT", CMS .. "/fresh", { metadata = { name = "fresh" } })
+    assert.equal(404, code)
+    assert.equal('configmaps "fresh" not found', st.message)
   end)
 
   it("deletes a namespace's objects with it", function()
@@ -426,6 +589,56 @@ describe("kubelua sim API", function()
       { metadata = { name = "x" } })
     assert.equal(404, code)
     assert.equal('namespaces "gone" not found', st.message)
+  end)
+
+  it("answers a Service's delete with the Service, and counts a deletion in generation",
+    function()
+      local SVCS = "/api/v1/namespaces/default/services"
+      local code, svc = api(sim, "POST", SVCS, { apiVersion = "v1", kind = "Service",
+        metadata = { name = "gone" }, spec = { ports = { { port = 80 } } } })
+      assert.equal(201, code)
+      local gone
+      code, gone = api(sim, "DELETE", SVCS .. "/gone")
+      assert.equal(200, code)
+      assert.same({ "Service", "gone", svc.metadata.uid }, { gone.kind, gone.metadata.name,
+        gone.metadata.uid })
+      assert.is_true(tonumber(gone.metadata.resourceVersion)
+        > tonumber(svc.metadata.resourceVersion))
+      -- an object with a generation that starts deleting is one generation on
+      local DEPS = "/apis/apps/v1/namespaces/default/deployments"
+      local dep
+      code, dep = api(sim, "POST", DEPS, { apiVersion = "apps/v1", kind = "Deployment",
+        metadata = { name = "held", finalizers = { "example.com/hold" } },
+        spec = { selector = { matchLabels = { app = "h" } }, template = { metadata = {
+          labels = { app = "h" } }, spec = { containers = { { name = "c", image = "i" } } } } } })
+      assert.equal(201, code)
+      assert.equal(1, dep.metadata.generation)
+      code, dep = api(sim, "DELETE", DEPS .. "/held")
+      assert.equal(200, code)
+      assert.equal(2, dep.metadata.generation)
+      code, dep = api(sim, "DELETE", DEPS .. "/held")
+      assert.same({ 200, 2 }, { code, dep.metadata.generation })
+      assert.equal(200, (api(sim, "PATCH", DEPS .. "/held", { metadata = { finalizers = json.null } },
+        "application/merge-patch+json")))
+    end)
+
+  it("says what is wrong with a malformed patch in Go's decoder's words", function()
+    assert.equal(201, (api(sim, "POST", CMS, { metadata = { name = "mp" } })))
+    local function msg(body, ct)
+      local code, st = api(sim, "PATCH", CMS .. "/mp", body, ct)
+      assert.equal(400, code)
+      return st.message
+    end
+    local MERGE, JSONP = "application/merge-patch+json", "application/json-patch+json"
+    assert.equal("error decoding patch: unexpected end of JSON input",
+      msg('{"metadata": {', MERGE))
+    assert.equal("error decoding patch: invalid character 'x' looking for beginning of value",
+      msg('{"a": x}', MERGE))
+    assert.equal("error decoding patch: invalid character '}' after top-level value",
+      msg('{"a":1}}', MERGE))
+    assert.equal("error decoding patch: unexpected end of JSON input", msg('[{"op":', JSONP))
+    assert.equal("unexpected end of JSON input",
+      msg('{"metadata": {', "application/strategic-merge-patch+json"))
   end)
 
   it("refuses methods a resource does not have with 405", function()
@@ -455,6 +668,9 @@ describe("kubelua sim API", function()
       metadata = { name = "g" }, spec = { n = 1 } })
     assert.equal(201, code)
     local _, list2 = api(sim, "GET", V2)
+    -- a custom resource's list writes an empty continue, as the real server
+    assert.same({ "continue", "resourceVersion" }, support.sorted_keys(list2.metadata))
+    assert.equal("", list2.metadata.continue)
     local w = H.watch_start(sim, V2 .. "?watch=1&resourceVersion="
       .. list2.metadata.resourceVersion)
     H.wait_watches(sim, 1)
@@ -586,8 +802,7 @@ describe("kubelua sim command line", function()
   it("refuses unknown options with usage, status 2", function()
     local status, out = support.sh(support.kubelua .. " sim --listen 127.0.0.1:0 --bogus x")
     assert.equal(2, status)
-    assert.matches("kubelua sim: unknown option %-%-bogus\n", out)
-    assert.matches("usage: kubelua run", out)
+    assert.matches("^kubelua sim: unknown option %-%-bogus\nusage: kubelua sim ", out)
   end)
 
   it("refuses a --history that is not a whole number of events, status 2", function()

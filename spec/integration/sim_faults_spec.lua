@@ -1,6 +1,7 @@
 -- Fault injection through POST /_sim/faults: failing requests (429 with
 -- Retry-After, 500, 503), delays, dropped and truncated watches, history
--- compaction and a full reset.
+-- compaction, servers without streaming lists, quiet and short watches,
+-- and a full reset.
 -- (The API server alone, --no-controllers: what is checked here is its
 -- own events and bytes, which kube-root-ca.crt and the default
 -- ServiceAccount would add to.)
@@ -207,6 +208,79 @@ describe("kubelua sim faults", function()
     assert.is_true(tonumber(after.metadata.resourceVersion)
       < tonumber(before.metadata.resourceVersion))
     assert.equal(200, (api(sim, "GET", "/api/v1/namespaces/default")))
+  end)
+
+  it("refuses streaming lists as a 1.26 server does (watch_list = \"refused\")", function()
+    api(sim, "POST", CMS, cm("a"))
+    fault(sim, { watch_list = "refused" })
+    local q = "?watch=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan"
+      .. "&sendInitialEvents=true&timeoutSeconds=5"
+    local code, st = api(sim, "GET", CMS .. q)
+    assert.equal(422, code)
+    assert.same({ kind = "Status", apiVersion = "v1", metadata = {}, status = "Failure",
+      message = 'ListOptions.meta.k8s.io "" is invalid: [resourceVersionMatch: Forbidden: '
+        .. "resourceVersionMatch is forbidden for watch, resourceVersionMatch: Forbidden: "
+        .. "resourceVersionMatch is forbidden unless resourceVersion is provided]",
+      reason = "Invalid", code = 422,
+      details = { group = "meta.k8s.io", kind = "ListOptions", causes = {
+        { reason = "FieldValueForbidden", field = "resourceVersionMatch",
+          message = "Forbidden: resourceVersionMatch is forbidden for watch" },
+        { reason = "FieldValueForbidden", field = "resourceVersionMatch",
+          message = "Forbidden: resourceVersionMatch is forbidden unless resourceVersion "
+            .. "is provided" } } } }, st)
+    code, st = api(sim, "GET", CMS .. q .. "&resourceVersion=1")
+    assert.equal(422, code)
+    assert.equal('ListOptions.meta.k8s.io "" is invalid: resourceVersionMatch: Forbidden: '
+      .. "resourceVersionMatch is forbidden for watch", st.message)
+    -- sendInitialEvents alone is a parameter it does not know: a plain watch
+    local w = H.watch_start(sim, CMS .. "?watch=true&sendInitialEvents=true&timeoutSeconds=1")
+    H.watch_done(w)
+    local lines = H.watch_lines(w, 1)
+    H.watch_stop(w)
+    assert.same({ 1, "ADDED", "a" }, { #lines, lines[1].type, lines[1].object.metadata.name })
+    fault(sim, { watch_list = "served" })
+    assert.equal(200, (api(sim, "GET", CMS .. q)))
+  end)
+
+  it("ignores the streaming-list parameters (watch_list = \"ignored\")", function()
+    api(sim, "POST", CMS, cm("a"))
+    fault(sim, { watch_list = "ignored" })
+    local w = H.watch_start(sim, CMS .. "?watch=true&allowWatchBookmarks=true"
+      .. "&resourceVersionMatch=NotOlderThan&sendInitialEvents=true&timeoutSeconds=30")
+    H.wait_watches(sim, 1)
+    local changed = cm("a")
+    changed.data.a = "c"
+    api(sim, "PUT", CMS .. "/a", changed)
+    local lines = H.watch_lines(w, 2)
+    H.watch_stop(w)
+    local got = {}
+    for i, l in ipairs(lines) do got[i] = l.type .. " " .. l.object.metadata.name end
+    assert.same({ "ADDED a", "MODIFIED a" }, got) -- and no initial-events-end bookmark
+  end)
+
+  it("keeps watches silent until their end (quiet_watches, watch_timeout)", function()
+    fault(sim, { quiet_watches = true, watch_timeout = 3 })
+    -- bookmarks were asked for, and a 1.26 server's come ~2 s before the end
+    local w = H.watch_start(sim, CMS .. "?watch=true&allowWatchBookmarks=true&timeoutSeconds=600")
+    H.wait_watches(sim, 1)
+    H.watch_done(w) -- the server ends it at 3 s, not 600
+    assert.equal("", H.read_file(w.out))
+    H.watch_stop(w)
+    fault(sim, { quiet_watches = false, watch_timeout = 0 })
+    w = H.watch_start(sim, CMS .. "?watch=true&allowWatchBookmarks=true&timeoutSeconds=3")
+    H.watch_done(w)
+    local lines = H.watch_lines(w, 1)
+    H.watch_stop(w)
+    assert.equal("BOOKMARK", lines[1].type)
+  end)
+
+  it("refuses fault values it cannot use", function()
+    local code, st = api(sim, "POST", "/_sim/faults", { watch_list = "sometimes" })
+    assert.equal(400, code)
+    assert.equal('watch_list must be "served", "refused" or "ignored", got "sometimes"', st.message)
+    code, st = api(sim, "POST", "/_sim/faults", { watch_timeout = "soon" })
+    assert.equal(400, code)
+    assert.equal('watch_timeout must be a number of seconds, got "soon"', st.message)
   end)
 
   it("refuses a control request that is not a JSON object", function()

@@ -38,6 +38,7 @@ local function alive(pid)
   f:close()
   return not stat:match("^%d+ %b() [ZX]")
 end
+_M.alive = alive
 
 -- Starts a simulator; args are extra command-line options. Returns
 -- { pid, port, base, log }.
@@ -346,6 +347,30 @@ end
 function _M.watch_stop(w)
   ffi.C.kill(tonumber(w.pid), 15)
   os.remove(w.out)
+end
+
+-- The compact form of a captured (pretty-printed) body: the whitespace
+-- outside strings removed, key order as the server wrote it.
+function _M.compact(text)
+  local out, in_str, esc = {}, false, false
+  for c in text:gmatch(".") do
+    if in_str then
+      out[#out + 1] = c
+      if esc then
+        esc = false
+      elseif c == "\\" then
+        esc = true
+      elseif c == '"' then
+        in_str = false
+      end
+    elseif c == '"' then
+      in_str = true
+      out[#out + 1] = c
+    elseif not c:match("%s") then
+      out[#out + 1] = c
+    end
+  end
+  return table.concat(out)
 end
 
 return _M

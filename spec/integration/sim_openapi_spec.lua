@@ -2,7 +2,10 @@
 -- applies or creates (is fieldValidation a query parameter of the kind's
 -- PATCH? does the PATCH take strategic merge?). kubectl 1.32 against
 -- `kubelua sim` applies, diffs and server-side applies with them; without
--- them it refused with "failed to download openapi".
+-- them it refused with "failed to download openapi". The built-in group
+-- versions' documents are kube-apiserver v1.26's, with every kind's
+-- schema (spec/fixtures/apiserver/surface/openapi), so `kubectl explain`
+-- explains.
 local json = require "kubelua.json"
 local H = require "spec.integration.sim_helper"
 
@@ -25,6 +28,11 @@ local function query_params(o)
 end
 
 local keys = require("spec.support").sorted_keys
+local read = require("spec.support").read
+
+local DIR = "spec/fixtures/apiserver/surface/openapi/"
+
+local compact = H.compact
 
 describe("kubelua sim OpenAPI v3", function()
   local sim
@@ -37,15 +45,28 @@ describe("kubelua sim OpenAPI v3", function()
     return idx.paths
   end
 
-  it("lists every group version with a hashed URL", function()
+  it("serves the real server's index and documents byte for byte", function()
+    local ua = { user_agent = "kubectl/v1.26.1 (linux/amd64) kubernetes/8f94681" }
+    local code, _, raw = H.request(sim, "GET", "/openapi/v3", ua)
+    assert.equal(200, code)
+    assert.equal(compact(read(DIR .. "index.json")), raw)
     local paths = index()
-    assert.same({ "api/v1", "apis/apiextensions.k8s.io/v1", "apis/apps/v1",
-      "apis/authorization.k8s.io/v1", "apis/coordination.k8s.io/v1", "apis/events.k8s.io/v1" },
-      keys(paths))
-    for gv, p in pairs(paths) do
-      assert.matches("^/openapi/v3/" .. gv:gsub("%.", "%%.") .. "%?hash=%x+$",
-        p.serverRelativeURL)
-    end
+    assert.equal(46, #keys(paths)) -- 23 group versions, their groups, and the server's own
+    local url = paths["apis/coordination.k8s.io/v1"].serverRelativeURL
+    local h
+    code, h, raw = H.request(sim, "GET", url) -- as sent, even to curl
+    assert.equal(200, code)
+    assert.equal("application/json", h["content-type"])
+    assert.equal(read(DIR .. "apis_coordination.k8s.io_v1.json"), raw)
+    -- with every kind's schema and the extensions apply and patches follow
+    local doc = json.decode(raw)
+    local lease = doc.components.schemas["io.k8s.api.coordination.v1.Lease"]
+    assert.same({ { group = "coordination.k8s.io", kind = "Lease", version = "v1" } },
+      lease["x-kubernetes-group-version-kind"])
+    local owners = doc.components.schemas["io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"]
+      .properties.ownerReferences
+    assert.same({ "uid", "merge" }, { owners["x-kubernetes-patch-merge-key"],
+      owners["x-kubernetes-patch-strategy"] })
   end)
 
   it("gives each PATCH its kind, fieldValidation and the patch types it takes", function()
@@ -79,8 +100,7 @@ describe("kubelua sim OpenAPI v3", function()
       apps.paths["/apis/apps/v1/namespaces/{namespace}/deployments/{name}/scale"]
         .get["x-kubernetes-group-version-kind"])
     assert.is_nil(doc.paths["/api/v1/namespaces/{namespace}/leases/{name}"])
-    assert.same({}, doc.components.schemas)
-    assert.is_false(json.is_array(doc.components.schemas)) -- an object, as kubectl decodes it
+    assert.truthy(doc.components.schemas["io.k8s.api.core.v1.ConfigMap"])
     assert.same({ "*/*" }, keys(coll.post.requestBody.content))
     local del = doc.paths["/api/v1/namespaces/{namespace}/configmaps/{name}"].delete
     assert.same({ "dryRun", "gracePeriodSeconds", "orphanDependents", "propagationPolicy" },

@@ -179,7 +179,8 @@ describe("kubelua sim access reviews", function()
       ops[path] = table.concat(verbs, ",")
     end
     local base = "/apis/authorization.k8s.io/v1/"
-    assert.same({ [base .. "namespaces/{namespace}/localsubjectaccessreviews"] = "post",
+    assert.same({ [base] = "get", -- the group version's discovery, as the real server has it
+      [base .. "namespaces/{namespace}/localsubjectaccessreviews"] = "post",
       [base .. "selfsubjectaccessreviews"] = "post", [base .. "selfsubjectrulesreviews"] = "post",
       [base .. "subjectaccessreviews"] = "post" }, ops)
     assert.same({ group = "authorization.k8s.io", version = "v1",

@@ -11,7 +11,7 @@ local function quote(x) return "'" .. tostring(x):gsub("'", "'\\''") .. "'" end
 describe("soak", function()
   it("loses nothing under random faults", function()
     local bin = quote(support.kubelua)
-    local p = io.popen(bin .. " run --no-watch bench/soak.lua " .. bin
+    local p = io.popen(bin .. " run --no-watch bench/soak.lua -- " .. bin
       .. " --seconds 30 2>/dev/null; echo status=$?")
     local out = p:read("*a")
     p:close()

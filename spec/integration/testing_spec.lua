@@ -8,14 +8,15 @@ describe("kubelua.testing", function()
   after_each(function() if t then t:stop() end end)
 
   it("serves a fresh simulator per start, with the namespaces asked for", function()
-    t = testing.start{ namespaces = { "a", "b" } }
+    -- (a real server is kept from start to start: spec/real/envtest_spec.lua)
+    t = testing.start{ apiserver = "sim", namespaces = { "a", "b" } }
     assert.equal("a", t:get("v1", "namespaces", nil, "a").metadata.name)
     t:create{ apiVersion = "v1", kind = "ConfigMap", metadata = { name = "x", namespace = "a" } }
     assert.equal(2, #t:list("v1", "configmaps", "a")) -- and the namespace's kube-root-ca.crt
     assert.equal("a", t:namespace("a").metadata.name) -- already there: fine
     local first = kube.server()
     t:stop()
-    t = testing.start()
+    t = testing.start{ apiserver = "sim" }
     assert.are_not.equal(first, kube.server())
     assert.is_nil(t:get("v1", "namespaces", nil, "a"))
   end)

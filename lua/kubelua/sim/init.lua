@@ -16,6 +16,7 @@ local util = require "kubelua.sim.util"
 local yaml = require "kubelua.sim.yaml"
 local tables = require "kubelua.sim.table"
 local openapi = require "kubelua.sim.openapi"
+local resources = require "kubelua.sim.resources"
 local protobuf = require "kubelua.sim.protobuf"
 local reviews = require "kubelua.sim.reviews"
 local controllers = require "kubelua.sim.controllers"
@@ -98,6 +99,23 @@ local function keep_up(req)
   return req:buffered() <= 4 * 1024 * 1024 or req:wait_drain()
 end
 
+-- Sends body, then tail ("" or a newline), with headers h. As Go's
+-- net/http does for the apiserver, a body over 2048 bytes goes out
+-- chunked, without Content-Length.
+local function send_body(req, code, h, body, tail)
+  if #body < 2048 then return req:reply(code, h, body .. tail) end
+  if not req:stream_begin(code, h) then return end
+  -- in slices, pausing while the client is behind: a body over the stream
+  -- buffer's cap (a pretty-printed list of thousands) cannot go in one write
+  local n = #body
+  for i = 1, n, BODY_SLICE do
+    if not req:write(sub(body, i, i + BODY_SLICE - 1)) then return end
+    if not keep_up(req) then return end
+  end
+  if tail ~= "" then req:write(tail) end
+  return req:finish()
+end
+
 -- Sends a JSON body (a table, JSON text or bytes). As Go's net/http does for the
 -- apiserver, a body over 2048 bytes goes out chunked, one without
 -- Content-Length.
@@ -117,20 +135,7 @@ local function reply_json(req, code, body, extra, no_apf, warnings)
     h.Warning = concat(w, ", ")
   end
   if wants_pretty(req) then body = util.indent(body) end
-  if #body < 2048 then
-    if sub(body, -1) ~= "\n" then body = body .. "\n" end
-    return req:reply(code, h, body)
-  end
-  if not req:stream_begin(code, h) then return end
-  -- in slices, pausing while the client is behind: a body over the stream
-  -- buffer's cap (a pretty-printed list of thousands) cannot go in one write
-  local n = #body
-  for i = 1, n, BODY_SLICE do
-    if not req:write(sub(body, i, i + BODY_SLICE - 1)) then return end
-    if not keep_up(req) then return end
-  end
-  if sub(body, -1) ~= "\n" then req:write("\n") end
-  return req:finish()
+  return send_body(req, code, h, body, sub(body, -1) ~= "\n" and "\n" or "")
 end
 
 -- Streams a list body from the store: the items go out in chunks of a few
@@ -202,81 +207,83 @@ end
 
 -- Discovery -------------------------------------------------------------------------
 
+-- GET /apis as JSON text: the built-in groups in the real server's order,
+-- then those of CustomResourceDefinitions.
 function Sim:discovery_groups()
   local s = self.store
-  local groups = {}
-  local order, seen = {}, {}
-  for _, g in ipairs(require("kubelua.sim.resources").group_order) do
-    if s.groups[g] then order[#order + 1] = g seen[g] = true end
+  local groups, seen = {}, {}
+  local function add(g)
+    if s.groups[g] and not seen[g] then
+      seen[g] = true
+      groups[#groups + 1] = resources.group_text(g, s.groups[g])
+    end
   end
-  for _, g in ipairs(s.group_list) do
-    if not seen[g] then order[#order + 1] = g seen[g] = true end
-  end
-  for _, g in ipairs(order) do groups[#groups + 1] = self:api_group(g) end
-  return { kind = "APIGroupList", apiVersion = "v1", groups = json.array(groups) }
-end
-
-function Sim:api_group(g)
-  local versions = json.array {}
-  for _, v in ipairs(self.store.groups[g]) do
-    versions[#versions + 1] = { groupVersion = g .. "/" .. v, version = v }
-  end
-  return { name = g, versions = versions, preferredVersion = versions[1] }
+  for _, g in ipairs(resources.group_order) do add(g) end
+  for _, g in ipairs(s.group_list) do add(g) end
+  return resources.group_list_text(groups)
 end
 
 function Sim:resource_list(gv)
-  local g = self.store.gvs[gv]
-  local list = json.array {}
   local entries = {}
-  for _, r in ipairs(g.list) do
+  for _, r in ipairs(self.store.gvs[gv].list) do
     for _, e in ipairs(r.disco) do entries[#entries + 1] = e end
   end
   table.sort(entries, function(a, b) return a.name < b.name end)
-  for i, e in ipairs(entries) do list[i] = e end
-  local body = { kind = "APIResourceList", groupVersion = gv, resources = list }
-  if gv ~= "v1" then body.apiVersion = "v1" end
-  return body
+  return resources.resource_list_text(gv, entries)
 end
 
--- OpenAPI v3: the index of the group versions, then each one's document
--- at the URL the index gives; a stale hash is redirected to the current
--- one, as the real server does (a CRD changes its group version's).
+-- OpenAPI v3: the index of the documents, then each one at the URL the
+-- index gives: the real server's for the built-in groups (as it sent them:
+-- not indented, no newline), one made here for each group version of a
+-- CRD. A stale hash is redirected to the current one, as the real server
+-- does (a CRD changes its group version's).
 function Sim:openapi(req, path)
   local gvs = self.store.gvs
-  -- a group version's document, its hash and the URL that names both
-  local function doc(gv)
-    local text = openapi.document(gvs[gv], version_info.gitVersion)
-    local hash = openapi.hash(text)
-    return text, hash, "/openapi/v3/" .. openapi.gv_path(gv) .. "?hash=" .. hash
+  -- the document at index path p, its hash and whether it is the real
+  -- server's; nil when there is none (the real server's index has no
+  -- apiregistration.k8s.io/v1, served by its aggregator: neither here)
+  local function doc(p)
+    local text, hash = openapi.captured(p)
+    if text then return text, hash, true end
+    for gv, g in pairs(gvs) do
+      if openapi.gv_path(gv) == p and not g.list[1].builtin then
+        text = openapi.document(g, version_info.gitVersion)
+        return text, openapi.hash(text), false
+      end
+    end
+    return nil
   end
   if path == "/openapi/v3" then
-    local paths = {}
-    for gv in pairs(gvs) do
-      local _, _, url = doc(gv)
-      paths[openapi.gv_path(gv)] = { serverRelativeURL = url }
+    local paths = openapi.captured_index()
+    for gv, g in pairs(gvs) do
+      local p = openapi.gv_path(gv)
+      if not paths[p] and not g.list[1].builtin then
+        local _, hash = doc(p)
+        paths[p] = { serverRelativeURL = "/openapi/v3/" .. p .. "?hash=" .. hash }
+      end
     end
-    return reply_json(req, 200, { paths = paths })
+    return send_body(req, 200, base_headers(true), encode { paths = paths }, "")
   end
   local want = path:sub(#"/openapi/v3/" + 1)
-  for gv in pairs(gvs) do
-    if openapi.gv_path(gv) == want then
-      local text, hash, url = doc(gv)
-      local asked = req:param("hash")
-      if asked == "" then asked = nil end
-      if asked and asked ~= hash then
-        return req:reply(301, { Location = url, ["Content-Type"] = "text/html; charset=utf-8" },
-          '<a href="' .. url:gsub("&", "&amp;") .. '">Moved Permanently</a>.\n\n')
-      end
-      local h = { Etag = '"' .. hash .. '"' }
-      if asked then -- cached for a year: the hash changes with the document
-        h["Cache-Control"], h.Vary = "public, immutable", "Accept"
-        h.Expires = os.date("!%a, %d %b %Y %H:%M:%S UTC", os.time() + 365 * 86400)
-      end
-      if req:header("If-None-Match") == h.Etag then return req:reply(304, h, "") end
-      return reply_json(req, 200, text, h)
-    end
+  local text, hash, captured = doc(want)
+  if not text then return reply_text_404(req) end
+  local url = "/openapi/v3/" .. want .. "?hash=" .. hash
+  local asked = req:param("hash")
+  if asked == "" then asked = nil end
+  if asked and asked ~= hash then
+    return req:reply(301, { Location = url, ["Content-Type"] = "text/html; charset=utf-8" },
+      '<a href="' .. url:gsub("&", "&amp;") .. '">Moved Permanently</a>.\n\n')
   end
-  return reply_text_404(req)
+  local h = { Etag = '"' .. hash .. '"' }
+  if asked then -- cached for a year: the hash changes with the document
+    h["Cache-Control"], h.Vary = "public, immutable", "Accept"
+    h.Expires = os.date("!%a, %d %b %Y %H:%M:%S UTC", os.time() + 365 * 86400)
+  end
+  if req:header("If-None-Match") == h.Etag then return req:reply(304, h, "") end
+  if not captured then return reply_json(req, 200, text, h) end
+  local all = base_headers(true)
+  for k, v in pairs(h) do all[k] = v end
+  return send_body(req, 200, all, text, "")
 end
 
 -- Auth ------------------------------------------------------------------------------
@@ -494,10 +501,10 @@ function Sim:serve_resource(req, r, user)
   elseif verb == "update" then
     local obj, err = body_object(res, req, r.sub)
     if not obj then return reply_status(req, err) end
-    local e
-    e, err = s:update(res, ns, r.name, obj, ctx)
+    local e, created
+    e, err, created = s:update(res, ns, r.name, obj, ctx)
     if not e then return reply_status(req, err) end
-    return reply_entry(200, e, ctx.warnings)
+    return reply_entry(created and 201 or 200, e, ctx.warnings)
   elseif verb == "patch" then
     local e, err, created = s:patch(res, ns, r.name, req:header("Content-Type"), req:body(), ctx)
     if not e then return reply_status(req, err) end
@@ -519,7 +526,9 @@ function Sim:serve_resource(req, r, user)
   elseif verb == "deletecollection" then
     local f, err = store.filters(res, ns, params)
     if not f then return reply_status(req, err) end
-    local items = {}
+    -- as the registry: a list, then a delete of each of its items; the
+    -- answer is that list, at its resourceVersion
+    local items, list_rv = {}, s.rv
     local keys = s:sorted_keys(res)
     local victims = {}
     for _, key in ipairs(keys) do
@@ -538,7 +547,7 @@ function Sim:serve_resource(req, r, user)
       end
     end
     return reply_json(req, 200, '{"kind":"' .. res.list_kind .. '","apiVersion":"'
-      .. res.api_version .. '","metadata":{"resourceVersion":"' .. s.rv .. '"},"items":['
+      .. res.api_version .. '","metadata":{"resourceVersion":"' .. list_rv .. '"},"items":['
       .. concat(items, ",") .. "]}")
   end
   return reply_status(req, method_not_allowed())
@@ -586,8 +595,23 @@ function Sim:watch(req, res, ns, params, r)
   local w, err = store.filters(res, ns, params)
   if not w then return reply_status(req, err) end
   local rv = params.resourceVersion
+  local served = self.faults.watch_list
+  if served then params.sendInitialEvents = nil end -- unknown to an older server
+  if served == "ignored" then params.resourceVersionMatch = nil end
   local initial = params.sendInitialEvents == "true"
   local rvm = params.resourceVersionMatch
+  if served == "refused" and rvm and rvm ~= "" then
+    -- 1.26's ValidateListOptions, to which sendInitialEvents is unknown
+    local causes = { { field = "resourceVersionMatch", reason = "FieldValueForbidden",
+                       message = "Forbidden: resourceVersionMatch is forbidden for watch" } }
+    if not rv or rv == "" then
+      causes[2] = { field = "resourceVersionMatch", reason = "FieldValueForbidden",
+        message = "Forbidden: resourceVersionMatch is forbidden unless resourceVersion is "
+          .. "provided" }
+    end
+    local opts = { kind = "ListOptions", group = "meta.k8s.io" }
+    return reply_status(req, store.invalid(opts, "", causes))
+  end
   if rvm and rvm ~= "" and not initial then
     return reply_status(req, status(422, "Invalid", "resourceVersionMatch: Forbidden: "
       .. "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided"))
@@ -601,7 +625,7 @@ function Sim:watch(req, res, ns, params, r)
     return reply_status(req, store.bad_request(format('invalid resource version: "%s"', rv)))
   end
   w.req = req
-  w.bookmarks = params.allowWatchBookmarks == "true"
+  w.bookmarks = params.allowWatchBookmarks == "true" and not self.faults.quiet_watches
   local form = r.form -- from the Accept header (serve_resource)
   local bad = form == "Table" and tables.options_error(params.includeObject)
   if bad then return reply_status(req, store.bad_request(bad)) end -- kubectl get --watch
@@ -612,6 +636,7 @@ function Sim:watch(req, res, ns, params, r)
   if n and n > s.rv and not initial then w.after = n end
   local timeout = tonumber(params.timeoutSeconds or "")
   if not timeout or timeout <= 0 then timeout = 1800 + math.random() * 1800 end
+  if self.faults.watch_timeout then timeout = math.min(timeout, self.faults.watch_timeout) end
   local h = base_headers(true)
   if not req:stream_begin(200, h) then return end
   if n and n ~= 0 and not initial and n < res.hist_start then
@@ -704,9 +729,27 @@ end
 --                                 the history meanwhile ends). The summary
 --                                 says how many are held, or released.
 --   reset = true                  forget everything, restart resourceVersions
--- Returns a summary table.
+--   watch_list = "refused"        streaming lists as a 1.26 server: a watch
+--                                 with resourceVersionMatch is invalid (422)
+--              | "ignored"        as a server that does not know the
+--                                 parameters: a plain watch, no end bookmark
+--              | "served"         as a 1.27+ server (the default)
+--   quiet_watches = true | false  true: watches get no bookmark at all, as
+--                                 from a 1.26 server, silent until their end
+--   watch_timeout = S             every watch ends (cleanly) after at most
+--                                 S seconds, as at its timeoutSeconds (0:
+--                                 the client's timeoutSeconds again)
+-- Returns a summary table, or nil and a message for a value it cannot use.
+local watch_list_modes = { refused = true, ignored = true, served = true }
+
 function Sim:inject(f)
   local out = {}
+  if f.watch_list ~= nil and not watch_list_modes[f.watch_list] then
+    return nil, 'watch_list must be "served", "refused" or "ignored", got ' .. encode(f.watch_list)
+  end
+  if f.watch_timeout ~= nil and (type(f.watch_timeout) ~= "number" or f.watch_timeout < 0) then
+    return nil, "watch_timeout must be a number of seconds, got " .. encode(f.watch_timeout)
+  end
   if f.reset then
     for w in pairs(self.held) do
       self.held[w] = nil
@@ -765,6 +808,13 @@ function Sim:inject(f)
     self.faults.retry_after = tonumber(f.retry_after) or 1
   end
   if f.delay then self.faults.delay = tonumber(f.delay) or 0 end
+  if f.watch_list ~= nil then
+    self.faults.watch_list = f.watch_list ~= "served" and f.watch_list or nil
+  end
+  if f.quiet_watches ~= nil then self.faults.quiet_watches = f.quiet_watches == true end
+  if f.watch_timeout ~= nil then
+    self.faults.watch_timeout = f.watch_timeout > 0 and f.watch_timeout or nil
+  end
   out.resourceVersion = tostring(self.store.rv)
   return out
 end
@@ -790,7 +840,9 @@ function Sim:control(req, path)
     if type(f) ~= "table" or is_array(f) then
       return reply_status(req, store.bad_request("the body must be a JSON object"))
     end
-    return reply_json(req, 200, self:inject(f))
+    local out, ierr = self:inject(f)
+    if not out then return reply_status(req, store.bad_request(ierr)) end
+    return reply_json(req, 200, out)
   elseif path == "/_sim/state" and req:method() == "GET" then
     local counts, watches = {}, 0
     for key, res in pairs(self.store.resources) do
@@ -871,9 +923,8 @@ function Sim:handle(req)
       return reply_status(req, status(403, "Forbidden", format('forbidden: User '
         .. '"system:anonymous" cannot get path "%s"', path), {}))
     end
-    local body = self:api_group(g)
-    body.kind, body.apiVersion = "APIGroup", "v1"
-    return reply_json(req, 200, body)
+    return reply_json(req, 200, resources.group_text(g, self.store.groups[g],
+      '"kind":"APIGroup","apiVersion":"v1",'))
   end
   local r = parse_path(path)
   if not r or not self.store.gvs[r.gv] then return reply_text_404(req) end

@@ -47,8 +47,10 @@ local function item_key(item)
 end
 
 -- Adds the leaf paths of value v at prefix to set (path → value text).
--- Structs of built-in kinds owned as a whole.
-local atomic_fields = { selector = true, involvedObject = true }
+-- Structs of built-in kinds owned as a whole (ObjectReference is atomic:
+-- an Event's involvedObject, regarding and related).
+local atomic_fields = { selector = true, involvedObject = true, regarding = true,
+  related = true }
 
 local function walk(set, prefix, v, custom, name)
   if is_object(v) and not custom and atomic_fields[name] then
@@ -145,13 +147,25 @@ function _M.paths(tree, prefix, out)
   return out
 end
 
+-- A path as a conflict names it: .spec.containers[name="main"].image.
 function _M.format_path(p)
   local parts = {}
   for seg in (p .. SEP):gmatch("([^" .. SEP .. "]*)" .. SEP) do
-    if seg:sub(1, 2) == "f:" then
-      parts[#parts + 1] = "." .. seg:sub(3)
+    local kind, rest = seg:sub(1, 2), seg:sub(3)
+    if kind == "f:" then
+      parts[#parts + 1] = "." .. rest
+    elseif kind == "k:" then
+      -- a keyed item: [name="main"], [port=80,protocol="TCP"]
+      local key = json.decode(rest)
+      local names, items = {}, {}
+      for k in pairs(type(key) == "table" and key or {}) do names[#names + 1] = k end
+      sort(names)
+      for i, k in ipairs(names) do items[i] = k .. "=" .. encode(key[k]) end
+      parts[#parts + 1] = "[" .. concat(items, ",") .. "]"
+    elseif kind == "v:" then
+      parts[#parts + 1] = "[=" .. rest .. "]"
     elseif seg ~= "." then
-      parts[#parts + 1] = "[" .. seg:sub(3) .. "]"
+      parts[#parts + 1] = "[" .. rest .. "]"
     end
   end
   return concat(parts)
@@ -218,19 +232,49 @@ function _M.update(old, new, op)
   if not found and next(mine) ~= nil then
     out[#out + 1] = entry(op.manager, op.operation, op.api_version, op.time, mine, op.subresource)
   end
-  -- the apiserver's order: Apply before Update, then by time, manager,
-  -- subresource
+  -- the apiserver's order: Apply before Update, then by time (none first),
+  -- manager, subresource
   sort(out, function(a, b)
     if a.operation ~= b.operation then return a.operation < b.operation end
-    if a.time ~= b.time then return a.time < b.time end
+    if a.time ~= b.time then return (a.time or "") < (b.time or "") end
     if a.manager ~= b.manager then return a.manager < b.manager end
     return (a.subresource or "") < (b.subresource or "")
   end)
   return out
 end
 
+-- How a conflict names the manager of a managedFields entry, as the real
+-- server prints it: quoted, then its subresource, then for an Update the
+-- apiVersion it wrote with.
+local function manager_name(e)
+  local s = encode(tostring(e.manager))
+  if type(e.subresource) == "string" and e.subresource ~= "" then
+    s = s .. " with subresource " .. encode(e.subresource)
+  end
+  if e.operation == "Update" then s = s .. " using " .. tostring(e.apiVersion) end
+  return s
+end
+
+-- The order of the field manager's sets: at each level the fields that
+-- end there come before those with fields below them, each by name
+-- (.spec.strategy.type before .spec.strategy.rollingUpdate.maxSurge).
+local function path_less(a, b)
+  local sa, sb = {}, {}
+  for seg in (a .. SEP):gmatch("([^" .. SEP .. "]*)" .. SEP) do sa[#sa + 1] = seg end
+  for seg in (b .. SEP):gmatch("([^" .. SEP .. "]*)" .. SEP) do sb[#sb + 1] = seg end
+  for i = 1, math.min(#sa, #sb) do
+    if sa[i] ~= sb[i] then
+      local la, lb = i == #sa, i == #sb
+      if la ~= lb then return la end
+      return sa[i] < sb[i]
+    end
+  end
+  return #sa < #sb
+end
+
 -- Conflicts of an apply by manager: fields it names that another manager
--- owns with a different value. Returns a list of {manager, path}.
+-- owns with a different value. Returns a list of {manager, path}, manager
+-- as a conflict message names it ('"kubectl" using v1').
 function _M.conflicts(current, applied_leaves, current_leaves, manager)
   local out = {}
   local list = current.metadata and current.metadata.managedFields
@@ -240,12 +284,12 @@ function _M.conflicts(current, applied_leaves, current_leaves, manager)
       local set = _M.paths(e.fieldsV1 or {})
       for p in pairs(applied_leaves) do
         if set[p] and current_leaves[p] ~= applied_leaves[p] and not p:find("%.$") then
-          out[#out + 1] = { manager = e.manager, path = p }
+          out[#out + 1] = { manager = manager_name(e), path = p }
         end
       end
     end
   end
-  sort(out, function(a, b) return a.path < b.path end)
+  sort(out, function(a, b) return path_less(a.path, b.path) end)
   return out
 end
 

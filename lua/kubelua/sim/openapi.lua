@@ -1,23 +1,39 @@
--- kubelua.sim.openapi: the OpenAPI v3 documents of the simulator's group
--- versions (GET /openapi/v3, then each group version's serverRelativeURL),
--- as far as clients act on them: the operations of every path with their
+-- kubelua.sim.openapi: the OpenAPI v3 documents the simulator serves
+-- (GET /openapi/v3, then each path's serverRelativeURL).
+--
+-- The built-in group versions are served as kube-apiserver v1.26 sent
+-- them (data/surface/openapi, embedded in the binary, each document
+-- compressed on its own by kl_embed and decompressed when first asked
+-- for): every kind's schema, so `kubectl explain` explains and kubectl's
+-- client-side apply finds its patch strategies and merge keys.
+--
+-- A CustomResourceDefinition's group version gets a document made here,
+-- as far as clients act on it: the operations of every path with their
 -- x-kubernetes-group-version-kind and x-kubernetes-action, their query
 -- parameters (fieldValidation among them) and the patch types each PATCH
--- takes (built-in kinds: strategic merge too; custom resources: not).
---
--- That is what kubectl reads before it applies or creates: a kind whose
--- PATCH takes fieldValidation is validated by the server (the simulator
--- does it, fieldValidation=Strict included), so kubectl needs no schema;
--- without the documents it falls back to OpenAPI v2, which the simulator
--- does not serve, and refuses ("failed to download openapi"). No object
--- schemas are published (components.schemas is empty): kubectl then
--- builds its strategic merge patches from its own built-in types, and
--- `kubectl explain` finds nothing to explain.
+-- takes (no strategic merge for custom resources). kubectl reads that
+-- before it applies or creates: a kind whose PATCH takes fieldValidation
+-- is validated by the server (the simulator does it), so kubectl needs no
+-- schema; without a document it falls back to OpenAPI v2, which the
+-- simulator does not serve, and refuses ("failed to download openapi").
 
 local json = require "kubelua.json"
 local bit = require "bit"
+local ffi = require "ffi"
 
-local ipairs, byte, upper = ipairs, string.byte, string.upper
+ffi.cdef [[
+typedef struct kl_embed_file {
+  const char *name;
+  const unsigned char *data;
+  size_t size;
+  size_t raw_size;
+} kl_embed_file_t;
+extern const kl_embed_file_t kl_surface_openapi[];
+size_t ZSTD_decompress(void *dst, size_t dstCapacity, const void *src, size_t compressedSize);
+unsigned ZSTD_isError(size_t code);
+]]
+
+local ipairs, pairs, tonumber, byte, upper = ipairs, pairs, tonumber, string.byte, string.upper
 
 local _M = {}
 
@@ -161,6 +177,58 @@ function _M.hash(text)
   local h = 0xcbf29ce484222325ULL
   for i = 1, #text do h = bit.bxor(h, byte(text, i)) * 0x100000001b3ULL end
   return bit.tohex(h, -16)
+end
+
+-- The captured documents --------------------------------------------------
+
+local files -- file name → its kl_embed_file_t, on first use
+
+local function embedded(name)
+  if not files then
+    files = {}
+    local t = ffi.C.kl_surface_openapi
+    local i = 0
+    while t[i].name ~= nil do
+      files[ffi.string(t[i].name)] = t[i]
+      i = i + 1
+    end
+  end
+  local f = files[name]
+  if not f then return nil end
+  local n = tonumber(f.raw_size)
+  local buf = ffi.new("char[?]", n)
+  local got = ffi.C.ZSTD_decompress(buf, n, f.data, f.size)
+  assert(ffi.C.ZSTD_isError(got) == 0 and tonumber(got) == n, "openapi: corrupt embedded "
+    .. name)
+  return ffi.string(buf, n)
+end
+
+local index -- path → serverRelativeURL, as the real server's index lists them
+
+-- The real server's index: { path = { serverRelativeURL = url } }, a new
+-- table each call (the caller adds the documents of its own).
+function _M.captured_index()
+  if not index then index = json.decode(embedded("index.json")).paths end
+  local t = {}
+  for path, p in pairs(index) do t[path] = { serverRelativeURL = p.serverRelativeURL } end
+  return t
+end
+
+local docs = {} -- path → its text, once asked for
+
+-- The real server's document at path ("apis/apps/v1") and the hash its
+-- URL carries, or nil when the capture has none there.
+function _M.captured(path)
+  _M.captured_index()
+  local p = index[path]
+  if not p then return nil end
+  local text = docs[path]
+  if not text then
+    text = embedded(path:gsub("/", "_") .. ".json")
+    if not text then return nil end
+    docs[path] = text
+  end
+  return text, p.serverRelativeURL:match("hash=(%x+)$")
 end
 
 return _M

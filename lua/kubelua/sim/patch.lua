@@ -177,6 +177,44 @@ end
 
 local smp
 
+local function position(list, item, key)
+  for i, x in ipairs(list) do
+    if is_object(x) and equal(x[key], item[key]) then return i end
+  end
+  return nil
+end
+
+-- The order a real server gives a merged list (normalizeElementOrder):
+-- the patch's items in the patch's order and the others in the object's,
+-- merged so that of two items the object had, the earlier comes first,
+-- and an item the object did not have comes before one it had.
+local function ordered(merged, orig, patch, key)
+  local right, left = json.array {}, json.array {}
+  for _, p in ipairs(patch) do
+    local i = p["$patch"] ~= "delete" and position(merged, p, key)
+    if i and not position(right, p, key) then right[#right + 1] = merged[i] end
+  end
+  for _, item in ipairs(merged) do
+    if not position(right, item, key) then left[#left + 1] = item end
+  end
+  local out, i, j = json.array {}, 1, 1
+  while i <= #left or j <= #right do
+    local take_left = j > #right
+    if not take_left and i <= #left then
+      local li, ri = position(orig, left[i], key), position(orig, right[j], key)
+      take_left = li ~= nil and ri ~= nil and li < ri
+    end
+    if take_left then
+      out[#out + 1] = left[i]
+      i = i + 1
+    else
+      out[#out + 1] = right[j]
+      j = j + 1
+    end
+  end
+  return out
+end
+
 local function smp_list(orig, patch)
   local key = merge_key(patch)
   if not key or not is_array(orig) then
@@ -211,7 +249,7 @@ local function smp_list(orig, patch)
       out[#out + 1] = smp(nil, p)
     end
   end
-  return out
+  return ordered(out, orig, patch, key)
 end
 
 smp = function(target, patch)

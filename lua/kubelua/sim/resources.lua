@@ -1,30 +1,18 @@
--- kubelua.sim.resources: the built-in resources the simulator serves, with
--- their discovery entries exactly as kube-apiserver v1.26 lists them
--- (spec/fixtures/apiserver/0[3-8]-*.json), and what the server needs to
--- know about each: kind, scope, status subresource, whether
--- metadata.generation is kept, which field selectors it accepts.
-
--- luacheck: no max line length
+-- kubelua.sim.resources: the built-in resources the simulator serves: every
+-- resource of kube-apiserver v1.26's discovery (kubelua.sim.surface.discovery,
+-- the 23 group versions as the server lists them, subresources, shortNames
+-- and categories included), and what the server needs to know about each
+-- beyond discovery: whether its registry keeps metadata.generation, and
+-- which field selectors it accepts. The discovery documents are written
+-- back in the server's field order, so a client sees the same bytes.
 
 local json = require "kubelua.json"
+local surface = require "kubelua.sim.surface.discovery"
+
+local type, pairs, ipairs, concat, format = type, pairs, ipairs, table.concat, string.format
+local encode = json.encode
 
 local _M = {}
-
--- Discovery entries per group version (resource and subresources), as the
--- real server sends them.
-local discovery = {
-  ["v1"] = [==[[{"name":"configmaps","singularName":"","namespaced":true,"kind":"ConfigMap","verbs":["create","delete","deletecollection","get","list","patch","update","watch"],"shortNames":["cm"],"storageVersionHash":"qFsyl6wFWjQ="},{"name":"events","singularName":"","namespaced":true,"kind":"Event","verbs":["create","delete","deletecollection","get","list","patch","update","watch"],"shortNames":["ev"],"storageVersionHash":"r2yiGXH7wu8="},{"name":"namespaces","singularName":"","namespaced":false,"kind":"Namespace","verbs":["create","delete","get","list","patch","update","watch"],"shortNames":["ns"],"storageVersionHash":"Q3oi5N2YM8M="},{"name":"namespaces/status","singularName":"","namespaced":false,"kind":"Namespace","verbs":["get","patch","update"]},{"name":"pods","singularName":"","namespaced":true,"kind":"Pod","verbs":["create","delete","deletecollection","get","list","patch","update","watch"],"shortNames":["po"],"categories":["all"],"storageVersionHash":"xPOwRZ+Yhw8="},{"name":"pods/status","singularName":"","namespaced":true,"kind":"Pod","verbs":["get","patch","update"]},{"name":"secrets","singularName":"","namespaced":true,"kind":"Secret","verbs":["create","delete","deletecollection","get","list","patch","update","watch"],"storageVersionHash":"S6u1pOWzb84="},{"name":"serviceaccounts","singularName":"","namespaced":true,"kind":"ServiceAccount","verbs":["create","delete","deletecollection","get","list","patch","update","watch"],"shortNames":["sa"],"storageVersionHash":"pbx9ZvyFpBE="},{"name":"services","singularName":"","namespaced":true,"kind":"Service","verbs":["create","delete","deletecollection","get","list","patch","update","watch"],"shortNames":["svc"],"categories":["all"],"storageVersionHash":"0/CO1lhkEBI="},{"name":"services/status","singularName":"","namespaced":true,"kind":"Service","verbs":["get","patch","update"]}]]==],
-  ["apps/v1"] = [==[[{"name":"daemonsets","singularName":"","namespaced":true,"kind":"DaemonSet","verbs":["create","delete","deletecollection","get","list","patch","update","watch"],"shortNames":["ds"],"categories":["all"],"storageVersionHash":"dd7pWHUlMKQ="},{"name":"daemonsets/status","singularName":"","namespaced":true,"kind":"DaemonSet","verbs":["get","patch","update"]},{"name":"deployments","singularName":"","namespaced":true,"kind":"Deployment","verbs":["create","delete","deletecollection","get","list","patch","update","watch"],"shortNames":["deploy"],"categories":["all"],"storageVersionHash":"8aSe+NMegvE="},{"name":"deployments/scale","singularName":"","namespaced":true,"group":"autoscaling","version":"v1","kind":"Scale","verbs":["get","patch","update"]},{"name":"deployments/status","singularName":"","namespaced":true,"kind":"Deployment","verbs":["get","patch","update"]},{"name":"replicasets","singularName":"","namespaced":true,"kind":"ReplicaSet","verbs":["create","delete","deletecollection","get","list","patch","update","watch"],"shortNames":["rs"],"categories":["all"],"storageVersionHash":"P1RzHs8/mWQ="},{"name":"replicasets/scale","singularName":"","namespaced":true,"group":"autoscaling","version":"v1","kind":"Scale","verbs":["get","patch","update"]},{"name":"replicasets/status","singularName":"","namespaced":true,"kind":"ReplicaSet","verbs":["get","patch","update"]},{"name":"statefulsets","singularName":"","namespaced":true,"kind":"StatefulSet","verbs":["create","delete","deletecollection","get","list","patch","update","watch"],"shortNames":["sts"],"categories":["all"],"storageVersionHash":"H+vl74LkKdo="},{"name":"statefulsets/scale","singularName":"","namespaced":true,"group":"autoscaling","version":"v1","kind":"Scale","verbs":["get","patch","update"]},{"name":"statefulsets/status","singularName":"","namespaced":true,"kind":"StatefulSet","verbs":["get","patch","update"]}]]==],
-  ["coordination.k8s.io/v1"] = [==[[{"name":"leases","singularName":"","namespaced":true,"kind":"Lease","verbs":["create","delete","deletecollection","get","list","patch","update","watch"],"storageVersionHash":"gqkMMb/YqFM="}]]==],
-  ["events.k8s.io/v1"] = [==[[{"name":"events","singularName":"","namespaced":true,"kind":"Event","verbs":["create","delete","deletecollection","get","list","patch","update","watch"],"shortNames":["ev"],"storageVersionHash":"r2yiGXH7wu8="}]]==],
-  ["authorization.k8s.io/v1"] = [==[[{"name":"localsubjectaccessreviews","singularName":"","namespaced":true,"kind":"LocalSubjectAccessReview","verbs":["create"]},{"name":"selfsubjectaccessreviews","singularName":"","namespaced":false,"kind":"SelfSubjectAccessReview","verbs":["create"]},{"name":"selfsubjectrulesreviews","singularName":"","namespaced":false,"kind":"SelfSubjectRulesReview","verbs":["create"]},{"name":"subjectaccessreviews","singularName":"","namespaced":false,"kind":"SubjectAccessReview","verbs":["create"]}]]==],
-  ["apiextensions.k8s.io/v1"] = [==[[{"name":"customresourcedefinitions","singularName":"","namespaced":false,"kind":"CustomResourceDefinition","verbs":["create","delete","deletecollection","get","list","patch","update","watch"],"shortNames":["crd","crds"],"categories":["api-extensions"],"storageVersionHash":"jfWCUB31mvA="},{"name":"customresourcedefinitions/status","singularName":"","namespaced":false,"kind":"CustomResourceDefinition","verbs":["get","patch","update"]}]]==],
-}
-
--- The order of /apis (the real server's order, for the groups served here).
-_M.group_order = { "apps", "events.k8s.io", "authorization.k8s.io", "apiextensions.k8s.io",
-  "coordination.k8s.io" }
-_M.core_order = { "v1" }
 
 local common_fields = { ["metadata.name"] = true, ["metadata.namespace"] = true }
 
@@ -39,30 +27,67 @@ local event_fields = fields { "involvedObject.kind", "involvedObject.namespace",
   "involvedObject.resourceVersion", "involvedObject.fieldPath", "reason",
   "reportingComponent", "source", "type" }
 
--- Per resource: internal group name (for conversion messages), generation,
--- field selectors.
+-- Per resource: generation, field selectors beyond metadata.name and
+-- metadata.namespace (each registry's GetAttrs/field label conversion),
+-- whether an update of a missing object creates it (as the registry's
+-- AllowCreateOnUpdate says).
+--
+-- generation: the registries whose strategy sets metadata.generation to 1
+-- on create and bumps it when the spec (webhooks for the webhook
+-- configurations) changes: the workload controllers (Deployment,
+-- ReplicaSet, StatefulSet, DaemonSet, ReplicationController, Job,
+-- CronJob), PodDisruptionBudget, Ingress, IngressClass, NetworkPolicy,
+-- FlowSchema and PriorityLevelConfiguration (both versions), the two
+-- webhook configurations, and CustomResourceDefinition. The others
+-- (Pods, Services, HorizontalPodAutoscalers among them) leave it unset.
 local extra = {
   ["v1/pods"] = { fields = fields { "spec.nodeName", "spec.restartPolicy", "spec.schedulerName",
     "spec.serviceAccountName", "status.phase", "status.podIP", "status.nominatedNodeName" } },
-  ["v1/events"] = { fields = event_fields },
-  ["events.k8s.io/v1/events"] = { fields = event_fields },
+  ["v1/events"] = { fields = event_fields, create_on_update = true },
+  ["events.k8s.io/v1/events"] = { fields = event_fields, create_on_update = true },
+  ["coordination.k8s.io/v1/leases"] = { create_on_update = true },
   ["v1/secrets"] = { fields = fields { "type" } },
+  ["v1/services"] = { create_on_update = true },
   ["v1/namespaces"] = { fields = fields { "status.phase" } },
+  ["v1/nodes"] = { fields = fields { "spec.unschedulable" } },
+  ["v1/replicationcontrollers"] = { generation = true, fields = fields { "status.replicas" } },
   ["apps/v1/deployments"] = { generation = true },
   ["apps/v1/replicasets"] = { generation = true, fields = fields { "status.replicas" } },
   ["apps/v1/statefulsets"] = { generation = true },
   ["apps/v1/daemonsets"] = { generation = true },
+  ["batch/v1/jobs"] = { generation = true, fields = fields { "status.successful" } },
+  ["batch/v1/cronjobs"] = { generation = true },
+  ["policy/v1/poddisruptionbudgets"] = { generation = true },
+  ["networking.k8s.io/v1/ingresses"] = { generation = true },
+  ["networking.k8s.io/v1/ingressclasses"] = { generation = true },
+  ["networking.k8s.io/v1/networkpolicies"] = { generation = true },
+  ["flowcontrol.apiserver.k8s.io/v1beta2/flowschemas"] = { generation = true },
+  ["flowcontrol.apiserver.k8s.io/v1beta2/prioritylevelconfigurations"] = { generation = true },
+  ["flowcontrol.apiserver.k8s.io/v1beta3/flowschemas"] = { generation = true },
+  ["flowcontrol.apiserver.k8s.io/v1beta3/prioritylevelconfigurations"] = { generation = true },
+  ["admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"] = { generation = true },
+  ["admissionregistration.k8s.io/v1/validatingwebhookconfigurations"] = { generation = true },
+  ["certificates.k8s.io/v1/certificatesigningrequests"] = {
+    fields = fields { "spec.signerName" } },
   ["apiextensions.k8s.io/v1/customresourcedefinitions"] = { generation = true },
 }
 
+-- The order of /apis: the real server's order of the built-in groups.
+_M.group_order = {}
+for _, g in ipairs(json.decode(surface.apis).groups) do
+  _M.group_order[#_M.group_order + 1] = g.name
+end
+
 -- Returns a list of resource descriptions:
--- { group, version, gv, name, kind, list_kind, namespaced, status,
---   generation, builtin = true, fields, disco = { entries } }
+-- { group, version, gv, name, kind, list_kind, namespaced, status, scale,
+--   generation, builtin = true, fields, create_on_update, disco = { entries } }
+-- in discovery order (group versions as /apis lists them, each group's
+-- preferred version first).
 function _M.builtins()
   local out = {}
-  for _, gv in ipairs { "v1", "apps/v1", "events.k8s.io/v1", "authorization.k8s.io/v1",
-      "apiextensions.k8s.io/v1", "coordination.k8s.io/v1" } do
-    local entries = assert(json.decode(discovery[gv]))
+  for _, d in ipairs(surface.gvs) do
+    local gv = d[1]
+    local entries = assert(json.decode(d[2])).resources
     local group, version = gv:match("^(.-)/(.*)$")
     if not group then group, version = "", gv end
     local byname = {}
@@ -75,6 +100,7 @@ function _M.builtins()
           list_kind = e.kind .. "List", namespaced = e.namespaced,
           generation = x.generation or false, builtin = true,
           fields = x.fields or common_fields, disco = { e },
+          create_on_update = x.create_on_update or false,
           internal = group == "" and "core" or group:match("^[^.]+"),
         }
         byname[e.name] = r
@@ -88,6 +114,116 @@ function _M.builtins()
     end
   end
   return out
+end
+
+-- Kinds the real server stores once and serves in two versions: an object
+-- written through either is read through both, in each one's apiVersion
+-- (PriorityLevelConfiguration's limited shares are assuredConcurrencyShares
+-- in v1beta2, nominalConcurrencyShares in v1beta3). HorizontalPodAutoscaler
+-- v1 and v2 are kept apart: their conversion is not done here.
+local FC = "flowcontrol.apiserver.k8s.io/"
+local shared = {
+  { "storage.k8s.io/v1", "storage.k8s.io/v1beta1", "csistoragecapacities" },
+  { FC .. "v1beta3", FC .. "v1beta2", "flowschemas" },
+  { FC .. "v1beta3", FC .. "v1beta2", "prioritylevelconfigurations",
+    shares = { v1beta3 = "nominalConcurrencyShares", v1beta2 = "assuredConcurrencyShares" } },
+}
+
+-- The converter of an object into r's version (a new table sharing the
+-- unchanged parts); shares: the renamed field, by version.
+local function as_version(r, shares)
+  return function(obj)
+    local o = {}
+    for k, v in pairs(obj) do o[k] = v end
+    o.apiVersion = r.gv
+    local limited = shares and type(o.spec) == "table" and o.spec.limited
+    if type(limited) == "table" then
+      local want = shares[r.version]
+      local l = {}
+      for k, v in pairs(limited) do
+        l[(k == shares.v1beta2 or k == shares.v1beta3) and want or k] = v
+      end
+      local spec = {}
+      for k, v in pairs(o.spec) do spec[k] = v end
+      spec.limited = l
+      o.spec = spec
+    end
+    return o
+  end
+end
+
+-- Makes the kinds above mirror each other in store (its resource(gv,
+-- name)).
+function _M.link_versions(store)
+  for _, sh in ipairs(shared) do
+    local a, b = store:resource(sh[1], sh[3]), store:resource(sh[2], sh[3])
+    a.mirrors = { { res = b, convert = as_version(b, sh.shares) } }
+    b.mirrors = { { res = a, convert = as_version(a, sh.shares) } }
+  end
+end
+
+-- Discovery documents in the real server's field order (Go's struct
+-- order: encoding/json writes fields as declared, omitting empty ones).
+
+local function field(parts, key, v)
+  parts[#parts + 1] = format("%s:%s", encode(key), encode(v))
+end
+
+local function str_list(list)
+  local t = {}
+  for i, s in ipairs(list) do t[i] = encode(s) end
+  return "[" .. concat(t, ",") .. "]"
+end
+
+-- An APIResource entry (metav1.APIResource).
+local function entry_text(e)
+  local p = {}
+  field(p, "name", e.name)
+  field(p, "singularName", e.singularName or "")
+  field(p, "namespaced", e.namespaced and true or false)
+  if e.group and e.group ~= "" then field(p, "group", e.group) end
+  if e.version and e.version ~= "" then field(p, "version", e.version) end
+  field(p, "kind", e.kind)
+  p[#p + 1] = '"verbs":' .. str_list(e.verbs or {})
+  if e.shortNames and #e.shortNames > 0 then
+    p[#p + 1] = '"shortNames":' .. str_list(e.shortNames)
+  end
+  if e.categories and #e.categories > 0 then
+    p[#p + 1] = '"categories":' .. str_list(e.categories)
+  end
+  if e.storageVersionHash and e.storageVersionHash ~= "" then
+    field(p, "storageVersionHash", e.storageVersionHash)
+  end
+  return "{" .. concat(p, ",") .. "}"
+end
+
+-- GET /api/v1, /apis/GROUP/VERSION: the APIResourceList of gv from its
+-- entries (sorted by name, as the server sorts them).
+function _M.resource_list_text(gv, entries)
+  local t = {}
+  for i, e in ipairs(entries) do t[i] = entry_text(e) end
+  return format('{"kind":"APIResourceList",%s"groupVersion":%s,"resources":[%s]}',
+    gv == "v1" and "" or '"apiVersion":"v1",', encode(gv), concat(t, ","))
+end
+
+local function gv_text(group, version)
+  return format('{"groupVersion":%s,"version":%s}', encode(group .. "/" .. version),
+    encode(version))
+end
+
+-- An APIGroup (metav1.APIGroup) of its versions, the preferred first; head
+-- is what precedes its name ('"kind":"APIGroup","apiVersion":"v1",' when
+-- it is a document of its own).
+function _M.group_text(name, versions, head)
+  local t = {}
+  for i, v in ipairs(versions) do t[i] = gv_text(name, v) end
+  return format('{%s"name":%s,"versions":[%s],"preferredVersion":%s}', head or "",
+    encode(name), concat(t, ","), t[1])
+end
+
+-- GET /apis: the APIGroupList of the given APIGroup texts.
+function _M.group_list_text(groups)
+  return '{"kind":"APIGroupList","apiVersion":"v1","groups":[' .. concat(groups, ",") .. "]}"
 end
 
 _M.common_fields = common_fields

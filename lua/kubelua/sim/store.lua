@@ -25,6 +25,8 @@ local yaml = require "kubelua.sim.yaml"
 local events = require "kubelua.sim.events"
 local quantity = require "kubelua.sim.quantity"
 local services = require "kubelua.sim.services"
+local crds = require "kubelua.sim.crds"
+local schemalib = require "kubelua.sim.schema"
 local httpd = require "kubelua.httpd"
 
 local type, pairs, ipairs, tostring, tonumber, setmetatable, next =
@@ -156,7 +158,10 @@ function Store:reset()
   local core, v1 = self:resource("v1", "events"), self:resource("events.k8s.io/v1", "events")
   core.mirrors, core.canon = { { res = v1, convert = events.to_v1 } }, events.canon_core
   v1.mirrors, v1.canon = { { res = core, convert = events.to_core } }, events.canon_v1
-  local system = { user_agent = "kube-apiserver" }
+  resources.link_versions(self)
+  -- (trusted: made here, so not decoded against a schema, which would
+  -- load the core group's at every start)
+  local system = { user_agent = "kube-apiserver", trusted = true }
   for _, ns in ipairs(self.opts.namespaces or { "default", "kube-system", "kube-public",
       "kube-node-lease" }) do
     self:create(self:resource("v1", "namespaces"), nil,
@@ -629,13 +634,17 @@ end
 
 -- Validation -----------------------------------------------------------------
 
+local function is_service(res)
+  return res.builtin and res.gv == "v1" and res.name == "services"
+end
+
 local function check_name(res, name, generate)
   if (name == nil or name == "") and (generate == nil or generate == "") then
     return invalid(res, "", { { field = "metadata.name", reason = "FieldValueRequired",
       message = "Required value: name or generateName is required" } })
   end
   if name and name ~= "" then
-    local why = util.check_subdomain(name)
+    local why = (is_service(res) and util.check_dns1035 or util.check_subdomain)(name)
     if why then
       return invalid(res, name, { { field = "metadata.name", reason = "FieldValueInvalid",
         message = format('Invalid value: "%s": %s', name, why) } })
@@ -690,22 +699,12 @@ local function validate(res, obj)
   return nil
 end
 
--- Field validation: the fields a kind knows at its top level and in
--- metadata; the rest are unknown, dropped from the object, and reported as
--- a warning (fieldValidation=Warn, the default), an error (Strict) or not
--- at all (Ignore). Custom resources are pruned by their schema.
-local known_top = {
-  configmaps = { "data", "binaryData", "immutable" },
-  secrets = { "data", "stringData", "type", "immutable" },
-  serviceaccounts = { "secrets", "imagePullSecrets", "automountServiceAccountToken" },
-  ["v1/events"] = { "involvedObject", "reason", "message", "source", "firstTimestamp",
-    "lastTimestamp", "count", "type", "eventTime", "series", "action", "related",
-    "reportingComponent", "reportingInstance" },
-  ["events.k8s.io/v1/events"] = { "eventTime", "series", "reportingController",
-    "reportingInstance", "action", "reason", "regarding", "related", "note", "type",
-    "deprecatedSource", "deprecatedFirstTimestamp", "deprecatedLastTimestamp",
-    "deprecatedCount" },
-}
+-- Field validation: the fields a kind knows, from its schema
+-- (kubelua.sim.schema); the rest are unknown, dropped from the object, and
+-- reported as a warning (fieldValidation=Warn, the default), an error
+-- (Strict) or not at all (Ignore). A built-in kind without a captured
+-- schema (apiregistration.k8s.io's) knows spec and status at its top level
+-- and ObjectMeta's fields; custom resources are pruned by their schema.
 local known_meta = {}
 for _, f in ipairs { "name", "generateName", "namespace", "selfLink", "uid", "resourceVersion",
     "generation", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds",
@@ -713,13 +712,8 @@ for _, f in ipairs { "name", "generateName", "namespace", "selfLink", "uid", "re
   known_meta[f] = true
 end
 
-local function set_of(list)
-  local t = { apiVersion = true, kind = true, metadata = true }
-  for _, f in ipairs(list) do t[f] = true end
-  return t
-end
-for k, v in pairs(known_top) do known_top[k] = set_of(v) end
-local spec_status = set_of { "spec", "status" }
+local spec_status = { apiVersion = true, kind = true, metadata = true, spec = true,
+  status = true }
 
 local function prune(schema, v, path, out)
   if type(schema) ~= "table" or not is_object(v) then return end
@@ -743,13 +737,16 @@ local function prune(schema, v, path, out)
 end
 
 -- Drops the unknown fields of obj (changed in place) and returns their
--- paths, sorted.
+-- paths, sorted, and the decoder's type error (built-in kinds with a
+-- schema) or nil.
 function _M.unknown_fields(res, obj)
   local out = {}
-  if res.builtin then
-    local known = known_top[res.gv .. "/" .. res.name] or known_top[res.name] or spec_status
+  local checker = res.builtin and schemalib.checker(res)
+  if checker then
+    return schemalib.check(checker, obj)
+  elseif res.builtin then
     for k in pairs(obj) do
-      if not known[k] then
+      if not spec_status[k] then
         obj[k] = nil
         out[#out + 1] = k
       end
@@ -782,9 +779,12 @@ function _M.unknown_fields(res, obj)
 end
 
 -- Applies ctx.field_validation to the unknown fields of obj: nil, or a
--- 400 Status for Strict; warnings go to ctx.warnings.
+-- 400 Status for Strict or for a value of the wrong type (whatever
+-- fieldValidation, as the decoder refuses it); warnings go to ctx.warnings.
 local function field_validation(res, obj, ctx)
-  local unknown = _M.unknown_fields(res, obj)
+  if ctx.trusted then return nil end
+  local unknown, type_error = _M.unknown_fields(res, obj)
+  if type_error then return undecodable(res, type_error) end
   if #unknown == 0 or ctx.field_validation == "Ignore" then return nil end
   local msgs = {}
   for i, f in ipairs(unknown) do msgs[i] = format('unknown field "%s"', f) end
@@ -819,8 +819,6 @@ function _M.decode_body(res, body)
   local obj, err = decode(body)
   if obj == nil or not is_object(obj) then
     local snippet = #body > 30 and sub(body, 1, 30) .. " ..." or body
-    local why = "unexpected end of JSON input"
-    local at = err and tonumber(err:match("byte (%d+)"))
     if obj ~= nil then
       return nil, bad_request(format("the object provided is unrecognized (must be of type %s): "
         .. "couldn't get version/kind; json parse error: json: cannot unmarshal %s into Go "
@@ -828,12 +826,9 @@ function _M.decode_body(res, body)
         .. "Kind string \"json:\\\"kind,omitempty\\\"\" } (%s)", res.kind, value_type(obj),
         snippet))
     end
-    if at and at < #body then
-      why = format("invalid character '%s' looking for beginning of value", sub(body, at + 1,
-        at + 1))
-    end
     return nil, bad_request(format("the object provided is unrecognized (must be of type %s): "
-      .. "couldn't get version/kind; json parse error: %s (%s)", res.kind, why, snippet))
+      .. "couldn't get version/kind; json parse error: %s (%s)", res.kind,
+      util.go_syntax_error(body, err), snippet))
   end
   return obj
 end
@@ -1038,10 +1033,6 @@ local function is_secret(res)
   return res.builtin and res.gv == "v1" and res.name == "secrets"
 end
 
-local function is_service(res)
-  return res.builtin and res.gv == "v1" and res.name == "services"
-end
-
 -- What the service registry allocates (cluster IP, node ports), given
 -- the Services stored now.
 local function allocate_service(res, obj, old, keep_status)
@@ -1163,6 +1154,33 @@ end
 -- The checks a real server makes after defaulting (its validation sees the
 -- defaulted object), and on an update what may not change (old: the stored
 -- object); nil or an Invalid status.
+-- ValidateService's port checks: a name, not another's, for each of
+-- several ports, port and a numeric targetPort in 1-65535.
+local function check_service_ports(causes, spec)
+  local ports = is_array(spec.ports) and spec.ports or {}
+  local function in_range(p, field, i)
+    local v = p[field]
+    if type(v) == "number" and (v < 1 or v > 65535) then
+      cause(causes, format("spec.ports[%d].%s", i - 1, field), "FieldValueInvalid",
+        format("Invalid value: %s: must be between 1 and 65535, inclusive", tostring(v)))
+    end
+  end
+  local names = {}
+  for i, p in ipairs(ports) do
+    if is_object(p) then
+      if #ports > 1 and (p.name == nil or p.name == null or p.name == "") then
+        cause(causes, format("spec.ports[%d].name", i - 1), "FieldValueRequired", "Required value")
+      elseif type(p.name) == "string" and names[p.name] then
+        cause(causes, format("spec.ports[%d].name", i - 1), "FieldValueDuplicate",
+          format("Duplicate value: %s", util.go_quote(p.name)))
+      end
+      if type(p.name) == "string" then names[p.name] = true end
+      in_range(p, "port", i)
+      in_range(p, "targetPort", i)
+    end
+  end
+end
+
 local function validate_defaulted(res, obj, old)
   local causes = {}
   if old and (is_configmap(res) or is_secret(res)) then
@@ -1189,21 +1207,53 @@ local function validate_defaulted(res, obj, old)
       cause(causes, "spec.strategy.rollingUpdate", "FieldValueForbidden",
         "Forbidden: may not be specified when strategy `type` is 'Recreate'")
     end
+  elseif is_service(res) and is_object(obj.spec) then
+    check_service_ports(causes, obj.spec)
   elseif is_configmap(res) then
     check_keys(causes, obj, "data")
     check_keys(causes, obj, "binaryData")
   elseif is_secret(res) then
     check_keys(causes, obj, "data")
     check_secret_type(causes, obj)
-  elseif res.builtin and res.name == "customresourcedefinitions" and is_object(obj.spec) then
-    for i, v in ipairs(is_array(obj.spec.versions) and obj.spec.versions or {}) do
+  elseif res.builtin and res.name == "customresourcedefinitions" then
+    crds.validate_name(obj, causes)
+    local spec = is_object(obj.spec) and obj.spec or {}
+    for i, v in ipairs(is_array(spec.versions) and spec.versions or {}) do
       local scale = is_object(v) and is_object(v.subresources) and v.subresources.scale
       if is_object(scale) then check_scale_paths(causes, i, scale) end
     end
+    crds.validate_names(obj, causes)
   end
   return #causes > 0 and invalid(res, obj.metadata.name, causes) or nil
 end
 
+
+-- Maps a built-in kind declares omitempty: the server decodes an empty
+-- one and writes nothing, so it neither stores nor owns it.
+local omitted_maps = { labels = true, annotations = true, data = true, binaryData = true,
+  stringData = true, matchLabels = true, nodeSelector = true }
+
+-- Drops the empty maps of obj a real server drops: metadata's labels and
+-- annotations for every kind, any of omitted_maps (and a Service's
+-- selector) in a built-in kind.
+local function drop_empty_maps(res, obj)
+  local function empty(v) return is_object(v) and next(v) == nil end
+  local md = obj.metadata
+  if empty(md.labels) then md.labels = nil end
+  if empty(md.annotations) then md.annotations = nil end
+  if not res.builtin then return end
+  local function walk(t)
+    for k, v in pairs(t) do
+      if type(v) == "table" and v ~= null then
+        if omitted_maps[k] and empty(v) then t[k] = nil else walk(v) end
+      end
+    end
+  end
+  walk(obj)
+  if is_service(res) and is_object(obj.spec) and empty(obj.spec.selector) then
+    obj.spec.selector = nil
+  end
+end
 
 -- Defaults a real server adds to some kinds on create.
 local function defaults(res, obj)
@@ -1230,7 +1280,8 @@ local function defaults(res, obj)
 end
 
 -- create(res, ns, obj, ctx) -> entry | nil, status. ctx: user_agent,
--- field_manager, dry_run, internal.
+-- field_manager, dry_run, internal, trusted (a body the simulator made:
+-- no field validation).
 function Store:create(res, ns, obj, ctx, operation, owned)
   ctx = ctx or {}
   local err = check_decoding(res, obj)
@@ -1272,11 +1323,6 @@ function Store:create(res, ns, obj, ctx, operation, owned)
         message = format("namespace %s is being terminated", md.namespace) } } }))
     end
   end
-  local key = obj_key(md.namespace, md.name)
-  if res.objects[key] then
-    return nil, status(409, "AlreadyExists", format('%s "%s" already exists', res.gr, md.name),
-      res_details(res, md.name))
-  end
   if res.status and not ctx.internal then obj.status = nil end
   md.uid = util.uid()
   md.creationTimestamp = util.timestamp()
@@ -1285,6 +1331,7 @@ function Store:create(res, ns, obj, ctx, operation, owned)
   md.deletionTimestamp, md.deletionGracePeriodSeconds = nil, nil
   md.selfLink = nil
   md.managedFields = nil
+  drop_empty_maps(res, obj)
   defaults(res, obj)
   err = validate_defaulted(res, obj)
   if err then return nil, err end
@@ -1292,6 +1339,12 @@ function Store:create(res, ns, obj, ctx, operation, owned)
   if is_service(res) then
     err = allocate_service(res, obj, nil, ctx.internal)
     if err then return nil, err end
+  end
+  -- storage refuses a name in use only after validation (and a Service's
+  -- allocations) passed
+  if res.objects[obj_key(md.namespace, md.name)] then
+    return nil, status(409, "AlreadyExists", format('%s "%s" already exists', res.gr, md.name),
+      res_details(res, md.name))
   end
   if res.gv == "v1" and res.name == "namespaces" then
     -- set by the namespace strategy, after field ownership is computed
@@ -1325,6 +1378,7 @@ function Store:commit(res, e, obj, ctx)
   md.name, md.namespace = omd.name, omd.namespace
   md.generation = omd.generation
   md.selfLink = nil
+  drop_empty_maps(res, obj)
   if res.status then
     if ctx.subresource == "status" then
       local keep = copy(old)
@@ -1383,7 +1437,9 @@ function Store:commit(res, e, obj, ctx)
   return self:put(res, obj, "MODIFIED", e)
 end
 
--- update(res, ns, name, obj, ctx) -> entry | nil, status
+-- update(res, ns, name, obj, ctx) -> entry, created | nil, status. A
+-- resource that allows it (Leases, Events) is created by an update of a
+-- missing name, whatever resourceVersion the body says.
 function Store:update(res, ns, name, obj, ctx)
   ctx = ctx or {}
   local err = check_decoding(res, obj)
@@ -1403,6 +1459,13 @@ function Store:update(res, ns, name, obj, ctx)
   end
   local e
   e, err = self:get(res, ns, name)
+  if not e and res.create_on_update and not ctx.subresource then
+    -- a create (201): its checks say again what the update's said
+    md.resourceVersion = nil
+    ctx.warnings = nil
+    e, err = self:create(res, ns, obj, ctx)
+    return e, err, e ~= nil
+  end
   if not e then return nil, err end
   local rv = md.resourceVersion
   if rv ~= nil and rv ~= "" and rv ~= e.obj.metadata.resourceVersion then
@@ -1441,7 +1504,9 @@ end
 local function patched(doc, ptype, body)
   local p, derr = decode(body)
   if p == nil then
-    return nil, bad_request("error decoding patch: " .. tostring(derr))
+    -- the strategic merge patch handler says it without the prefix
+    local why = util.go_syntax_error(body, derr)
+    return nil, bad_request(ptype == "strategic" and why or "error decoding patch: " .. why)
   end
   local obj, why
   if ptype == "merge" or ptype == "strategic" then
@@ -1569,8 +1634,9 @@ local function to_scale(res, obj)
   local md = obj.metadata
   local spec = is_object(obj.spec) and obj.spec or {}
   local st = is_object(obj.status) and obj.status or {}
+  -- a ReplicationController's selector is a map of labels
   local replicas, status_replicas, selector = spec.replicas, st.replicas or 0,
-    selector_string(spec.selector)
+    selector_string(res.gv == "v1" and { matchLabels = spec.selector } or spec.selector)
   local paths = res.scale_paths
   if paths then
     replicas, status_replicas = int_at(obj, paths.spec), int_at(obj, paths.status)
@@ -1682,9 +1748,12 @@ function Store:apply(res, ns, name, body, ctx)
   end
   local part = ctx.subresource == "status" and "status" or (res.status and "main" or "all")
   local applied = managed.leaves(cfg, not res.builtin, part)
-  local owned = {} -- an applier owns the leaves it names, without "." markers
+  -- an applier owns the leaves it names, without "." markers, except a
+  -- keyed list's items: an item is itself a member of its list
+  local owned = {}
   for p in pairs(applied) do
-    if not p:find("\1%.$") then owned[p] = true end
+    local parent = p:match("([^\1]*)\1%.$")
+    if not parent or parent:find("^[kv]:") then owned[p] = true end
   end
   local e = res.objects[obj_key(res.namespaced and ns or nil, name)]
   if not e then
@@ -1697,15 +1766,33 @@ function Store:apply(res, ns, name, body, ctx)
   local current = managed.leaves(e.obj, not res.builtin, "all")
   local conflicts = managed.conflicts(e.obj, applied, current, ctx.field_manager)
   if #conflicts > 0 and not ctx.force then
-    local causes, parts = json.array {}, {}
+    -- one conflict is said in a line; several are grouped by manager
+    -- (managers sorted), a field a line
+    local causes, by, managers = json.array {}, {}, {}
     for i, c in ipairs(conflicts) do
       local field = managed.format_path(c.path)
       causes[i] = { reason = "FieldManagerConflict",
-        message = format('conflict with "%s"', c.manager), field = field }
-      parts[i] = format('conflict with "%s": %s', c.manager, field)
+        message = "conflict with " .. c.manager, field = field }
+      if not by[c.manager] then
+        by[c.manager] = {}
+        managers[#managers + 1] = c.manager
+      end
+      by[c.manager][#by[c.manager] + 1] = "- " .. field
+    end
+    local said
+    if #conflicts == 1 then
+      said = format("conflict with %s: %s", conflicts[1].manager, causes[1].field)
+    else
+      sort(managers)
+      local lines = {}
+      for _, m in ipairs(managers) do
+        lines[#lines + 1] = format("conflicts with %s:", m)
+        for _, l in ipairs(by[m]) do lines[#lines + 1] = l end
+      end
+      said = concat(lines, "\n")
     end
     local msg = format("Apply failed with %d conflict%s: %s", #conflicts,
-      #conflicts == 1 and "" or "s", concat(parts, "\n"))
+      #conflicts == 1 and "" or "s", said)
     return nil, status(409, "Conflict", msg, { causes = causes })
   end
   local obj = patchlib.merge(e.obj, cfg)
@@ -1733,14 +1820,46 @@ function Store:apply(res, ns, name, body, ctx)
   return out, cerr
 end
 
+-- Whether two managedFields lists say the same but for their times.
+local function same_owners(a, b)
+  local function untimed(list)
+    local out = {}
+    for i, x in ipairs(type(list) == "table" and list or {}) do
+      out[i] = copy(x)
+      out[i].time = nil
+    end
+    return out
+  end
+  return equal(untimed(a), untimed(b))
+end
+
 function Store:commit_apply(res, e, obj, ctx, owned)
   local old = e.obj
   local r, err = self:commit(res, e, obj, { apply = true, subresource = ctx.subresource,
     dry_run = ctx.dry_run })
-  if not r or r == e then return r, err end
-  local mf = managed.update(old, r.obj, { manager = ctx.field_manager, operation = "Apply",
+  if not r then return r, err end
+  local op = { manager = ctx.field_manager, operation = "Apply",
     api_version = res.api_version, time = util.timestamp(), subresource = ctx.subresource,
-    custom = not res.builtin, has_status = res.status, owned = owned })
+    custom = not res.builtin, has_status = res.status, owned = owned }
+  if r == e then
+    -- the same values: still a write when their owners change (a forced
+    -- apply takes them over, another one shares them), not when only a time
+    -- would
+    -- (and, the object unchanged, the applier's entry keeps the time it
+    -- had, or gets none)
+    op.time = nil
+    for _, m in ipairs(old.metadata.managedFields or {}) do
+      if m.manager == op.manager and m.operation == "Apply" then op.time = m.time end
+    end
+    local mf = managed.update(old, old, op)
+    if same_owners(mf, old.metadata.managedFields) then return e end
+    local o = copy(old)
+    o.metadata.managedFields = #mf > 0 and mf or nil
+    if ctx.dry_run then return make_entry(o, res) end
+    o.metadata.resourceVersion = tostring(self:next_rv())
+    return self:put(res, o, "MODIFIED", e)
+  end
+  local mf = managed.update(old, r.obj, op)
   local o = copy(r.obj)
   o.metadata.managedFields = #mf > 0 and mf or nil
   if ctx.dry_run then return make_entry(o, res) end
@@ -1818,14 +1937,29 @@ function Store:delete(res, ns, name, opts, ctx)
   if not e then return nil, err end
   local old = e.obj
   local pre = is_object(opts.preconditions) and opts.preconditions or {}
+  -- as the storage checks them: the conflict names the Kind ("ConfigMap",
+  -- "Deployment.apps"), not the resource
+  local by_kind = { gr = kind_label(res), name = res.kind, group = res.group }
   if pre.uid and pre.uid ~= old.metadata.uid then
-    return nil, conflict(res, name, format("Precondition failed: UID in precondition: %s, UID "
-      .. "in object meta: %s", pre.uid, old.metadata.uid))
+    return nil, conflict(by_kind, name, format("the UID in the precondition (%s) does not match "
+      .. "the UID in record (%s). The object might have been deleted and then recreated",
+      pre.uid, old.metadata.uid))
   end
   if pre.resourceVersion and pre.resourceVersion ~= old.metadata.resourceVersion then
-    return nil, conflict(res, name, format("Precondition failed: ResourceVersion in "
-      .. "precondition: %s, ResourceVersion in object meta: %s", pre.resourceVersion,
-      old.metadata.resourceVersion))
+    return nil, conflict(by_kind, name, format("the ResourceVersion in the precondition (%s) "
+      .. "does not match the ResourceVersion in record (%s). The object might have been modified",
+      pre.resourceVersion, old.metadata.resourceVersion))
+  end
+  if res.gv == "v1" and res.name == "namespaces" and self.opts.controllers == false
+      and is_object(old.spec) and is_array(old.spec.finalizers) and #old.spec.finalizers > 0 then
+    -- the namespace registry: Terminating until the namespace controller,
+    -- which does not run here, has emptied it and removed its finalizer
+    if old.metadata.deletionTimestamp or ctx.dry_run then return old, 200 end
+    local obj = copy(old)
+    obj.metadata.deletionTimestamp = util.timestamp()
+    obj.status = { phase = "Terminating" }
+    obj.metadata.resourceVersion = tostring(self:next_rv())
+    return self:put(res, obj, "MODIFIED", e).obj, 200
   end
   if namespace_held(res, old) then
     -- the namespace registry: Terminating until the namespace controller
@@ -1868,6 +2002,8 @@ function Store:delete(res, ns, name, opts, ctx)
   local gone = copy(old)
   gone.metadata.resourceVersion = tostring(self:next_rv())
   self:put(res, gone, "DELETED", e)
+  -- the Service registry answers with the object it deleted
+  if is_service(res) then return gone, 200 end
   if res.gv == "v1" and res.name == "namespaces" then self:drop_namespace(name) end
   local st = { kind = "Status", apiVersion = "v1", metadata = {}, status = "Success",
     details = res_details(res, name, { uid = old.metadata.uid }) }
@@ -2033,6 +2169,14 @@ function Store:list(res, ns, params)
     end
   end
   md = md .. "}"
+  if not res.builtin then
+    -- a custom resource's list is a map to the server: every member
+    -- written, in key order, continue too when it is empty (a Table's
+    -- ListMeta, from meta, leaves it out)
+    md = '{"continue":"' .. (meta.continue or "") .. '"'
+      .. (meta.remainingItemCount and ',"remainingItemCount":' .. remaining or "")
+      .. ',"resourceVersion":"' .. list_rv .. '"}'
+  end
   return { head = '{"kind":"' .. res.list_kind .. '","apiVersion":"' .. res.api_version
     .. '","metadata":' .. md .. ',"items":[', items = items, n = count, tail = "]}",
     entries = ents, meta = meta }

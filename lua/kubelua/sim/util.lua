@@ -90,21 +90,7 @@ function _M.b64_error(s)
   end
 end
 
--- ids and time ------------------------------------------------------------
-
-do
-  local f = io.open("/dev/urandom", "rb")
-  local seed = os.time()
-  if f then
-    local s = f:read(4)
-    f:close()
-    if s and #s == 4 then
-      local a, b, c, d = byte(s, 1, 4)
-      seed = ((a * 256 + b) * 256 + c) * 256 + d
-    end
-  end
-  math.randomseed(seed)
-end
+-- ids and time (math.random is seeded by the runtime) ---------------------
 
 function _M.uid()
   local function hex(n)
@@ -198,6 +184,24 @@ function _M.sorted_keys(t)
   return keys
 end
 
+-- Go's JSON decoder's words for a syntax error in body, from the message
+-- kubelua.json gave (err, "json: byte N: ...").
+function _M.go_syntax_error(body, err)
+  err = tostring(err)
+  local at = tonumber(err:match("byte (%d+)")) or #body
+  local c = sub(body, at + 1, at + 1)
+  if find(err, "unexpected end of stream", 1, true) or c == "" then
+    return "unexpected end of JSON input"
+  elseif find(err, "trailing data", 1, true) then
+    return format("invalid character '%s' after top-level value", c)
+  elseif find(err, "expected ':'", 1, true) then
+    return format("invalid character '%s' after object key", c)
+  elseif find(err, "expected a string key", 1, true) then
+    return format("invalid character '%s' looking for beginning of object key string", c)
+  end
+  return format("invalid character '%s' looking for beginning of value", c)
+end
+
 -- Go's JSON decoder's error for a value that does not fit a field
 -- (UnmarshalTypeError): field as "Struct.path.to.field", typ as Go names it.
 function _M.unmarshal_error(v, field, typ)
@@ -231,6 +235,20 @@ function _M.check_subdomain(name)
     if not find(label, "^[a-z0-9]$") and not find(label, "^[a-z0-9][-a-z0-9]*[a-z0-9]$") then
       return dns1123_msg
     end
+  end
+  return nil
+end
+
+local dns1035_msg = "a DNS-1035 label must consist of lower case alphanumeric characters or "
+  .. "'-', start with an alphabetic character, and end with an alphanumeric character (e.g. "
+  .. "'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')"
+
+-- Returns nil when name is a DNS-1035 label (a Service's name), else the
+-- reason.
+function _M.check_dns1035(name)
+  if #name > 63 then return "must be no more than 63 characters" end
+  if not find(name, "^[a-z]$") and not find(name, "^[a-z][-a-z0-9]*[a-z0-9]$") then
+    return dns1035_msg
   end
   return nil
 end

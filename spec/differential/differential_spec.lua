@@ -1,0 +1,80 @@
+-- The simulator against a real kube-apiserver: the same sequences of
+-- requests go to both (the recorded fixture scenario, then randomized
+-- sequences over several kinds, invalid requests included), and every
+-- answer and watch stream is compared field by field once what must
+-- differ is normalized (spec/differential/normalize.lua). A difference
+-- fails the spec unless spec/differential/known.lua lists it with its
+-- reason; a listed difference that no longer occurs fails it too.
+--
+-- The real server comes from kubelua.envtest (KUBEBUILDER_ASSETS, else
+-- PATH); without one this file says so in one line and defines no test.
+-- KUBELUA_DIFF_SEQUENCES sets how many randomized sequences run (default
+-- 20), KUBELUA_DIFF_SEED their seed (default 1, so that a run in CI is
+-- the same run each time; another seed explores other sequences, and the
+-- seed is printed, so a failure can be replayed).
+local envtest = require "kubelua.envtest"
+local target = require "spec.differential.target"
+local runner = require "spec.differential.runner"
+local compare = require "spec.differential.compare"
+local fixtures = require "spec.differential.fixtures"
+local random = require "spec.differential.random"
+local known = require "spec.differential.known"
+
+local concat = table.concat
+
+local _, missing = envtest.find()
+if missing then
+  print("differential: skipped, no real kube-apiserver: " .. missing)
+  return
+end
+
+local SEQUENCES = tonumber(os.getenv("KUBELUA_DIFF_SEQUENCES") or "") or 20
+local SEED = tonumber(os.getenv("KUBELUA_DIFF_SEED") or "") or 1
+
+local function report(lines)
+  if #lines == 0 then return end
+  error(#lines .. " differences not in spec/differential/known.lua:\n" .. concat(lines, "\n"), 2)
+end
+
+describe("the simulator against a real kube-apiserver", function()
+  local cp, targets, tally
+  setup(function()
+    local err
+    cp, err = envtest.start{ controller_manager = false }
+    assert(cp, err)
+    targets = { target.sim(cp.token), target.new{ name = "real", server = cp.server,
+      token = cp.token, ca_file = cp.ca_file } }
+    tally = compare.new(known)
+  end)
+  teardown(function()
+    if targets then targets[1].close() end
+    if cp then cp:stop() end
+  end)
+
+  it("answers the recorded fixture scenario as the real server does", function()
+    report(runner.run(targets, "fixtures", fixtures.steps(), tally))
+  end)
+
+  it("answers values of the wrong JSON type as the real server does", function()
+    report(runner.run(targets, "wrong types", random.wrong_types(), tally))
+  end)
+
+  it("answers randomized sequences as the real server does", function()
+    print(string.format("differential: %d randomized sequences, seed %d "
+      .. "(KUBELUA_DIFF_SEED=%d replays them)", SEQUENCES, SEED, SEED))
+    local lines = runner.run(targets, "random setup", random.setup(), tally)
+    for _, seq in ipairs(random.sequences(SEED, SEQUENCES)) do
+      for _, line in ipairs(runner.run(targets, seq.case, seq.steps, tally)) do
+        lines[#lines + 1] = line
+      end
+    end
+    report(lines)
+  end)
+
+  it("lists only differences that still occur", function()
+    print(string.format("differential: %d sequences (the fixture scenario, the wrong types, "
+      .. "%d randomized), %d steps; %d differences explained by %d of %d known entries",
+      SEQUENCES + 2, SEQUENCES, tally.steps, tally.listed, tally:entries_seen(), #known))
+    assert.same({}, tally:stale())
+  end)
+end)
