@@ -42,6 +42,10 @@ local t -- one server for the file (the simulator, or a real one: kubelua test -
 describe("controller API", function()
   setup(function()
     t = testing.start{ namespaces = { "k1", "m1", "m2", "m3", "b1", "b2", "b3", "b4", "f1" } }
+    -- the kube-root-ca.crt of a cluster's every namespace
+    for _, ns in ipairs({ "k1", "m1", "m2", "m3", "b1", "b2", "b3", "b4", "f1" }) do
+      support.root_ca(t, ns)
+    end
     assert(kube.create(crd))
     -- a real server serves a new CRD's resource a moment later
     t:eventually(function() return t:list("example.com/v1", "greetings", "k1") end)

@@ -2,6 +2,7 @@
 -- an owned Secret copy that follows them and goes with them.
 local kube = require "kubelua"
 local testing = require "kubelua.testing"
+local support = require "spec.support"
 
 local function cm(name, data, labels)
   return { apiVersion = "v1", kind = "ConfigMap",
@@ -35,9 +36,7 @@ describe("examples/configmap-mirror", function()
     t = testing.start{ namespaces = { "demo" } }
     -- what the root-CA publisher puts in every namespace, as in a real
     -- cluster: an object the controller did not make
-    root_ca = t:eventually(function()
-      return t:get("v1", "configmaps", "demo", "kube-root-ca.crt")
-    end)
+    root_ca = support.root_ca(t, "demo")
     t:load("examples/configmap-mirror/controller.lua")
   end)
   after_each(function()
