@@ -112,6 +112,11 @@ static void usage_sim(FILE *out) {
         "(default 10000)\n"
         "  --bookmark-interval SECS how often a watch gets a bookmark "
         "(default 60)\n"
+        "  --no-controllers         serve the API server alone: no garbage\n"
+        "                           collector, namespace controller, root CA\n"
+        "                           or default ServiceAccount publisher\n"
+        "  --no-controller NAME     turn one off: gc, namespace, root_ca,\n"
+        "                           service_account\n"
         "  -h, --help               this help\n",
         out);
 }

@@ -26,6 +26,20 @@ function _M.eventually(fn, secs)
   return fn() and true or false
 end
 
+-- The kube-root-ca.crt ConfigMap of namespace ns on harness t's server:
+-- waited for where a control plane publishes it (the simulator's, or a
+-- real kube-controller-manager), created as its root-CA publisher would
+-- where none runs (a real API server alone), so that a spec sees the
+-- objects a cluster has in every namespace on either server.
+function _M.root_ca(t, ns)
+  if t.apiserver == "real" and not t.controller_manager then
+    return t:create{ apiVersion = "v1", kind = "ConfigMap",
+      metadata = { name = "kube-root-ca.crt", namespace = ns },
+      data = { ["ca.crt"] = assert(_M.read(t.cp.ca_file)) } }
+  end
+  return t:eventually(function() return t:get("v1", "configmaps", ns, "kube-root-ca.crt") end)
+end
+
 -- The keys of table t, sorted.
 _M.sorted_keys = require("kubelua.sim.util").sorted_keys
 

@@ -172,12 +172,17 @@ function _M.stream(kind, first, last, size, rv0)
 end
 
 -- Creates Pod i's namespace, ns-(i mod 50), in the simulator store s when
--- it is missing; returns its name.
+-- it is missing, with the ReplicaSet the Pods name as their owner (so the
+-- simulator's garbage collector, which indexes them, keeps them); returns
+-- its name.
 function _M.namespace(s, i)
   local ns, res = "ns-" .. (i % 50), s:resource("v1", "namespaces")
   if not res.objects[ns] then
     s:create(res, nil, { apiVersion = "v1", kind = "Namespace", metadata = { name = ns } },
       { internal = true })
+    s:put(s:resource("apps/v1", "replicasets"), { apiVersion = "apps/v1", kind = "ReplicaSet",
+      metadata = { name = "web-7d9f8c6b5", namespace = ns, uid = "aaaa-bbbb",
+        resourceVersion = tostring(s:next_rv()) } }, "ADDED")
   end
   return ns
 end

@@ -46,7 +46,7 @@ local kube = require "kubelua"
 local generation = require "kubelua.generation"
 
 local type, error, tostring, select, unpack = type, error, tostring, select, unpack
-local ipairs, pcall, setmetatable = ipairs, pcall, setmetatable
+local ipairs, pairs, pcall, setmetatable = ipairs, pairs, pcall, setmetatable
 local format = string.format
 
 local function pack(...) return { n = select("#", ...), ... } end
@@ -119,6 +119,10 @@ end
 -- with; opts.sim: options for the simulator (token, history_size, …);
 -- opts.qps: the client's rate limit (default 0: none, so that specs are
 -- not slowed down by it; give 20 for client-go's default);
+-- opts.controllers: the simulator's control plane (default: all of it;
+-- false: the API server alone, as envtest runs it; { gc = false, … }:
+-- all but those; kubelua.sim.controllers names them). A real server's
+-- control plane is kube-controller-manager: opts.controller_manager.
 -- opts.apiserver: "sim" or "real" (default: configure's, else "sim");
 -- opts.controller_manager: with "real", run kube-controller-manager too.
 -- t.apiserver says which server it is; t.cp is the real one's
@@ -141,7 +145,14 @@ function _M.start(opts)
     t = setmetatable({ apiserver = "real", cp = cp, controller_manager = real.controller_manager },
                      Harness)
   else
-    local sim = kube.start_sim(opts.sim)
+    local simopts = opts.sim
+    if opts.controllers ~= nil then
+      simopts = {}
+      for k, v in pairs(opts.sim or {}) do simopts[k] = v end
+      simopts.controllers = opts.controllers
+    end
+    local ok, sim = pcall(kube.start_sim, simopts)
+    if not ok then fail("start", (tostring(sim):gsub("^.-sim: ", "sim: ")), 2) end
     kube.client.set_default(kube.client.new{ server = kube.server(), qps = opts.qps or 0 })
     t = setmetatable({ apiserver = "sim", sim = sim }, Harness)
   end

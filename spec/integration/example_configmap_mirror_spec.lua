@@ -2,6 +2,7 @@
 -- an owned Secret copy that follows them and goes with them.
 local kube = require "kubelua"
 local testing = require "kubelua.testing"
+local support = require "spec.support"
 
 local function cm(name, data, labels)
   return { apiVersion = "v1", kind = "ConfigMap",
@@ -29,22 +30,13 @@ local function idle(t)
   end)
 end
 
--- What kube-controller-manager's root CA publisher puts in every namespace
--- of a real cluster: an object the controller did not make.
-local ROOT_CA = { apiVersion = "v1", kind = "ConfigMap",
-  metadata = { name = "kube-root-ca.crt", namespace = "demo",
-    annotations = { ["kubernetes.io/description"] = "Contains a CA bundle that can be used "
-      .. "to verify the kube-apiserver when using internal endpoints such as the internal "
-      .. "service IP or kubernetes.default.svc. No other usage is guaranteed across "
-      .. "distributions of Kubernetes clusters." } },
-  data = { ["ca.crt"] = "-----BEGIN CERTIFICATE-----\nMIIDCzCCAfOgAwIBAgIU\n"
-    .. "-----END CERTIFICATE-----\n" } }
-
 describe("examples/configmap-mirror", function()
   local t, root_ca
   before_each(function()
     t = testing.start{ namespaces = { "demo" } }
-    root_ca = t:create(ROOT_CA)
+    -- what the root-CA publisher puts in every namespace, as in a real
+    -- cluster: an object the controller did not make
+    root_ca = support.root_ca(t, "demo")
     t:load("examples/configmap-mirror/controller.lua")
   end)
   after_each(function()
@@ -97,10 +89,16 @@ describe("examples/configmap-mirror", function()
   end)
 
   it("does not take over a Secret that another controller owns", function()
+    -- an owner that exists: the garbage collector deletes what a missing one owns
+    local web = t:create{ apiVersion = "apps/v1", kind = "Deployment",
+      metadata = { name = "web", namespace = "demo" },
+      spec = { selector = { matchLabels = { app = "web" } }, template = {
+        metadata = { labels = { app = "web" } },
+        spec = { containers = { { name = "c", image = "nginx" } } } } } }
     t:create{ apiVersion = "v1", kind = "Secret",
               metadata = { name = "taken", namespace = "demo", ownerReferences = {
-                { apiVersion = "apps/v1", kind = "Deployment", name = "web", uid = "u-1",
-                  controller = true } } },
+                { apiVersion = "apps/v1", kind = "Deployment", name = "web",
+                  uid = web.metadata.uid, controller = true } } },
               data = { a = "Yg==" } }
     t:create(cm("taken", { a = "x" }, MIRROR))
     t:create(cm("other", { a = "x" }, MIRROR))

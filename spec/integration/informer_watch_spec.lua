@@ -46,7 +46,8 @@ end
 
 describe("kube.informer", function()
   setup(function()
-    t = testing.start{ namespaces = { "w1", "w2", "w3" } }
+    -- the namespaces hold only what each spec writes: no root-CA publisher
+    t = testing.start{ namespaces = { "w1", "w2", "w3" }, controllers = { root_ca = false } }
     sim = t.apiserver == "sim" and t.sim
   end)
   teardown(function() t:stop() end)
@@ -213,14 +214,15 @@ describe("kube.informer, its log", function()
 
   -- The script's prelude: a simulator as a 1.26 server without a watch
   -- cache (no streaming lists, silent quiet watches, each ended after
-  -- 1.5 s as at its timeoutSeconds), setup() (in a task: namespace ns with
+  -- 1.5 s as at its timeoutSeconds; the API server alone, so that ns holds
+  -- only what the script writes), setup() (in a task: namespace ns with
   -- configmaps c1..c3), and `seen`: the GETs of ns's configmaps (the reflectors' requests) with
   -- their time. inf(name, backoff) makes an informer of ns's configmaps.
   local prelude = [[
     local kube = require "kubelua"
     local informer = require "kubelua.informer"
     local json = kube.json
-    local sim = kube.start_sim()
+    local sim = kube.start_sim{ controllers = false }
     sim:inject{ watch_list = "refused", quiet_watches = true, watch_timeout = 1.5 }
     local ns = "q"
     local path = "/api/v1/namespaces/" .. ns .. "/configmaps"

@@ -171,7 +171,14 @@ describe("leader election between processes", function()
       if leading() >= 1 then break end
       sleep(0.01)
     end
-    sleep(1) -- each has tried the lease by now (it tries at once, then every 2 s)
+    -- each tries the lease at once when it starts: one leads, one stands by
+    for i = 1, 2 do
+      for _ = 1, 1000 do
+        local out = read_file(ps[i].log) or ""
+        if out:find("leading identity=", 1, true) or out:find("standing by", 1, true) then break end
+        sleep(0.01)
+      end
+    end
     assert.equal(1, leading())
     local l = lease(sim, "twin")
     assert.matches("^twin%-host_" .. UUID4 .. "$", l.spec.holderIdentity)

@@ -117,7 +117,8 @@ describe("kubelua run /metrics", function()
       'app_things_total{kind="b"} 1',
       '# HELP app_things_total Things "done".',
       '# TYPE app_things_total counter',
-      'kubelua_informer_objects{informer="v1/configmaps"} 2',
+      -- cm1, cm2 and the kube-root-ca.crt of the four namespaces a cluster starts with
+      'kubelua_informer_objects{informer="v1/configmaps"} 6',
       'kubelua_informer_relists_total{informer="v1/configmaps"} 0',
       'kubelua_reload_generation 1',
     }) do

@@ -2,6 +2,9 @@
 -- bodies over the size limit (413), YAML bodies, snapshot lists at an
 -- exact older resourceVersion, watches from a resourceVersion that has not
 -- happened yet, and kubectl's Table output.
+-- (The API server alone, --no-controllers: what is checked here is its
+-- own events and bytes, which kube-root-ca.crt and the default
+-- ServiceAccount would add to.)
 local json = require "kubelua.json"
 local H = require "spec.integration.sim_helper"
 local tables = require "kubelua.sim.table"
@@ -15,7 +18,7 @@ local api = H.api -- status, decoded body, raw body
 
 describe("kubelua sim reads and bodies", function()
   local sim
-  setup(function() sim = H.start() end)
+  setup(function() sim = H.start("--no-controllers") end)
   teardown(function() H.stop(sim) end)
 
   it("answers a body over 3 MiB with the real server's 413 Status", function()
@@ -199,7 +202,7 @@ end)
 
 describe("kubelua sim watches as Tables", function()
   local sim
-  setup(function() sim = H.start() end)
+  setup(function() sim = H.start("--no-controllers") end)
   teardown(function() H.stop(sim) end)
 
   -- The columns a Table event defines.
@@ -307,7 +310,7 @@ end)
 
 describe("kubelua sim metadata-only reads", function()
   local sim
-  setup(function() sim = H.start() end)
+  setup(function() sim = H.start("--no-controllers") end)
   teardown(function() H.stop(sim) end)
 
   -- What client-go's metadata client sends (protobuf first, which the
@@ -440,7 +443,7 @@ end)
 
 describe("kubelua sim watches in a form its objects do not fit", function()
   local sim
-  setup(function() sim = H.start() end)
+  setup(function() sim = H.start("--no-controllers") end)
   teardown(function() H.stop(sim) end)
 
   it("never has one: the decoder refuses what the printer could not show", function()
@@ -462,7 +465,7 @@ describe("kubelua sim watches in a form its objects do not fit", function()
       t[1].object.kind, t[1].object.rows[1].cells[1],
       t[1].object.rows[1].object.metadata.resourceVersion })
     assert.not_matches("sim: failed to transform object", H.stop(sim))
-    sim = H.start()
+    sim = H.start("--no-controllers")
   end)
 end)
 

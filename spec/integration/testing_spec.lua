@@ -12,7 +12,7 @@ describe("kubelua.testing", function()
     t = testing.start{ apiserver = "sim", namespaces = { "a", "b" } }
     assert.equal("a", t:get("v1", "namespaces", nil, "a").metadata.name)
     t:create{ apiVersion = "v1", kind = "ConfigMap", metadata = { name = "x", namespace = "a" } }
-    assert.equal(1, #t:list("v1", "configmaps", "a"))
+    assert.equal(2, #t:list("v1", "configmaps", "a")) -- and the namespace's kube-root-ca.crt
     assert.equal("a", t:namespace("a").metadata.name) -- already there: fine
     local first = kube.server()
     t:stop()

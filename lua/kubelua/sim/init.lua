@@ -19,6 +19,8 @@ local openapi = require "kubelua.sim.openapi"
 local resources = require "kubelua.sim.resources"
 local protobuf = require "kubelua.sim.protobuf"
 local reviews = require "kubelua.sim.reviews"
+local controllers = require "kubelua.sim.controllers"
+local namespaces = require "kubelua.sim.namespaces"
 
 local type, pairs, ipairs, tostring, tonumber, setmetatable, pcall =
   type, pairs, ipairs, tostring, tonumber, setmetatable, pcall
@@ -51,16 +53,15 @@ local version_info = {
 -- it at once), opts.controllers (default true; false: kube-apiserver alone,
 -- as envtest runs it — no garbage collector removes the finalizer a
 -- Foreground or Orphan deletion adds, and no namespace controller empties
--- a deleted namespace, which stays Terminating).
+-- a deleted namespace, which stays Terminating; or a table turning some
+-- off: { gc = false, namespace = false, root_ca = false,
+-- service_account = false }: kubelua.sim.controllers).
 function _M.new(opts)
   opts = opts or {}
   local self = setmetatable({ opts = opts }, Sim)
   self.store = store.new(opts)
-  if opts.controllers ~= false then
-    self.store.gc = function(res, e, finalizer)
-      kube.after(0, function() self.store:finish_propagation(res, e.key, finalizer) end)
-    end
-  end
+  self.plane = controllers.new(self.store, opts.controllers,
+    function() return self.ca_pem or namespaces.DEFAULT_CA end)
   self.faults = { fail_next = 0 }
   self.held = {} -- watcher → resource, while hold_watches holds them
   self.bookmark_interval = opts.bookmark_interval or 60
@@ -518,6 +519,7 @@ function Sim:serve_resource(req, r, user)
       end
     end
     opts.propagationPolicy = params.propagationPolicy or opts.propagationPolicy
+    if params.orphanDependents then opts.orphanDependents = params.orphanDependents == "true" end
     local out, err = s:delete(res, ns, r.name, opts, ctx)
     if not out then return reply_status(req, err) end
     return reply_json(req, 200, out)
@@ -964,6 +966,13 @@ function Sim:listen(opts)
     end,
   }
   if not srv then return nil, err end
+  if opts.tls_cert and not self.ca_pem then -- what kube-root-ca.crt publishes
+    local f = io.open(opts.tls_cert)
+    if f then
+      self.ca_pem = f:read("*a")
+      f:close()
+    end
+  end
   self.servers[#self.servers + 1] = srv
   self.address = (opts.host or "127.0.0.1") .. ":" .. srv:port()
   return srv
@@ -1045,7 +1054,8 @@ end
 
 -- kubelua sim --listen HOST:PORT [--token T] [--user NAME=TOKEN]
 --             [--tls-cert F --tls-key F] [--load DIR] [--history N]
---             [--bookmark-interval S]
+--             [--bookmark-interval S] [--no-controllers]
+--             [--no-controller NAME]...
 -- Returns true once listening (the loop then serves), or nil, message.
 function _M.main(args)
   local opts = { users = {} }
@@ -1055,7 +1065,21 @@ function _M.main(args)
   while i <= #args do
     local a = args[i]
     local v = args[i + 1]
+    if a == "--no-controllers" then -- a flag: takes no value
+      opts.controllers = false
+      i = i + 1
+      goto continue
+    end
     if a == "--listen" then listen = v
+    elseif a == "--no-controller" then
+      if v and not controllers.names[v] then
+        return nil, "--no-controller: unknown controller " .. v
+          .. " (known: gc, namespace, root_ca, service_account)"
+      end
+      if opts.controllers ~= false then
+        opts.controllers = opts.controllers or {}
+        if v then opts.controllers[v] = false end
+      end
     elseif a == "--token" then opts.token = v
     elseif a == "--user" then
       local name, tok = (v or ""):match("^([^=]+)=(.+)$")
@@ -1076,6 +1100,7 @@ function _M.main(args)
     end
     if v == nil then return nil, "option " .. a .. " needs a value" end
     i = i + 2
+    ::continue::
   end
   local host, port = listen:match("^%[?([^%]]*)%]?:(%d+)$")
   if not host then return nil, "--listen needs HOST:PORT, got " .. listen end

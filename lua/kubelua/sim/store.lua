@@ -560,7 +560,9 @@ end
 
 -- Stores obj (its resourceVersion set) and emits the event. A resource
 -- served through other APIs too (Events in two groups, a CRD's versions)
--- stores each one's form as well, with the same resourceVersion.
+-- stores each one's form as well, with the same resourceVersion. Then
+-- store.observe, when set (the control plane: kubelua.sim.controllers),
+-- sees the change as observe(res, entry, etype, prev); it may not write.
 function Store:put(res, obj, etype, prev)
   if res.canon then obj = res.canon(obj) end
   local e = store_one(self, res, obj, etype, prev)
@@ -570,6 +572,8 @@ function Store:put(res, obj, etype, prev)
   if is_crd_resource(res) then
     self:crd_changed(obj, etype)
   end
+  local observe = self.observe
+  if observe then observe(res, e, etype, prev) end
   return e
 end
 
@@ -587,6 +591,7 @@ end }
 -- (benchmarks, replays). Only the metadata is read; the table is decoded
 -- when something asks for it (a selector, a patch, a list). Resources that
 -- keep a second form (Events) or define others (CRDs) need put's tables.
+-- store.observe sees it as it sees put's.
 function Store:put_json(res, body, etype, prev)
   if res.canon or res.mirrors or is_crd_resource(res) then
     error("put_json: " .. res.name .. " must be stored from tables (put)", 2)
@@ -605,7 +610,10 @@ function Store:put_json(res, body, etype, prev)
   local key = prev and prev.name == name and prev.ns == ns and prev.key or obj_key(ns, name)
   e.json, e.name, e.ns, e.rv, e.key, e.res = body, name, ns, rv, key, res
   setmetatable(e, lazy_entry)
-  return file_entry(self, res, e, etype, prev)
+  file_entry(self, res, e, etype, prev)
+  local observe = self.observe
+  if observe then observe(res, e, etype, prev) end
+  return e
 end
 
 function Store:get(res, ns, name)
@@ -1349,6 +1357,13 @@ function Store:create(res, ns, obj, ctx, operation, owned)
   return self:put(res, obj, "ADDED")
 end
 
+-- A namespace stays, Terminating, while spec.finalizers (the namespace
+-- controller's) are left, whatever its metadata.finalizers.
+local function namespace_held(res, obj)
+  return res.gv == "v1" and res.name == "namespaces" and is_object(obj.spec)
+    and is_array(obj.spec.finalizers) and #obj.spec.finalizers > 0
+end
+
 -- Finishes a change from old entry e to obj (a new table): keeps what
 -- clients may not change, defaults, bumps generation, stores and emits.
 -- Returns the entry to answer with. ctx.internal: the simulator's own
@@ -1411,7 +1426,7 @@ function Store:commit(res, e, obj, ctx)
   set_managed(res, old, obj, ctx)
   if ctx.dry_run then return make_entry(obj, res) end
   if omd.deletionTimestamp and (md.finalizers == nil or md.finalizers == null
-      or #md.finalizers == 0) then
+      or #md.finalizers == 0) and not namespace_held(res, obj) then
     -- the last finalizer went: the object goes; the answer keeps the old rv
     local gone = copy(old)
     gone.metadata.resourceVersion = tostring(self:next_rv())
@@ -1892,8 +1907,29 @@ function _M.remove_path(obj, p)
   end
 end
 
+-- Resources whose registry orphans dependents when a DELETE names no
+-- propagation (DefaultGarbageCollectionPolicy, kept for compatibility).
+local orphan_by_default = { ["batch/v1 jobs"] = true, ["v1 replicationcontrollers"] = true }
+
+-- The propagation a DELETE asks for: propagationPolicy, else the
+-- deprecated orphanDependents, else a finalizer the object carries, else
+-- its resource's default (Orphan, or Background).
+local function propagation(res, opts, finalizers)
+  if opts.propagationPolicy ~= nil then return opts.propagationPolicy end
+  if type(opts.orphanDependents) == "boolean" then
+    return opts.orphanDependents and "Orphan" or "Background"
+  end
+  for _, f in ipairs(is_array(finalizers) and finalizers or {}) do
+    if f == "orphan" then return "Orphan" elseif f == "foregroundDeletion" then return nil end
+  end
+  return orphan_by_default[res.gv .. " " .. res.name] and "Orphan" or nil
+end
+
 -- delete(res, ns, name, opts, ctx) -> body table, code | nil, status.
--- opts: DeleteOptions (propagationPolicy, preconditions).
+-- opts: DeleteOptions (propagationPolicy, orphanDependents, preconditions).
+-- An object with finalizers, or one whose dependents the garbage collector
+-- handles first (Foreground, Orphan), gets its deletionTimestamp (and a
+-- new generation, where it keeps one) and stays until they are gone.
 function Store:delete(res, ns, name, opts, ctx)
   ctx = ctx or {}
   opts = is_object(opts) and opts or {}
@@ -1925,8 +1961,18 @@ function Store:delete(res, ns, name, opts, ctx)
     obj.metadata.resourceVersion = tostring(self:next_rv())
     return self:put(res, obj, "MODIFIED", e).obj, 200
   end
+  if namespace_held(res, old) then
+    -- the namespace registry: Terminating until the namespace controller
+    -- (kubelua.sim.namespaces, when it runs) has emptied it
+    if old.metadata.deletionTimestamp or ctx.dry_run then return old, 200 end
+    local obj = copy(old)
+    obj.metadata.deletionTimestamp = util.timestamp()
+    obj.status = { phase = "Terminating" }
+    obj.metadata.resourceVersion = tostring(self:next_rv())
+    return self:put(res, obj, "MODIFIED", e).obj, 200
+  end
   local finalizers = old.metadata.finalizers
-  local policy = opts.propagationPolicy
+  local policy = propagation(res, opts, finalizers)
   local extra = policy == "Foreground" and "foregroundDeletion"
     or (policy == "Orphan" and "orphan") or nil
   local has = type(finalizers) == "table" and #finalizers > 0
@@ -1934,22 +1980,23 @@ function Store:delete(res, ns, name, opts, ctx)
     if ctx.dry_run then return old, 200 end
     local obj = copy(old)
     local md = obj.metadata
+    local added = false
     if extra then
       md.finalizers = is_array(md.finalizers) and md.finalizers or json.array {}
       local present = false
       for _, f in ipairs(md.finalizers) do present = present or f == extra end
       if not present then md.finalizers[#md.finalizers + 1] = extra end
+      added = not present
     end
-    if md.deletionTimestamp and not extra then return old, 200 end
+    if md.deletionTimestamp and not added then return old, 200 end
     if not md.deletionTimestamp and type(md.generation) == "number" and md.generation > 0 then
-      md.generation = md.generation + 1 -- as the registry marks an object deleting
+      -- the registry's markAsDeleting: a generation-changed predicate sees it
+      md.generation = md.generation + 1
     end
     md.deletionTimestamp = md.deletionTimestamp or util.timestamp()
     md.deletionGracePeriodSeconds = md.deletionGracePeriodSeconds or 0
     md.resourceVersion = tostring(self:next_rv())
-    local ne = self:put(res, obj, "MODIFIED", e)
-    if extra and self.gc then self.gc(res, ne, extra) end
-    return ne.obj, 200
+    return self:put(res, obj, "MODIFIED", e).obj, 200
   end
   if ctx.dry_run then return old, 200 end
   local gone = copy(old)
@@ -1980,7 +2027,7 @@ function Store:drop_namespace(ns)
 end
 
 -- Removes the finalizer a deletion with propagationPolicy added, as the
--- garbage collector does once dependents are handled (no dependents here).
+-- garbage collector (kubelua.sim.gc) does once the dependents are handled.
 function Store:finish_propagation(res, key, finalizer)
   local e = res.objects[key]
   if not e then return end
