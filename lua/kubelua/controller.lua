@@ -11,6 +11,11 @@
 --     reconcile = function(req, ctx) … end,   -- req = {namespace, name, key}
 --   }
 --
+-- A key kube.controller{} does not take raises, naming the nearest valid
+-- one (`unknown key "own" in kube.controller{}; did you mean "owns"?`).
+-- ctx.object in reconcile is the watched object from the cache (nil when
+-- it is gone): no ctl.informers[1]:get(req.key) needed.
+--
 -- One workqueue named after the controller. The watched object's events
 -- enqueue its key; an owned object's events enqueue the key of its
 -- controller owner (the ownerReference with controller = true whose group
@@ -31,8 +36,13 @@
 local type, pairs, ipairs, error, tostring = type, pairs, ipairs, error, tostring
 local setmetatable, getmetatable = setmetatable, getmetatable
 local format = string.format
+local strict = require "kubelua.strict"
 
 local _M = {}
+
+-- The keys kube.controller{} takes: any other raises, naming the nearest.
+local KEYS = { name = true, watches = true, owns = true, watches_mapped = true,
+               predicates = true, workers = true, rate_limiter = true, reconcile = true }
 
 -- Raises at the caller of kube.controller: level counts misuse, the
 -- checking function(s) and new.
@@ -57,15 +67,17 @@ local function check(spec)
   if type(spec) ~= "table" then
     error("kube.controller: expected a table, got " .. type(spec), 3)
   end
+  strict.keys(spec, KEYS, "kube.controller{}", 3)
   if type(spec.name) ~= "string" or spec.name == "" then
     misuse("name must be a non-empty string")
   end
   check_spec("watches", spec.watches)
   if type(spec.reconcile) ~= "function" then
-    misuse("reconcile must be a function, got " .. type(spec.reconcile))
+    misuse(strict.type_error("reconcile", "a function", spec.reconcile))
   end
   local w = spec.workers
-  if w ~= nil and (type(w) ~= "number" or w < 1 or w % 1 ~= 0) then
+  if w ~= nil and type(w) ~= "number" then misuse(strict.type_error("workers", "a number", w)) end
+  if w ~= nil and (w < 1 or w % 1 ~= 0) then
     misuse("workers must be a positive whole number, got " .. tostring(w))
   end
   if spec.owns ~= nil then
@@ -224,6 +236,7 @@ function _M.new(spec)
   end
 
   local function run(key, ctx)
+    ctx._cache = primary
     return reconcile({ namespace = ctx.namespace, name = ctx.name, key = key }, ctx)
   end
 

@@ -17,6 +17,7 @@ local group = require "kubelua.informer_group"
 local leader = require "kubelua.leader"
 local metrics = require "kubelua.metrics"
 local generation = require "kubelua.generation"
+local strict = require "kubelua.strict"
 
 local error, type, tostring, pairs, ipairs, select = error, type, tostring, pairs, ipairs, select
 local setmetatable, getmetatable, xpcall = setmetatable, getmetatable, xpcall
@@ -314,6 +315,12 @@ local function check_namespaces(namespaces, single)
   end
 end
 
+-- The keys of kube.informer's opts: any other raises, naming the nearest.
+local INFORMER_KEYS = { namespace = true, namespaces = true, label_selector = true,
+  field_selector = true, resync = true, indexers = true, transform = true,
+  keep_managed_fields = true, watch_list = true, plain_objects = true,
+  compress_min_objects = true }
+
 -- kube.informer(api_version, kind_or_resource, opts) -> a shared informer:
 -- the same arguments give the same informer (one watch, one cache).
 -- kind_or_resource is the plural resource ("configmaps"), a Kind
@@ -323,7 +330,8 @@ end
 -- namespaces, label_selector, field_selector, resync, indexers, transform,
 -- keep_managed_fields, watch_list (default true: stream the initial list as
 -- watch events, sendInitialEvents, as client-go does from 1.35; a server
--- that refuses it gets list+watch; false: always list+watch).
+-- that refuses it gets list+watch; false: always list+watch). An unknown
+-- key raises, naming the nearest valid one.
 --
 -- opts.namespaces = {"a", "b"} watches each namespace and returns one
 -- object spanning them (kubelua.informer_group). A Kind is resolved at once
@@ -341,6 +349,7 @@ function _M.informer(api_version, resource, opts)
     error("kube.informer: opts must be a table, got " .. type(opts), 2)
   end
   opts = opts or {}
+  strict.keys(opts, INFORMER_KEYS, "kube.informer opts", 2)
   local namespaces = opts.namespaces
   if namespaces ~= nil then check_namespaces(namespaces, opts.namespace) end
   connected("kube.informer")
@@ -494,8 +503,10 @@ end
 -- cluster-scoped key), attempt (the queue's NumRequeues of the key: 0 on a
 -- first try), log (kube.log with the worker's fields and the key bound)
 -- and triggers (what queued the key since its last run began, as noted by
--- kube.note_trigger: "update demo/a", "add owned demo/a-copy", …).
--- namespace, name, attempt and log are computed when first read.
+-- kube.note_trigger: "update demo/a", "add owned demo/a-copy", …) and,
+-- for kube.controller's reconcile, object (the watched object from the
+-- informer's cache as the reconcile first reads it, nil when it is gone).
+-- namespace, name, attempt, log and object are computed when first read.
 local ctx_fields = {
   namespace = function(ctx)
     local ns = ctx.key:match("^([^/]*)/")
@@ -504,6 +515,10 @@ local ctx_fields = {
   name = function(ctx) return (ctx.key:match("([^/]*)$")) end,
   attempt = function(ctx) return ctx._q:num_requeues(ctx.key) end,
   log = function(ctx) return bound_log(ctx._fields, ctx.key) end,
+  object = function(ctx)
+    local cache = rawget(ctx, "_cache")
+    return cache and cache:get(ctx.key)
+  end,
 }
 local ctx_mt = { __index = function(ctx, k)
   local f = ctx_fields[k]
