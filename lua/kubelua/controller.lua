@@ -154,6 +154,7 @@ function _M.new(spec)
   local kube = require "kubelua"
   local name = spec.name
   local q = kube.workqueue(name, spec.rate_limiter and { rate_limiter = spec.rate_limiter } or nil)
+  kube._note_queue(q)
   local av, what = spec.watches[1], spec.watches[2]
 
   local function informer(s)

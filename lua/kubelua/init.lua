@@ -210,14 +210,35 @@ local informers = {}
 -- generation uses any more stops watching (hot reload).
 local informer_users = {}
 
+-- What each generation asked for, for the test harness: the informers
+-- kube.informer gave it and the queues of its controllers and workers, as
+-- sets (t:load waits for the first to sync, t:settle for the second to
+-- drain).
+local asked = {}
+
+local function asked_by(gen)
+  local a = asked[gen]
+  if not a then a = { informers = {}, queues = {} } asked[gen] = a end
+  return a
+end
+
+-- kube._asked(gen) -> { informers = set, queues = set } or nil.
+function _M._asked(gen) return asked[gen] end
+
+-- kube._note_queue(q): q serves the current generation (kube.controller).
+function _M._note_queue(q) asked_by(core.generation()).queues[q] = true end
+
 local function use_informer(id, inf)
   local users = informer_users[id]
   if not users then users = {} informer_users[id] = users end
-  users[core.generation()] = true
+  local gen = core.generation()
+  users[gen] = true
+  asked_by(gen).informers[inf] = true
   return inf
 end
 
 generation.on_retire(function(gen)
+  asked[gen] = nil
   for id, users in pairs(informer_users) do
     users[gen] = nil
     if next(users) == nil then
@@ -396,6 +417,7 @@ function _M.informer(api_version, resource, opts)
                         or opts.namespace and "@" .. opts.namespace or ""))
   found.generation = core.generation()
   by_spec[id] = found
+  asked_by(found.generation).informers[found] = true
   if plural then
     found:attach(members(plural, kind), namespaces)
     return found
@@ -405,9 +427,11 @@ function _M.informer(api_version, resource, opts)
     while true do
       local res, err = c:resource_info(api_version, resource)
       if res then
+        found.resolve_error = nil
         found:attach(members(res.name, res.kind), namespaces)
         return
       end
+      found.resolve_error = tostring(err)
       log.warn("kube.informer: cannot resolve the kind, retrying",
                { informer = found:name(), error = tostring(err), retry_in = delay })
       core.sleep(delay)
@@ -660,6 +684,7 @@ local function takes_ctx(fn)
 end
 
 local function start_workers(q, n, fn, fields)
+  _M._note_queue(q)
   local qname = q:name()
   local with_ctx = takes_ctx(fn)
   for i = 1, n do
