@@ -6,13 +6,20 @@
 --     watches = { "example.com/v1", "Greeting", { namespace = "demo" } },
 --     owns = { { "v1", "ConfigMap" } },
 --     watches_mapped = { { informer_or_spec, function(ev) return { "ns/name" } end } },
---     predicates = { generation_changed = true },
+--     predicates = { generation_changed = true, labels_changed = true,
+--                    annotations_changed = true, fields = { "spec.replicas" },
+--                    function(ev) return … end },
 --     workers = 2, rate_limiter = { type = "exponential", base = 0.005, max = 1000 },
 --     reconcile = function(req, ctx) … end,   -- req = {namespace, name, key}
 --   }
 --
 -- A key kube.controller{} does not take raises, naming the nearest valid
 -- one (`unknown key "own" in kube.controller{}; did you mean "owns"?`).
+-- predicates filter the watched object's events: an update passes when
+-- one of the changes named happened (the generation, the labels, the
+-- annotations, the value at a dotted path of fields: any of them) and
+-- every function(ev) returns true; adds and deletes meet only the
+-- functions. kube.diff(ev.old, ev.object) says what changed.
 -- ctx.object in reconcile is the watched object from the cache (nil when
 -- it is gone): no ctl.informers[1]:get(req.key) needed.
 --
@@ -39,6 +46,13 @@ local format = string.format
 local strict = require "kubelua.strict"
 
 local _M = {}
+
+local helpers = require "kubelua.helpers"
+
+-- The change predicates, and every key predicates takes by name.
+local CHANGED = { generation_changed = true, labels_changed = true, annotations_changed = true }
+local PREDICATE_KEYS = { generation_changed = true, labels_changed = true,
+                         annotations_changed = true, fields = true }
 
 -- The keys kube.controller{} takes: any other raises, naming the nearest.
 local KEYS = { name = true, watches = true, owns = true, watches_mapped = true,
@@ -102,11 +116,26 @@ local function check(spec)
   if p ~= nil then
     if type(p) ~= "table" then misuse("predicates must be a table, got " .. type(p)) end
     for k, v in pairs(p) do
-      if k == "generation_changed" then
-        if type(v) ~= "boolean" then misuse("predicates.generation_changed must be a boolean") end
+      if CHANGED[k] then
+        if type(v) ~= "boolean" then
+          misuse(strict.type_error("predicates." .. k, "a boolean", v))
+        end
+      elseif k == "fields" then
+        if type(v) ~= "table" or v[1] == nil then
+          misuse("predicates.fields must be a non-empty list of paths (\"spec.replicas\")")
+        end
+        for i, f in ipairs(v) do
+          if type(f) ~= "string" or f == "" or f:find("^%.") or f:find("%.$")
+              or f:find("..", 1, true) then
+            misuse(strict.type_error("predicates.fields[" .. i .. "]",
+                                     "a dotted path (\"spec.replicas\")", f))
+          end
+        end
+      elseif type(k) == "string" then
+        strict.keys({ [k] = true }, PREDICATE_KEYS, "kube.controller{} predicates", 3)
       elseif type(k) ~= "number" or type(v) ~= "function" then
-        misuse("predicates holds generation_changed and functions(ev) -> boolean, got "
-               .. tostring(k))
+        misuse("predicates holds generation_changed, labels_changed, annotations_changed, "
+               .. "fields and functions(ev) -> boolean, got " .. tostring(k))
       end
     end
   end
@@ -128,18 +157,46 @@ local function key_of(v)
   return nil
 end
 
--- Whether an update passes the watched object's predicates.
+-- The value at a dotted path of obj ("spec.replicas"), nil when absent.
+local function at(obj, path)
+  local v = obj
+  for i = 1, #path do
+    if type(v) ~= "table" then return nil end
+    v = v[path[i]]
+  end
+  return v
+end
+
+-- Whether an event passes the watched object's predicates: an update
+-- passes when one of the changes named happened (generation_changed,
+-- labels_changed, annotations_changed, a path of fields: they are ORed, as
+-- predicate.Or) and every function agrees; adds and deletes pass the
+-- changes and meet the functions.
 local function predicate(preds)
   if not preds then return nil end
   local fns = {}
   for _, f in ipairs(preds) do fns[#fns + 1] = f end
+  local paths = {}
+  if preds.labels_changed then paths[#paths + 1] = { "metadata", "labels" } end
+  if preds.annotations_changed then paths[#paths + 1] = { "metadata", "annotations" } end
+  for _, f in ipairs(preds.fields or {}) do
+    local p = {}
+    for part in f:gmatch("[^.]+") do p[#p + 1] = part end
+    paths[#paths + 1] = p
+  end
   local gen = preds.generation_changed
-  if not gen and #fns == 0 then return nil end
-  return function(ev)
-    if gen and ev.type == "update" then
-      local o, n = ev.old.metadata, ev.object.metadata
-      if o.generation == n.generation then return false end
+  if not gen and #paths == 0 and #fns == 0 then return nil end
+  local equal = helpers.equal
+  local function changed(ev)
+    if gen and ev.old.metadata.generation ~= ev.object.metadata.generation then return true end
+    for i = 1, #paths do
+      if not equal(at(ev.old, paths[i]), at(ev.object, paths[i])) then return true end
     end
+    return false
+  end
+  local any = gen or #paths > 0
+  return function(ev)
+    if any and ev.type == "update" and not changed(ev) then return false end
     for i = 1, #fns do
       if not fns[i](ev) then return false end
     end

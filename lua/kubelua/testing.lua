@@ -222,7 +222,7 @@ end
 -- description (queued keys, reconciles running, keys waiting for a
 -- requeue_after or a retry, events not yet delivered to handlers).
 local function busy(n)
-  local a = n ~= 0 and kube._asked(n)
+  local a = kube._asked(n)
   if not a then return "" end
   local parts = {}
   for q in pairs(a.queues) do
@@ -247,7 +247,8 @@ end
 -- server) in which events already on their way from the server arrive.
 -- Raises after timeout seconds (default 10) naming what is still busy
 -- ("kubelua.testing: settle: not settled within 10s (queue x: 1 queued,
--- 0 processing, 0 waiting)"). Without a loaded script it returns at once.
+-- 0 processing, 0 waiting)"). Without a loaded script, the controllers
+-- the spec itself made are waited for.
 function Harness:settle(timeout)
   if timeout ~= nil and type(timeout) ~= "number" then
     fail("settle", "timeout must be a number, got " .. type(timeout), 2)

@@ -153,3 +153,93 @@ describe("the harness", function()
     end)
   end)
 end)
+
+describe("kube.diff", function()
+  it("lists the changes as {op, path, old, new}, arrays by index", function()
+    local old = { metadata = { name = "a", labels = { ["app.kubernetes.io/name"] = "web", x = "1" } },
+                  spec = { replicas = 1, containers = kube.json.array {
+                    { name = "c", image = "nginx:1" }, { name = "d", image = "busybox" } } } }
+    local new = { metadata = { name = "a", labels = { ["app.kubernetes.io/name"] = "api" },
+                               annotations = { note = "n" } },
+                  spec = { replicas = 3, paused = kube.null, containers = kube.json.array {
+                    { name = "c", image = "nginx:2" } } } }
+    assert.same({
+      { op = "add", path = "metadata.annotations", new = { note = "n" } },
+      { op = "replace", path = 'metadata.labels["app.kubernetes.io/name"]', old = "web",
+        new = "api" },
+      { op = "remove", path = "metadata.labels.x", old = "1" },
+      { op = "replace", path = "spec.containers[1].image", old = "nginx:1", new = "nginx:2" },
+      { op = "remove", path = "spec.containers[2]", old = { name = "d", image = "busybox" } },
+      { op = "replace", path = "spec.replicas", old = 1, new = 3 },
+    }, kube.diff(old, new))
+    assert.same({}, kube.diff(old, old))
+    assert.same({ { op = "replace", path = "spec", old = { a = 1 }, new = "x" } },
+                kube.diff({ spec = { a = 1 } }, { spec = "x" }))
+  end)
+
+  it("rejects what is not an object", function()
+    raises("kube.diff: old must be an object table, got nil", function() kube.diff(nil, {}) end)
+    raises("kube.diff: new must be an object table, got an array",
+           function() kube.diff({}, kube.json.array { 1 }) end)
+  end)
+end)
+
+describe("change predicates", function()
+  setup(function() t = testing.start{ namespaces = { "c1", "c2" } } end)
+  teardown(function() t:stop() end)
+
+  local function watch(ns, predicates)
+    local seen = {}
+    kube.controller{ name = "pred-" .. ns, watches = { "v1", "ConfigMap", { namespace = ns } },
+      predicates = predicates,
+      reconcile = function(_, ctx) seen[#seen + 1] = ctx.object and ctx.object.data.v end }
+    return seen
+  end
+
+  local function change(ns, fn)
+    local o = t:get("v1", "configmaps", ns, "a")
+    fn(o)
+    t:update(o)
+  end
+
+  it("pass an update when a named field, the labels or the annotations change", function()
+    t:create(cm("c1", "a", { v = "0", other = "0" }))
+    local seen = watch("c1", { fields = { "data.v" }, labels_changed = true })
+    t:eventually(function() return #seen == 1 end)
+    change("c1", function(o) o.data.other = "1" end)
+    t:settle()
+    change("c1", function(o) o.metadata.annotations = { a = "1" } end)
+    t:settle()
+    assert.equal(1, #seen)
+    change("c1", function(o) o.data.v = "2" end)
+    t:eventually(function() return #seen == 2 end)
+    change("c1", function(o) o.metadata.labels = { l = "1" } end)
+    t:eventually(function() return #seen == 3 end)
+    t:settle()
+    assert.same({ "0", "2", "2" }, seen)
+  end)
+
+  it("annotations_changed passes annotation changes only", function()
+    t:create(cm("c2", "a", { v = "0" }))
+    local seen = watch("c2", { annotations_changed = true })
+    t:eventually(function() return #seen == 1 end)
+    change("c2", function(o) o.data.v = "1" end)
+    t:settle()
+    assert.equal(1, #seen)
+    change("c2", function(o) o.metadata.annotations = { a = "1" } end)
+    t:eventually(function() return #seen == 2 end)
+    t:settle()
+    assert.same({ "0", "1" }, seen)
+  end)
+
+  it("reject bad ones, naming them", function()
+    local r = function() end
+    raises('kube.controller: predicates.labels_changed must be a boolean, got string "yes"',
+      function() kube.controller{ name = "x", watches = { "v1", "Pod" }, reconcile = r,
+                                  predicates = { labels_changed = "yes" } } end)
+    raises('kube.controller: predicates.fields[2] must be a dotted path ("spec.replicas"),'
+      .. ' got string "spec..x"', function()
+        kube.controller{ name = "x", watches = { "v1", "Pod" }, reconcile = r,
+                         predicates = { fields = { "spec.a", "spec..x" } } } end)
+  end)
+end)
