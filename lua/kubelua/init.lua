@@ -463,6 +463,78 @@ function _M.wait_for_sync(...)
   end
 end
 
+-- Schedules ----------------------------------------------------------------
+
+local cron = require "kubelua.cron"
+
+-- Named schedules, by name: { key = spec and time zone, at = the next fire
+-- time }, kept across reloads so that a new generation fires when the old
+-- one would have, once.
+local schedules = {}
+
+-- The clock schedules read and wait on (a spec may drive its own).
+_M._schedule_clock = { now = core.now, sleep = core.sleep }
+
+-- kube.schedule([name,] spec, fn [, opts]): calls fn(at) at each time the
+-- five-field cron spec names (kubelua.cron: "*/5 * * * *", ranges, steps,
+-- lists, month and day names, @daily…; Vixie cron's rule when both days
+-- are restricted), at being that time in seconds since the epoch. opts.tz:
+-- "UTC" (the default) or a fixed offset ("+02:00"); named zones are not
+-- supported. A schedule belongs to the generation that made it and stops
+-- with it; a named one is taken over by the next generation that
+-- schedules the same name with the same spec, which fires at the time
+-- already planned (a reload neither skips nor repeats a firing). Times
+-- missed while the process was held (or the clock jumped) fire once,
+-- late, and the next firing is the spec's first time after now. fn runs
+-- in its own
+-- task; an error it raises is logged with its traceback and the schedule
+-- goes on. A bad spec raises naming the field ("kube.schedule: bad minute
+-- field \"61\": 61 is out of range 0-59"). Returns the first fire time.
+function _M.schedule(a, b, c, d)
+  local name, spec, fn, opts = nil, a, b, c
+  if type(b) ~= "function" then name, spec, fn, opts = a, b, c, d end
+  if name ~= nil and (type(name) ~= "string" or name == "") then
+    error("kube.schedule: the name must be a non-empty string, got " .. strict.describe(name), 2)
+  end
+  if type(fn) ~= "function" then
+    error("kube.schedule: " .. strict.type_error("fn", "a function", fn), 2)
+  end
+  if opts ~= nil and type(opts) ~= "table" then
+    error("kube.schedule: opts must be a table, got " .. type(opts), 2)
+  end
+  opts = opts or {}
+  strict.keys(opts, { tz = true }, "kube.schedule opts", 2)
+  local ok, s = pcall(cron.parse, spec, opts.tz)
+  if not ok then error("kube.schedule: " .. s, 2) end
+  local clock = _M._schedule_clock
+  local key = spec .. "\0" .. tostring(opts.tz or "UTC")
+  local rec = name and schedules[name]
+  if not rec or rec.key ~= key then
+    local at = cron.next(s, clock.now())
+    if not at then error("kube.schedule: " .. format("%q", spec) .. " never fires", 2) end
+    rec = { key = key, at = at }
+    if name then schedules[name] = rec end
+  end
+  local label = name or spec
+  core.spawn_named("schedule " .. label, function()
+    while true do
+      local now = clock.now()
+      if now < rec.at then
+        clock.sleep(rec.at - now)
+      else
+        local at = rec.at
+        rec.at = cron.next(s, now > at + 60 and now or at)
+        core.spawn_named("schedule " .. label .. " run", function()
+          local fok, err = xpcall(fn, traceback, at)
+          if not fok then log.error("schedule failed", { schedule = label, error = err }) end
+        end)
+        if not rec.at then return end
+      end
+    end
+  end)
+  return rec.at
+end
+
 -- Workqueues and workers ---------------------------------------------------
 
 -- kube.workqueue(name [, opts]) -> the queue of that name (created on first
