@@ -486,10 +486,10 @@ _M._schedule_clock = { now = core.now, sleep = core.sleep }
 -- already planned (a reload neither skips nor repeats a firing). Times
 -- missed while the process was held (or the clock jumped) fire once,
 -- late, and the next firing is the spec's first time after now. fn runs
--- in its own
--- task; an error it raises is logged with its traceback and the schedule
--- goes on. A bad spec raises naming the field ("kube.schedule: bad minute
--- field \"61\": 61 is out of range 0-59"). Returns the first fire time.
+-- in its own task; an error it raises is logged with its traceback and
+-- the schedule goes on. A bad spec raises naming the field
+-- ("kube.schedule: bad minute field \"61\": 61 is out of range 0-59").
+-- Returns the next fire time.
 function _M.schedule(a, b, c, d)
   local name, spec, fn, opts = nil, a, b, c
   if type(b) ~= "function" then name, spec, fn, opts = a, b, c, d end
@@ -616,6 +616,7 @@ local ctx_fields = {
     return cache and cache:get(ctx.key)
   end,
 }
+_M._bound_log = bound_log -- for kube.controller's timers
 local ctx_mt = { __index = function(ctx, k)
   local f = ctx_fields[k]
   if not f then return nil end
@@ -711,9 +712,11 @@ local function worker_loop(q, fn, fields, with_ctx)
     if tq then trig = tq[key] tq[key] = nil end
     local ok, res, err
     if with_ctx then
-      ok, res, err = xpcall(fn, on_error, key, setmetatable({ key = key, _q = q, _fields = fields,
-                                                              triggers = trig or NO_TRIGGERS },
-                                                            ctx_mt))
+      local ctx = setmetatable({ key = key, _q = q, _fields = fields,
+                                 triggers = trig or NO_TRIGGERS }, ctx_mt)
+      ok, res, err = xpcall(fn, on_error, key, ctx)
+      local after = rawget(ctx, "_after") -- kube.controller's: the key's run ended
+      if after then after(key) end
     else
       ok, res, err = xpcall(fn, on_error, key)
     end

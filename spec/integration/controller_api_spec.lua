@@ -243,3 +243,84 @@ describe("change predicates", function()
                          predicates = { fields = { "spec.a", "spec..x" } } } end)
   end)
 end)
+
+describe("timers", function()
+  setup(function() t = testing.start{ namespaces = { "t1", "t2", "t3" } } end)
+  teardown(function() t:stop() end)
+
+  it("run for each cached object while it exists, and stop at its deletion", function()
+    local runs, idle_runs = {}, 0
+    t:create(cm("t1", "a", { v = "1" }))
+    t:create(cm("t1", "b", { v = "2" }))
+    kube.controller{ name = "timers-t1", watches = { "v1", "ConfigMap", { namespace = "t1" } },
+      reconcile = function() end,
+      timers = {
+        { every = 0.05, fn = function(obj, ctx)
+          assert.equal(ctx.key, obj.metadata.namespace .. "/" .. obj.metadata.name)
+          runs[ctx.key] = (runs[ctx.key] or 0) + 1
+        end },
+        -- never quiet for an hour: never runs
+        { every = 0.05, idle = 3600, fn = function() idle_runs = idle_runs + 1 end },
+      } }
+    t:eventually(function() return (runs["t1/a"] or 0) >= 3 and (runs["t1/b"] or 0) >= 3 end)
+    t:delete("v1", "configmaps", "t1", "a")
+    t:eventually(function() return t:list("v1", "configmaps", "t1")[2] == nil end)
+    kube.sleep(0.2) -- the deletion reaches the cache; a run that had begun ends
+    local after, b = runs["t1/a"], runs["t1/b"]
+    kube.sleep(0.3)
+    assert.equal(after, runs["t1/a"])
+    assert.is_true(runs["t1/b"] > b)
+    assert.equal(0, idle_runs)
+  end)
+
+  it("runs with idle once the object has not changed for that long", function()
+    local runs = 0
+    t:create(cm("t2", "a", { v = "1" }))
+    kube.controller{ name = "timers-t2", watches = { "v1", "ConfigMap", { namespace = "t2" } },
+      reconcile = function() end,
+      timers = { { every = 3600, idle = 0.5, fn = function() runs = runs + 1 end } } }
+    -- changed every 0.1 s for 1 s: never idle for 0.5 s
+    for i = 1, 10 do
+      local o = t:get("v1", "configmaps", "t2", "a")
+      o.data.v = tostring(i)
+      t:update(o)
+      kube.sleep(0.1)
+    end
+    assert.equal(0, runs)
+    t:eventually(function() return runs == 1 end)
+  end)
+
+  it("never runs while a reconcile of the same object does", function()
+    local reconciling, overlaps, timer_runs = false, 0, 0
+    t:create(cm("t3", "a", { v = "1" }))
+    kube.controller{ name = "timers-t3", watches = { "v1", "ConfigMap", { namespace = "t3" } },
+      reconcile = function()
+        reconciling = true
+        kube.sleep(0.2)
+        reconciling = false
+        return kube.requeue_after(0.01)
+      end,
+      timers = { { every = 0.01, fn = function()
+        if reconciling then overlaps = overlaps + 1 end
+        timer_runs = timer_runs + 1
+        kube.sleep(0.05)
+        if reconciling then overlaps = overlaps + 1 end
+      end } } }
+    t:eventually(function() return timer_runs >= 3 end)
+    t:delete("v1", "configmaps", "t3", "a")
+    assert.equal(0, overlaps)
+  end)
+
+  it("rejects bad ones, naming them", function()
+    local r = function() end
+    raises('kube.controller: timers[1].every must be a positive number of seconds, got string "1"',
+      function() kube.controller{ name = "x", watches = { "v1", "Pod" }, reconcile = r,
+                                  timers = { { every = "1", fn = r } } } end)
+    raises('unknown key "evry" in kube.controller{} timers[1]; did you mean "every"?',
+      function() kube.controller{ name = "x", watches = { "v1", "Pod" }, reconcile = r,
+                                  timers = { { evry = 1, fn = r } } } end)
+    raises('kube.controller: timers[1].fn must be a function, got nil',
+      function() kube.controller{ name = "x", watches = { "v1", "Pod" }, reconcile = r,
+                                  timers = { { every = 1 } } } end)
+  end)
+end)
