@@ -65,6 +65,10 @@ typedef struct linf {
   double auth_at;           /* when they were last asked, on their clock */
   struct handler *handlers; /* registered, for retiring by generation */
   char name[64];
+  /* The error that ended the reflector's last failed round ("" when none
+   * has failed): stats().last_error, so a test harness can say why an
+   * informer does not sync. */
+  char last_error[256];
 } linf_t;
 
 /* One handler (listener): which event types it wants, and its function. */
@@ -567,6 +571,13 @@ static void watch_client_cert(linf_t *li) {
   set_pem(&li->tls->key_pem, &li->tls->key_pem_len, cred.key, cred.key_len);
 }
 
+/* The reflector's error handler: the round's error is remembered. */
+static void watch_error(kl_reflector_t *r, const char *msg, void *ud) {
+  (void)r;
+  linf_t *li = ud;
+  snprintf(li->last_error, sizeof li->last_error, "%s", msg);
+}
+
 /* The reflector's credentials for its next request: the bearer token of
  * li->creds, a token file re-read as it ages or after a 401, an exec
  * plugin run when its credential expired — without blocking the loop: while
@@ -669,6 +680,8 @@ static void start_watch(lua_State *L, linf_t *li, int idx,
     ro.on_unauthorized = watch_unauthorized;
     ro.auth_ud = li;
   }
+  ro.on_error = watch_error;
+  ro.ud = li;
   ro.name = li->name;
   ro.servers = kl_rt_reflector_servers(li->rt);
   ro.api_version = io->api_version;
@@ -1125,7 +1138,9 @@ static int add_bytes(void *ud, const char *key, size_t len, kl_obj_t *obj) {
 
 /* inf:stats() -> {objects, bytes (of cached JSON), and the reflector's
  * counters: lists, relists, watches, watch_restarts, events, errors} for
- * /metrics. O(objects): a scrape's cost, not the hot path's. */
+ * /metrics, and last_error: the message of the last failed list-and-watch
+ * round (absent when none failed). O(objects): a scrape's cost, not the
+ * hot path's. */
 static int inf_stats(lua_State *L) {
   linf_t *li = check_informer(L, "informer:stats");
   kl_store_t *st = kl_informer_store(li->inf);
@@ -1148,6 +1163,10 @@ static int inf_stats(lua_State *L) {
   for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
     lua_pushnumber(L, f[i].v);
     lua_setfield(L, -2, f[i].k);
+  }
+  if (li->last_error[0]) {
+    lua_pushstring(L, li->last_error);
+    lua_setfield(L, -2, "last_error");
   }
   return 1;
 }

@@ -33,17 +33,13 @@ local function base64(s)
   return table.concat(out)
 end
 
-local configmaps
-
 kube.controller{
   name = "configmap-mirror",
   watches = { "v1", "ConfigMap", { label_selector = LABEL .. "=secret" } },
   owns = { { "v1", "Secret", { label_selector = "app.kubernetes.io/managed-by=" .. MANAGED_BY } } },
   workers = 2,
   reconcile = function(req, ctx)
-    configmaps = configmaps or kube.informer("v1", "ConfigMap",
-                                             { label_selector = LABEL .. "=secret" })
-    local cm = configmaps:get(req.key)
+    local cm = ctx.object
     local secret, err = kube.get("v1", "secrets", req.namespace, req.name)
     if err and not kube.is_not_found(err) then return nil, err end
 

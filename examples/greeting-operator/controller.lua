@@ -15,7 +15,6 @@ local GROUP_VERSION = "example.kubelua.io/v1"
 local FINALIZER = "example.kubelua.io/index"
 local INDEX = "greetings-index"
 
-local greetings
 
 -- Patches status (the status subresource) when it changed: conditions
 -- and observedGeneration of this run.
@@ -58,13 +57,13 @@ local function ensure_configmap(g)
   return kube.update(have)
 end
 
-greetings = kube.controller{
+kube.controller{
   name = "greeting-operator",
   watches = { GROUP_VERSION, "Greeting" },
   owns = { { "v1", "ConfigMap" } },
   workers = 2,
   reconcile = function(req, ctx)
-    local g = greetings.informers[1]:get(req.key)
+    local g = ctx.object
     if not g then return end
 
     if kube.is_being_deleted(g) then

@@ -14,16 +14,15 @@ local selector = arg[1] or os.getenv("POD_SELECTOR") or "app"
 local LABEL, VALUE = "kubelua.io/labeled", "true"
 local ANNOTATION = "kubelua.io/labeled-by"
 
-local pods
-pods = kube.controller{
+kube.controller{
   name = "pod-labeler",
   watches = { "v1", "Pod", { label_selector = selector } },
   workers = 4,
   rate_limiter = { type = "max_of", limiters = {
     { type = "exponential", base = 0.005, max = 60 },
     { type = "bucket", qps = 10, burst = 100 } } },
-  reconcile = function(req, ctx)
-    local pod = pods.informers[1]:get(req.key)
+  reconcile = function(_, ctx)
+    local pod = ctx.object
     if not pod or kube.is_being_deleted(pod) then return end
     local md = pod.metadata
     if md.labels and md.labels[LABEL] == VALUE then return end -- done already

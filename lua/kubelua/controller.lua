@@ -6,11 +6,26 @@
 --     watches = { "example.com/v1", "Greeting", { namespace = "demo" } },
 --     owns = { { "v1", "ConfigMap" } },
 --     watches_mapped = { { informer_or_spec, function(ev) return { "ns/name" } end } },
---     predicates = { generation_changed = true },
+--     predicates = { generation_changed = true, labels_changed = true,
+--                    annotations_changed = true, fields = { "spec.replicas" },
+--                    function(ev) return … end },
 --     workers = 2, rate_limiter = { type = "exponential", base = 0.005, max = 1000 },
 --     reconcile = function(req, ctx) … end,   -- req = {namespace, name, key}
 --     webhooks = { { path = "/validate", validate = fn } },  -- kube.webhook specs
+--     timers = { { every = 60, idle = 10, fn = function(obj, ctx) … end } },
 --   }
+--
+-- A key kube.controller{} does not take raises, naming the nearest valid
+-- one (`unknown key "own" in kube.controller{}; did you mean "owns"?`).
+-- predicates filter the watched object's events: an update passes when
+-- one of the changes named happened (the generation, the labels, the
+-- annotations, the value at a dotted path of fields: any of them) and
+-- every function(ev) returns true; adds and deletes meet only the
+-- functions. kube.diff(ev.old, ev.object) says what changed.
+-- timers run fn(obj, ctx) for each cached object of the watched kind
+-- (see object_timers below).
+-- ctx.object in reconcile is the watched object from the cache (nil when
+-- it is gone): no ctl.informers[1]:get(req.key) needed.
 --
 -- One workqueue named after the controller. The watched object's events
 -- enqueue its key; an owned object's events enqueue the key of its
@@ -32,8 +47,22 @@
 local type, pairs, ipairs, error, tostring = type, pairs, ipairs, error, tostring
 local setmetatable, getmetatable = setmetatable, getmetatable
 local format = string.format
+local strict = require "kubelua.strict"
 
 local _M = {}
+
+local helpers = require "kubelua.helpers"
+
+-- The change predicates, and every key predicates takes by name.
+local CHANGED = { generation_changed = true, labels_changed = true, annotations_changed = true }
+local PREDICATE_KEYS = { generation_changed = true, labels_changed = true,
+                         annotations_changed = true, fields = true }
+
+-- The keys kube.controller{} takes: any other raises, naming the nearest.
+local KEYS = { name = true, watches = true, owns = true, watches_mapped = true,
+               predicates = true, workers = true, rate_limiter = true, reconcile = true,
+               timers = true }
+local TIMER_KEYS = { every = true, fn = true, idle = true }
 
 -- Raises at the caller of kube.controller: level counts misuse, the
 -- checking function(s) and new.
@@ -58,16 +87,37 @@ local function check(spec)
   if type(spec) ~= "table" then
     error("kube.controller: expected a table, got " .. type(spec), 3)
   end
+  strict.keys(spec, KEYS, "kube.controller{}", 3)
   if type(spec.name) ~= "string" or spec.name == "" then
     misuse("name must be a non-empty string")
   end
   check_spec("watches", spec.watches)
   if type(spec.reconcile) ~= "function" then
-    misuse("reconcile must be a function, got " .. type(spec.reconcile))
+    misuse(strict.type_error("reconcile", "a function", spec.reconcile))
   end
   local w = spec.workers
-  if w ~= nil and (type(w) ~= "number" or w < 1 or w % 1 ~= 0) then
+  if w ~= nil and type(w) ~= "number" then misuse(strict.type_error("workers", "a number", w)) end
+  if w ~= nil and (w < 1 or w % 1 ~= 0) then
     misuse("workers must be a positive whole number, got " .. tostring(w))
+  end
+  if spec.timers ~= nil then
+    if type(spec.timers) ~= "table" then
+      misuse("timers must be a list of { every = seconds, fn = function(obj, ctx) [, idle] }")
+    end
+    for i, tm in ipairs(spec.timers) do
+      local what = "timers[" .. i .. "]"
+      if type(tm) ~= "table" then misuse(strict.type_error(what, "a table", tm)) end
+      strict.keys(tm, TIMER_KEYS, "kube.controller{} " .. what, 3)
+      if type(tm.every) ~= "number" or tm.every <= 0 then
+        misuse(strict.type_error(what .. ".every", "a positive number of seconds", tm.every))
+      end
+      if type(tm.fn) ~= "function" then
+        misuse(strict.type_error(what .. ".fn", "a function", tm.fn))
+      end
+      if tm.idle ~= nil and (type(tm.idle) ~= "number" or tm.idle < 0) then
+        misuse(strict.type_error(what .. ".idle", "a number of seconds", tm.idle))
+      end
+    end
   end
   if spec.owns ~= nil then
     if type(spec.owns) ~= "table" then
@@ -94,11 +144,26 @@ local function check(spec)
   if p ~= nil then
     if type(p) ~= "table" then misuse("predicates must be a table, got " .. type(p)) end
     for k, v in pairs(p) do
-      if k == "generation_changed" then
-        if type(v) ~= "boolean" then misuse("predicates.generation_changed must be a boolean") end
+      if CHANGED[k] then
+        if type(v) ~= "boolean" then
+          misuse(strict.type_error("predicates." .. k, "a boolean", v))
+        end
+      elseif k == "fields" then
+        if type(v) ~= "table" or v[1] == nil then
+          misuse("predicates.fields must be a non-empty list of paths (\"spec.replicas\")")
+        end
+        for i, f in ipairs(v) do
+          if type(f) ~= "string" or f == "" or f:find("^%.") or f:find("%.$")
+              or f:find("..", 1, true) then
+            misuse(strict.type_error("predicates.fields[" .. i .. "]",
+                                     "a dotted path (\"spec.replicas\")", f))
+          end
+        end
+      elseif type(k) == "string" then
+        strict.keys({ [k] = true }, PREDICATE_KEYS, "kube.controller{} predicates", 3)
       elseif type(k) ~= "number" or type(v) ~= "function" then
-        misuse("predicates holds generation_changed and functions(ev) -> boolean, got "
-               .. tostring(k))
+        misuse("predicates holds generation_changed, labels_changed, annotations_changed, "
+               .. "fields and functions(ev) -> boolean, got " .. tostring(k))
       end
     end
   end
@@ -120,23 +185,154 @@ local function key_of(v)
   return nil
 end
 
--- Whether an update passes the watched object's predicates.
+-- The value at a dotted path of obj ("spec.replicas"), nil when absent.
+local function at(obj, path)
+  local v = obj
+  for i = 1, #path do
+    if type(v) ~= "table" then return nil end
+    v = v[path[i]]
+  end
+  return v
+end
+
+-- Whether an event passes the watched object's predicates: an update
+-- passes when one of the changes named happened (generation_changed,
+-- labels_changed, annotations_changed, a path of fields: they are ORed, as
+-- predicate.Or) and every function agrees; adds and deletes pass the
+-- changes and meet the functions.
 local function predicate(preds)
   if not preds then return nil end
   local fns = {}
   for _, f in ipairs(preds) do fns[#fns + 1] = f end
+  local paths = {}
+  if preds.labels_changed then paths[#paths + 1] = { "metadata", "labels" } end
+  if preds.annotations_changed then paths[#paths + 1] = { "metadata", "annotations" } end
+  for _, f in ipairs(preds.fields or {}) do
+    local p = {}
+    for part in f:gmatch("[^.]+") do p[#p + 1] = part end
+    paths[#paths + 1] = p
+  end
   local gen = preds.generation_changed
-  if not gen and #fns == 0 then return nil end
-  return function(ev)
-    if gen and ev.type == "update" then
-      local o, n = ev.old.metadata, ev.object.metadata
-      if o.generation == n.generation then return false end
+  if not gen and #paths == 0 and #fns == 0 then return nil end
+  local equal = helpers.equal
+  local function changed(ev)
+    if gen and ev.old.metadata.generation ~= ev.object.metadata.generation then return true end
+    for i = 1, #paths do
+      if not equal(at(ev.old, paths[i]), at(ev.object, paths[i])) then return true end
     end
+    return false
+  end
+  local any = gen or #paths > 0
+  return function(ev)
+    if any and ev.type == "update" and not changed(ev) then return false end
     for i = 1, #fns do
       if not fns[i](ev) then return false end
     end
     return true
   end
+end
+
+-- Per-object timers (kopf's @timer): for each cached object of the
+-- watched kind, timer i runs fn(obj, ctx) every `every` seconds, the first
+-- time at once; with idle, only once the object has not changed for idle
+-- seconds (a change puts the run off). Deadlines are kept in one min-heap
+-- per controller, with one kube.after armed to the earliest. A deleted
+-- object's runs are dropped when they come up; a reload retires the timer
+-- with its generation, whose successor starts its own from the synthetic
+-- adds. A timer and a reconcile of the same key never run at once: each
+-- waits for the other (busy), as kopf serializes an object's handlers.
+-- ctx: key, namespace, name, log (as a reconcile's).
+local function heap_push(h, e)
+  local i = #h + 1
+  h[i] = e
+  while i > 1 do
+    local p = (i - i % 2) / 2
+    if h[p].at <= e.at then break end
+    h[i], h[p] = h[p], e
+    i = p
+  end
+end
+
+local function heap_pop(h)
+  local top, n = h[1], #h
+  h[1], h[n] = h[n], nil
+  n = n - 1
+  local i = 1
+  while true do
+    local l, r, m = 2 * i, 2 * i + 1, i
+    if l <= n and h[l].at < h[m].at then m = l end
+    if r <= n and h[r].at < h[m].at then m = r end
+    if m == i then break end
+    h[i], h[m] = h[m], h[i]
+    i = m
+  end
+  return top
+end
+
+local function object_timers(kube, name, timers, primary, busy)
+  local heap, objects, armed, armed_at = {}, {}, nil, nil
+  local now = kube.monotonic
+  local arm
+  -- one run, in its own task, so that a slow fn holds up no other key
+  local function run_timer(e, tm)
+    local obj = primary:get(e.key)
+    if obj then
+      local ctx = { key = e.key, name = e.key:match("([^/]*)$"),
+                    namespace = e.key:match("^([^/]*)/"),
+                    log = kube._bound_log({ controller = name, timer = e.i }, e.key) }
+      local ok, err = xpcall(tm.fn, debug.traceback, obj, ctx)
+      if not ok then
+        kube.log.error("timer failed", { controller = name, key = e.key, timer = e.i,
+                                         error = tostring(err) })
+      end
+    end
+    busy[e.key] = nil
+    e.at = now() + tm.every
+    heap_push(heap, e)
+    arm()
+  end
+  local function fire()
+    armed, armed_at = nil, nil
+    local t = now()
+    while heap[1] and heap[1].at <= t do
+      local e = heap_pop(heap)
+      local o = objects[e.key]
+      if o and o.seq == e.seq then
+        local tm = timers[e.i]
+        local quiet = tm.idle and o.changed + tm.idle or t
+        if quiet > t then
+          e.at = quiet
+          heap_push(heap, e)
+        elseif busy[e.key] then
+          e.at = t + 0.01
+          heap_push(heap, e)
+        else
+          busy[e.key] = true
+          kube.spawn(run_timer, e, tm)
+        end
+      end
+    end
+    arm()
+  end
+  arm = function()
+    local top = heap[1]
+    if not top or (armed and armed_at <= top.at) then return end
+    if armed then armed:cancel() end
+    armed_at = top.at
+    armed = kube.after(math.max(0, top.at - now()), fire)
+  end
+  local seq = 0
+  local function seen(ev)
+    local key = ev.key
+    if ev.type == "delete" then objects[key] = nil return end
+    local o = objects[key]
+    if o then o.changed = now() return end
+    seq = seq + 1
+    objects[key] = { changed = now(), seq = seq }
+    for i = 1, #timers do heap_push(heap, { at = now(), key = key, i = i, seq = seq }) end
+    arm()
+  end
+  primary:add_handler{ add = seen, update = seen, delete = seen }
 end
 
 -- kube.controller(spec) -> { name, queue, informers = { watched, owned…,
@@ -148,6 +344,7 @@ function _M.new(spec)
   for _, w in ipairs(spec.webhooks or {}) do webhook.new(w, 3) end
   local name = spec.name
   local q = kube.workqueue(name, spec.rate_limiter and { rate_limiter = spec.rate_limiter } or nil)
+  kube._note_queue(q)
   local av, what = spec.watches[1], spec.watches[2]
 
   local function informer(s)
@@ -229,7 +426,15 @@ function _M.new(spec)
     end
   end
 
+  local busy = {} -- keys whose reconcile or timer runs
+  local function unbusy(key) busy[key] = nil end
   local function run(key, ctx)
+    while busy[key] do kube.sleep(0.01) end
+    if spec.timers then
+      busy[key] = true
+      ctx._after = unbusy
+    end
+    ctx._cache = primary
     return reconcile({ namespace = ctx.namespace, name = ctx.name, key = key }, ctx)
   end
 
@@ -248,6 +453,7 @@ function _M.new(spec)
       delay = delay < 30 and delay * 2 or 30
     end
     handlers(group_of(av), info.kind, info.namespaced)
+    if spec.timers and spec.timers[1] then object_timers(kube, name, spec.timers, primary, busy) end
     -- the workers start once every cache has synced
     local infs, start = ctl.informers, kube.monotonic()
     local warn_at = start + 10

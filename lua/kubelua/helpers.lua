@@ -9,6 +9,7 @@
 --   is_being_deleted(obj)                 metadata.deletionTimestamp is set
 --   set_condition / get_condition / is_condition_true    status.conditions
 --   merge_patch(old, new)                 an RFC 7386 merge patch by diff
+--   diff(old, new)                        the changes, as {op, path, old, new}
 --
 -- Misuse (a missing object, a condition without type) raises; a refusal
 -- the caller must expect (another controller owns the object) returns
@@ -375,25 +376,97 @@ local function diff(old, new)
   return out
 end
 
+-- Raises at the caller's caller unless old and new are object tables.
+local function check_objects(fname, old, new)
+  for _, a in ipairs({ { "old", old }, { "new", new } }) do
+    local v = a[2]
+    if not is_object(v) then
+      error(fname .. ": " .. a[1] .. " must be an object table, got "
+            .. (type(v) == "table" and "an array" or type(v)), 3)
+    end
+  end
+end
+
 -- merge_patch(old, new) -> the RFC 7386 merge patch that turns old into
 -- new: changed and added fields, kube.null for removed ones, objects
 -- diffed key by key, arrays (kubelua.array or 1..n tables) replaced whole.
 -- {} when nothing changed. Send it with kube.patch(obj, patch, "merge").
 function _M.merge_patch(old, new)
-  if not is_object(old) then
-    error("kube.merge_patch: old must be an object table, got "
-          .. (type(old) == "table" and "an array" or type(old)), 2)
-  end
-  if not is_object(new) then
-    error("kube.merge_patch: new must be an object table, got "
-          .. (type(new) == "table" and "an array" or type(new)), 2)
-  end
+  check_objects("kube.merge_patch", old, new)
   return diff(old, new)
+end
+
+-- equal(a, b) -> whether two decoded values are the same JSON value
+-- (kube.controller's field predicates).
+_M.equal = equal
+
+-- Changes ------------------------------------------------------------------------
+
+-- A path's next step: .name for a Lua identifier, ["key"] for any other
+-- key (labels such as "app.kubernetes.io/name"), [i] for an array index.
+local function step(path, k)
+  if type(k) == "number" then return format("%s[%d]", path, k) end
+  if k:find("^[%a_][%w_]*$") then return path == "" and k or path .. "." .. k end
+  return format("%s[%q]", path, k)
+end
+
+local function changes(out, path, old, new)
+  if equal(old, new) then return end
+  if is_object(old) and is_object(new) and (next(old) ~= nil or next(new) ~= nil) then
+    local keys = {}
+    for k in pairs(old) do keys[#keys + 1] = tostring(k) end
+    for k in pairs(new) do
+      if old[k] == nil then keys[#keys + 1] = tostring(k) end
+    end
+    table.sort(keys)
+    for _, k in ipairs(keys) do
+      local ov, nv = old[k], new[k]
+      if not present(ov) and present(nv) then
+        out[#out + 1] = { op = "add", path = step(path, k), new = nv }
+      elseif present(ov) and not present(nv) then
+        out[#out + 1] = { op = "remove", path = step(path, k), old = ov }
+      elseif present(ov) then
+        changes(out, step(path, k), ov, nv)
+      end
+    end
+  elseif type(old) == "table" and type(new) == "table" and not is_object(old)
+      and not is_object(new) then
+    local n = math.max(#old, #new)
+    for i = 1, n do
+      if old[i] == nil then
+        out[#out + 1] = { op = "add", path = step(path, i), new = new[i] }
+      elseif new[i] == nil then
+        out[#out + 1] = { op = "remove", path = step(path, i), old = old[i] }
+      else
+        changes(out, step(path, i), old[i], new[i])
+      end
+    end
+  else
+    out[#out + 1] = { op = "replace", path = path, old = old, new = new }
+  end
+end
+
+-- diff(old, new) -> the list of changes that turn object old into new,
+-- each { op = "add" | "remove" | "replace", path, old, new } (old absent
+-- for an add, new for a remove), in the order of the paths' keys. A path
+-- is Lua-like, from the object's root: "spec.replicas",
+-- 'metadata.labels["app.kubernetes.io/name"]' (a key that is no
+-- identifier is quoted), "spec.containers[1].image" (arrays compared by
+-- index, from 1; an element past the shorter one's end is an add or a
+-- remove). Objects are compared key by key, a change of type (an object
+-- for a string, an array for an object) is one replace, and kube.null
+-- counts as absent. {} when they are equal.
+function _M.diff(old, new)
+  check_objects("kube.diff", old, new)
+  local out = {}
+  changes(out, "", old, new)
+  return out
 end
 
 -- kube exports these under the same names.
 _M.exports = { "key", "controller_of", "set_controller_reference", "has_finalizer",
   "add_finalizer", "remove_finalizer", "patch_add_finalizer", "patch_remove_finalizer",
-  "is_being_deleted", "get_condition", "is_condition_true", "set_condition", "merge_patch" }
+  "is_being_deleted", "get_condition", "is_condition_true", "set_condition", "merge_patch",
+  "diff" }
 
 return _M

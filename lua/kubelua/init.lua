@@ -17,6 +17,7 @@ local group = require "kubelua.informer_group"
 local leader = require "kubelua.leader"
 local metrics = require "kubelua.metrics"
 local generation = require "kubelua.generation"
+local strict = require "kubelua.strict"
 
 local error, type, tostring, pairs, ipairs, select = error, type, tostring, pairs, ipairs, select
 local setmetatable, getmetatable, xpcall = setmetatable, getmetatable, xpcall
@@ -209,14 +210,35 @@ local informers = {}
 -- generation uses any more stops watching (hot reload).
 local informer_users = {}
 
+-- What each generation asked for, for the test harness: the informers
+-- kube.informer gave it and the queues of its controllers and workers, as
+-- sets (t:load waits for the first to sync, t:settle for the second to
+-- drain).
+local asked = {}
+
+local function asked_by(gen)
+  local a = asked[gen]
+  if not a then a = { informers = {}, queues = {} } asked[gen] = a end
+  return a
+end
+
+-- kube._asked(gen) -> { informers = set, queues = set } or nil.
+function _M._asked(gen) return asked[gen] end
+
+-- kube._note_queue(q): q serves the current generation (kube.controller).
+function _M._note_queue(q) asked_by(core.generation()).queues[q] = true end
+
 local function use_informer(id, inf)
   local users = informer_users[id]
   if not users then users = {} informer_users[id] = users end
-  users[core.generation()] = true
+  local gen = core.generation()
+  users[gen] = true
+  asked_by(gen).informers[inf] = true
   return inf
 end
 
 generation.on_retire(function(gen)
+  asked[gen] = nil
   for id, users in pairs(informer_users) do
     users[gen] = nil
     if next(users) == nil then
@@ -314,6 +336,12 @@ local function check_namespaces(namespaces, single)
   end
 end
 
+-- The keys of kube.informer's opts: any other raises, naming the nearest.
+local INFORMER_KEYS = { namespace = true, namespaces = true, label_selector = true,
+  field_selector = true, resync = true, indexers = true, transform = true,
+  keep_managed_fields = true, watch_list = true, plain_objects = true,
+  compress_min_objects = true }
+
 -- kube.informer(api_version, kind_or_resource, opts) -> a shared informer:
 -- the same arguments give the same informer (one watch, one cache).
 -- kind_or_resource is the plural resource ("configmaps"), a Kind
@@ -323,7 +351,8 @@ end
 -- namespaces, label_selector, field_selector, resync, indexers, transform,
 -- keep_managed_fields, watch_list (default true: stream the initial list as
 -- watch events, sendInitialEvents, as client-go does from 1.35; a server
--- that refuses it gets list+watch; false: always list+watch).
+-- that refuses it gets list+watch; false: always list+watch). An unknown
+-- key raises, naming the nearest valid one.
 --
 -- opts.namespaces = {"a", "b"} watches each namespace and returns one
 -- object spanning them (kubelua.informer_group). A Kind is resolved at once
@@ -341,6 +370,7 @@ function _M.informer(api_version, resource, opts)
     error("kube.informer: opts must be a table, got " .. type(opts), 2)
   end
   opts = opts or {}
+  strict.keys(opts, INFORMER_KEYS, "kube.informer opts", 2)
   local namespaces = opts.namespaces
   if namespaces ~= nil then check_namespaces(namespaces, opts.namespace) end
   connected("kube.informer")
@@ -387,6 +417,7 @@ function _M.informer(api_version, resource, opts)
                         or opts.namespace and "@" .. opts.namespace or ""))
   found.generation = core.generation()
   by_spec[id] = found
+  asked_by(found.generation).informers[found] = true
   if plural then
     found:attach(members(plural, kind), namespaces)
     return found
@@ -396,9 +427,11 @@ function _M.informer(api_version, resource, opts)
     while true do
       local res, err = c:resource_info(api_version, resource)
       if res then
+        found.resolve_error = nil
         found:attach(members(res.name, res.kind), namespaces)
         return
       end
+      found.resolve_error = tostring(err)
       log.warn("kube.informer: cannot resolve the kind, retrying",
                { informer = found:name(), error = tostring(err), retry_in = delay })
       core.sleep(delay)
@@ -428,6 +461,78 @@ function _M.wait_for_sync(...)
     if core.monotonic() >= deadline then return false end
     core.sleep(0.01)
   end
+end
+
+-- Schedules ----------------------------------------------------------------
+
+local cron = require "kubelua.cron"
+
+-- Named schedules, by name: { key = spec and time zone, at = the next fire
+-- time }, kept across reloads so that a new generation fires when the old
+-- one would have, once.
+local schedules = {}
+
+-- The clock schedules read and wait on (a spec may drive its own).
+_M._schedule_clock = { now = core.now, sleep = core.sleep }
+
+-- kube.schedule([name,] spec, fn [, opts]): calls fn(at) at each time the
+-- five-field cron spec names (kubelua.cron: "*/5 * * * *", ranges, steps,
+-- lists, month and day names, @daily…; Vixie cron's rule when both days
+-- are restricted), at being that time in seconds since the epoch. opts.tz:
+-- "UTC" (the default) or a fixed offset ("+02:00"); named zones are not
+-- supported. A schedule belongs to the generation that made it and stops
+-- with it; a named one is taken over by the next generation that
+-- schedules the same name with the same spec, which fires at the time
+-- already planned (a reload neither skips nor repeats a firing). Times
+-- missed while the process was held (or the clock jumped) fire once,
+-- late, and the next firing is the spec's first time after now. fn runs
+-- in its own task; an error it raises is logged with its traceback and
+-- the schedule goes on. A bad spec raises naming the field
+-- ("kube.schedule: bad minute field \"61\": 61 is out of range 0-59").
+-- Returns the next fire time.
+function _M.schedule(a, b, c, d)
+  local name, spec, fn, opts = nil, a, b, c
+  if type(b) ~= "function" then name, spec, fn, opts = a, b, c, d end
+  if name ~= nil and (type(name) ~= "string" or name == "") then
+    error("kube.schedule: the name must be a non-empty string, got " .. strict.describe(name), 2)
+  end
+  if type(fn) ~= "function" then
+    error("kube.schedule: " .. strict.type_error("fn", "a function", fn), 2)
+  end
+  if opts ~= nil and type(opts) ~= "table" then
+    error("kube.schedule: opts must be a table, got " .. type(opts), 2)
+  end
+  opts = opts or {}
+  strict.keys(opts, { tz = true }, "kube.schedule opts", 2)
+  local ok, s = pcall(cron.parse, spec, opts.tz)
+  if not ok then error("kube.schedule: " .. s, 2) end
+  local clock = _M._schedule_clock
+  local key = spec .. "\0" .. tostring(opts.tz or "UTC")
+  local rec = name and schedules[name]
+  if not rec or rec.key ~= key then
+    local at = cron.next(s, clock.now())
+    if not at then error("kube.schedule: " .. format("%q", spec) .. " never fires", 2) end
+    rec = { key = key, at = at }
+    if name then schedules[name] = rec end
+  end
+  local label = name or spec
+  core.spawn_named("schedule " .. label, function()
+    while true do
+      local now = clock.now()
+      if now < rec.at then
+        clock.sleep(rec.at - now)
+      else
+        local at = rec.at
+        rec.at = cron.next(s, now > at + 60 and now or at)
+        core.spawn_named("schedule " .. label .. " run", function()
+          local fok, err = xpcall(fn, user_traceback, at)
+          if not fok then log.error("schedule failed", { schedule = label, error = err }) end
+        end)
+        if not rec.at then return end
+      end
+    end
+  end)
+  return rec.at
 end
 
 -- Workqueues and workers ---------------------------------------------------
@@ -494,8 +599,10 @@ end
 -- cluster-scoped key), attempt (the queue's NumRequeues of the key: 0 on a
 -- first try), log (kube.log with the worker's fields and the key bound)
 -- and triggers (what queued the key since its last run began, as noted by
--- kube.note_trigger: "update demo/a", "add owned demo/a-copy", …).
--- namespace, name, attempt and log are computed when first read.
+-- kube.note_trigger: "update demo/a", "add owned demo/a-copy", …) and,
+-- for kube.controller's reconcile, object (the watched object from the
+-- informer's cache as the reconcile first reads it, nil when it is gone).
+-- namespace, name, attempt, log and object are computed when first read.
 local ctx_fields = {
   namespace = function(ctx)
     local ns = ctx.key:match("^([^/]*)/")
@@ -504,7 +611,12 @@ local ctx_fields = {
   name = function(ctx) return (ctx.key:match("([^/]*)$")) end,
   attempt = function(ctx) return ctx._q:num_requeues(ctx.key) end,
   log = function(ctx) return bound_log(ctx._fields, ctx.key) end,
+  object = function(ctx)
+    local cache = rawget(ctx, "_cache")
+    return cache and cache:get(ctx.key)
+  end,
 }
+_M._bound_log = bound_log -- for kube.controller's timers
 local ctx_mt = { __index = function(ctx, k)
   local f = ctx_fields[k]
   if not f then return nil end
@@ -607,9 +719,11 @@ local function worker_loop(q, fn, fields, with_ctx)
     if tq then trig = tq[key] tq[key] = nil end
     local ok, res, err
     if with_ctx then
-      ok, res, err = xpcall(fn, on_error, key, setmetatable({ key = key, _q = q, _fields = fields,
-                                                              triggers = trig or NO_TRIGGERS },
-                                                            ctx_mt))
+      local ctx = setmetatable({ key = key, _q = q, _fields = fields,
+                                 triggers = trig or NO_TRIGGERS }, ctx_mt)
+      ok, res, err = xpcall(fn, on_error, key, ctx)
+      local after = rawget(ctx, "_after") -- kube.controller's: the key's run ended
+      if after then after(key) end
     else
       ok, res, err = xpcall(fn, on_error, key)
     end
@@ -652,6 +766,7 @@ local function takes_ctx(fn)
 end
 
 local function start_workers(q, n, fn, fields)
+  _M._note_queue(q)
   local qname = q:name()
   local with_ctx = takes_ctx(fn)
   for i = 1, n do

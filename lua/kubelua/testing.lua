@@ -165,12 +165,124 @@ function _M.start(opts)
   return t
 end
 
+-- Why an informer has not synced: its reflector's last error, or the
+-- reason a Kind is not resolved yet, or nil when none is known.
+local function sync_error(inf)
+  if type(inf) == "table" then
+    if inf.resolve_error then return inf.resolve_error end
+    return nil
+  end
+  return inf:stats().last_error
+end
+
+-- Errors that retries will not mend by themselves.
+local function lasting(msg)
+  return msg:find("%f[%d]40[134]%f[%D]") ~= nil or msg:find("Forbidden", 1, true) ~= nil
+    or msg:find("Unauthorized", 1, true) ~= nil or msg:find("NoKindMatch", 1, true) ~= nil
+    or msg:find("NotFound", 1, true) ~= nil
+end
+
+-- The informers of generation n that have not synced, by name, sorted.
+local function unsynced(n)
+  local a = kube._asked(n)
+  local out = {}
+  for inf in pairs(a and a.informers or {}) do
+    if not inf:has_synced() then out[#out + 1] = inf end
+  end
+  table.sort(out, function(x, y) return x:name() < y:name() end)
+  return out
+end
+
+local function unsynced_message(infs)
+  local parts = {}
+  for i, inf in ipairs(infs) do
+    local why = sync_error(inf)
+    parts[i] = inf:name() .. (why and ": " .. why or ": no answer yet")
+  end
+  return table.concat(parts, "; ")
+end
+
 -- t:load(path, ...) -> the generation number: runs the controller script
--- with ... as its arguments; a script that fails raises its message.
+-- with ... as its arguments and waits until every informer it asked for
+-- (its controllers' too) has synced, so that a spec starts from a
+-- controller that sees the whole state. Raises with the script's message
+-- when it fails, and with each informer's reason when they cannot sync:
+-- at once for an error retries do not mend (a 401, 403 or 404, a kind
+-- that discovery does not know), else after t.sync_timeout seconds
+-- (default 30) of failing or silent rounds ("kubelua.testing: load:
+-- informers not synced: v1/configmaps@demo: …").
 function Harness:load(path, ...)
   local g, err = generation.load(path, { ... })
   if not g then fail("load", err, 2) end
+  local deadline = kube.monotonic() + (rawget(self, "sync_timeout") or 30)
+  while true do
+    local waiting = unsynced(g.n)
+    if #waiting == 0 then break end
+    local over = kube.monotonic() >= deadline
+    for _, inf in ipairs(waiting) do
+      local why = sync_error(inf)
+      if why and lasting(why) then over = true end
+    end
+    if over then fail("load", "informers not synced: " .. unsynced_message(waiting), 2) end
+    kube.sleep(0.01)
+  end
   return g.n
+end
+
+-- What keeps generation n's controllers busy: "" when nothing, else a
+-- description (queued keys, reconciles running, keys waiting for a
+-- requeue_after or a retry, events not yet delivered to handlers).
+local function busy(n)
+  local a = kube._asked(n)
+  if not a then return "" end
+  local parts = {}
+  for q in pairs(a.queues) do
+    local st = q:stats()
+    if q:len() > 0 or st.processing > 0 or st.waiting > 0 then
+      parts[#parts + 1] = format("queue %s: %d queued, %d processing, %d waiting", q:name(),
+                                 q:len(), st.processing, st.waiting)
+    end
+  end
+  for inf in pairs(a.informers) do
+    local p = inf:pending()
+    if p > 0 then parts[#parts + 1] = format("informer %s: %d events pending", inf:name(), p) end
+  end
+  table.sort(parts)
+  return table.concat(parts, "; ")
+end
+
+-- t:settle([timeout]): waits until the loaded script's controllers have
+-- nothing to do: their informers have delivered every event, their queues
+-- are empty, no reconcile runs and no key waits for a requeue_after or a
+-- retry, and that for a quiet period (0.05 s; 0.2 s against a real
+-- server) in which events already on their way from the server arrive.
+-- Raises after timeout seconds (default 10) naming what is still busy
+-- ("kubelua.testing: settle: not settled within 10s (queue x: 1 queued,
+-- 0 processing, 0 waiting)"). Without a loaded script, the controllers
+-- the spec itself made are waited for.
+function Harness:settle(timeout)
+  if timeout ~= nil and type(timeout) ~= "number" then
+    fail("settle", "timeout must be a number, got " .. type(timeout), 2)
+  end
+  timeout = timeout or 10
+  local n = generation.current()
+  local quiet = self.apiserver == "real" and 0.2 or 0.05
+  local deadline = kube.monotonic() + timeout
+  local idle_since
+  while true do
+    local now = kube.monotonic()
+    local what = busy(n)
+    if what == "" then
+      idle_since = idle_since or now
+      if now - idle_since >= quiet then return end
+    else
+      idle_since = nil
+      if now >= deadline then
+        fail("settle", format("not settled within %gs (%s)", timeout, what), 2)
+      end
+    end
+    kube.sleep(0.01)
+  end
 end
 
 -- t:reload() -> the new generation number: loads the script again, as a

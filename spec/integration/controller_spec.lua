@@ -328,8 +328,8 @@ describe("controller API", function()
       raises("kube.controller: watches_mapped[1] must be {informer_or_spec, function(ev) -> keys}",
         function() kube.controller{ name = "x", watches = { "v1", "Pod" }, reconcile = r,
                                     watches_mapped = { { { "v1", "Secret" } } } } end)
-      raises("kube.controller: predicates holds generation_changed and functions(ev) -> boolean,"
-        .. " got label_changed", function()
+      raises('unknown key "label_changed" in kube.controller{} predicates; did you mean'
+        .. ' "labels_changed"?', function()
           kube.controller{ name = "x", watches = { "v1", "Pod" }, reconcile = r,
                            predicates = { label_changed = true } }
         end)

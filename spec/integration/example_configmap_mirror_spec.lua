@@ -1,6 +1,5 @@
 -- examples/configmap-mirror with kubelua.testing: labelled ConfigMaps get
 -- an owned Secret copy that follows them and goes with them.
-local kube = require "kubelua"
 local testing = require "kubelua.testing"
 local support = require "spec.support"
 
@@ -18,18 +17,6 @@ local function names(items)
   return out
 end
 
--- Lets the controller finish its work before the harness stops: a
--- reconcile still running then would finish against the next case's
--- simulator (the default client follows the harness).
-local function idle(t)
-  local q = kube.workqueue("configmap-mirror")
-  kube.sleep(0.05) -- events on their way to the queue
-  t:eventually(function()
-    local st = q:stats()
-    return q:len() == 0 and st.processing == 0 and st.waiting == 0
-  end)
-end
-
 describe("examples/configmap-mirror", function()
   local t, root_ca
   before_each(function()
@@ -40,7 +27,7 @@ describe("examples/configmap-mirror", function()
     t:load("examples/configmap-mirror/controller.lua")
   end)
   after_each(function()
-    idle(t)
+    t:settle() -- a reconcile still running would finish against the next case's server
     t:stop()
   end)
 

@@ -2,7 +2,6 @@
 -- installed (the simulator has no RBAC for the rest), a Greeting gets an
 -- owned ConfigMap, an index line, a finalizer and status; an invalid one
 -- is reported; deletion cleans up.
-local kube = require "kubelua"
 local testing = require "kubelua.testing"
 local yaml = require "kubelua.sim.yaml"
 
@@ -11,18 +10,6 @@ local GV = "example.kubelua.io/v1"
 local function greeting(name, message)
   return { apiVersion = GV, kind = "Greeting", metadata = { name = name, namespace = "demo" },
            spec = { message = message } }
-end
-
--- Lets the controller finish its work before the harness stops: a
--- reconcile still running then would finish against the next case's
--- simulator (the default client follows the harness).
-local function idle(t)
-  local q = kube.workqueue("greeting-operator")
-  kube.sleep(0.05) -- events on their way to the queue
-  t:eventually(function()
-    local st = q:stats()
-    return q:len() == 0 and st.processing == 0 and st.waiting == 0
-  end)
 end
 
 describe("examples/greeting-operator", function()
@@ -37,7 +24,7 @@ describe("examples/greeting-operator", function()
     t:load("examples/greeting-operator/controller.lua")
   end)
   after_each(function()
-    idle(t)
+    t:settle() -- a reconcile still running would finish against the next case's server
     t:stop()
   end)
 

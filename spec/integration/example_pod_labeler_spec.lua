@@ -1,6 +1,5 @@
 -- examples/pod-labeler with kubelua.testing: matching Pods get the label
 -- and annotation, others are left alone, failures are retried.
-local kube = require "kubelua"
 local testing = require "kubelua.testing"
 
 local function pod(name, labels)
@@ -14,23 +13,11 @@ local function labeled(t, name)
   return p and p.metadata.labels and p.metadata.labels["kubelua.io/labeled"] == "true" and p
 end
 
--- Lets the controller finish its work before the harness stops: a
--- reconcile still running then would finish against the next case's
--- simulator (the default client follows the harness).
-local function idle(t)
-  local q = kube.workqueue("pod-labeler")
-  kube.sleep(0.05) -- events on their way to the queue
-  t:eventually(function()
-    local st = q:stats()
-    return q:len() == 0 and st.processing == 0 and st.waiting == 0
-  end)
-end
-
 describe("examples/pod-labeler", function()
   local t
   before_each(function() t = testing.start{ namespaces = { "demo" } } end)
   after_each(function()
-    idle(t)
+    t:settle() -- a reconcile still running would finish against the next case's server
     t:stop()
   end)
 
