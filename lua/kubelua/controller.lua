@@ -48,6 +48,8 @@ local type, pairs, ipairs, error, tostring = type, pairs, ipairs, error, tostrin
 local setmetatable, getmetatable = setmetatable, getmetatable
 local format = string.format
 local strict = require "kubelua.strict"
+local generation = require "kubelua.generation"
+local core = require "kubelua.core"
 
 local _M = {}
 
@@ -429,7 +431,10 @@ function _M.new(spec)
   local busy = {} -- keys whose reconcile or timer runs
   local function unbusy(key) busy[key] = nil end
   local function run(key, ctx)
-    while busy[key] do kube.sleep(0.01) end
+    -- a timer of key runs: wait for it, unless it can no longer end (its
+    -- task is gone with a stop or with this generation)
+    local dead, gen = generation.dead, core.generation()
+    while busy[key] and not kube.stopping() and not dead[gen] do kube.sleep(0.01) end
     if spec.timers then
       busy[key] = true
       ctx._after = unbusy

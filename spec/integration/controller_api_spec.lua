@@ -4,6 +4,10 @@
 local kube = require "kubelua"
 local support = require "spec.support"
 local testing = require "kubelua.testing"
+
+-- The namespaces hold only what each spec makes: no kube-root-ca.crt or
+-- default ServiceAccount for the controllers here to see.
+local QUIET = { root_ca = false, service_account = false }
 local raises = support.raises
 
 local function cm(ns, name, data, labels)
@@ -14,7 +18,7 @@ end
 local t
 
 describe("controller API", function()
-  setup(function() t = testing.start{ namespaces = { "o1", "p1" } } end)
+  setup(function() t = testing.start{ namespaces = { "o1", "p1" }, controllers = QUIET } end)
   teardown(function() t:stop() end)
 
   describe("ctx.object", function()
@@ -81,7 +85,7 @@ describe("the harness", function()
 
   describe("t:load", function()
     it("returns once the script's informers have synced", function()
-      t = testing.start{ namespaces = { "l1" } }
+      t = testing.start{ namespaces = { "l1" }, controllers = QUIET }
       t:create(cm("l1", "a", { color = "blue" }))
       t:load(script([[
         kube.controller{ name = "load-l1", watches = { "v1", "ConfigMap", { namespace = "l1" } },
@@ -97,7 +101,7 @@ describe("the harness", function()
     end)
 
     it("raises with the server's answer when an informer is forbidden", function()
-      t = testing.start{ sim = { token = "admin-t", users = { ["bob-t"] = "bob" } } }
+      t = testing.start{ sim = { token = "admin-t", users = { ["bob-t"] = "bob" } }, controllers = QUIET }
       kube.client.set_default(kube.client.new{ server = kube.server(), token = "admin-t" })
       t:namespace("l2")
       kube.connect{ server = kube.server(), token = "bob-t" } -- the informers' credentials
@@ -111,7 +115,7 @@ describe("the harness", function()
     end)
 
     it("raises with the reason when a kind named at the top level cannot be resolved", function()
-      t = testing.start{ namespaces = { "l3" } }
+      t = testing.start{ namespaces = { "l3" }, controllers = QUIET }
       local ok, err = pcall(t.load, t, script([[
         kube.informer("example.com/v1", "Nosuch", { namespaces = { "l3" } })
       ]]))
@@ -124,7 +128,7 @@ describe("the harness", function()
 
   describe("t:settle", function()
     it("waits until the queues are empty and no reconcile runs", function()
-      t = testing.start{ namespaces = { "s1" } }
+      t = testing.start{ namespaces = { "s1" }, controllers = QUIET }
       _G.settle_done = {}
       t:load(script([[
         kube.controller{ name = "settle-s1", watches = { "v1", "ConfigMap", { namespace = "s1" } },
@@ -142,7 +146,7 @@ describe("the harness", function()
     end)
 
     it("raises naming what is still busy when time runs out", function()
-      t = testing.start{ namespaces = { "s2" } }
+      t = testing.start{ namespaces = { "s2" }, controllers = QUIET }
       t:load(script([[
         kube.controller{ name = "settle-s2", watches = { "v1", "ConfigMap", { namespace = "s2" } },
           reconcile = function() return kube.requeue_after(3600) end }
@@ -185,7 +189,7 @@ describe("kube.diff", function()
 end)
 
 describe("change predicates", function()
-  setup(function() t = testing.start{ namespaces = { "c1", "c2" } } end)
+  setup(function() t = testing.start{ namespaces = { "c1", "c2" }, controllers = QUIET } end)
   teardown(function() t:stop() end)
 
   local function watch(ns, predicates)
@@ -245,7 +249,7 @@ describe("change predicates", function()
 end)
 
 describe("timers", function()
-  setup(function() t = testing.start{ namespaces = { "t1", "t2", "t3" } } end)
+  setup(function() t = testing.start{ namespaces = { "t1", "t2", "t3" }, controllers = QUIET } end)
   teardown(function() t:stop() end)
 
   it("run for each cached object while it exists, and stop at its deletion", function()
