@@ -1,5 +1,5 @@
 -- The known differences between the simulator and a real kube-apiserver
--- 1.26.1, each with its reason; spec/differential/differential_spec.lua
+-- 1.26.1, each with its reason; spec/real/differential_spec.lua
 -- reads this list. An entry matches a difference with Lua patterns over
 -- its case ("fixtures", "wrong types", "random SEED/N", "random setup"),
 -- its step's label, the field's path (".status", ".body.spec.replicas",
