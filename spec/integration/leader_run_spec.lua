@@ -180,6 +180,9 @@ describe("leader election between processes", function()
       end
     end
     assert.equal(1, leading())
+    for i = 1, 2 do -- the leader works: wait for it to say so
+      if count(read_file(ps[i].log) or "", "leading identity=") > 0 then wait_log(ps[i], "working") end
+    end
     local l = lease(sim, "twin")
     assert.matches("^twin%-host_" .. UUID4 .. "$", l.spec.holderIdentity)
     -- the standby names the leader: the same host, another identity

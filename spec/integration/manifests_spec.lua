@@ -241,9 +241,14 @@ describe("the manifests", function()
         "(cd / && exec env -i " .. table.concat(env, " ") .. " " .. table.concat(words, " ")
           .. ") >" .. tmp .. "/pod.log 2>&1 & pod=$!",
         -- the kubelet's readiness probe, for up to a minute
-        "i=0; until [ \"$(curl -s -o /dev/null -w '%{http_code}' " .. probe .. ")\" = 200 ]; do"
+        -- and the Lease: a pod whose controllers have not started yet (its
+        -- script's first task still applies a CRD, say) may be ready with
+        -- nothing to sync, then not until its caches sync
+        "i=0; until code=$(curl -s -o /dev/null -w '%{http_code}' " .. probe .. ");"
+          .. " [ \"$code\" = 200 ] && grep -q '\"leader election: leading\"' " .. tmp
+          .. "/pod.log; do"
           .. " i=$((i+1)); [ $i -lt 600 ] && kill -0 $pod 2>/dev/null || break; sleep 0.1; done",
-        "echo \"readiness: $(curl -s -o /dev/null -w '%{http_code}' " .. probe .. ")\"",
+        "echo \"readiness: $code\"",
         "kill -TERM $pod; status=0; wait $pod || status=$?",
         "echo \"exit: $status\"",
         "kill -TERM $sim; wait $sim",
