@@ -103,7 +103,7 @@ static void put_text_fields(line_t *l, const char *f, line_t *trace) {
   for (const char *p = f; *p && !mark; p++) {
     if (*p != '\\' || !p[1]) continue;
     if (p[1] == 'n' &&
-        strncmp(p + 2, TRACE_MARK + 1, strlen(TRACE_MARK) - 1) == 0)
+        strncmp(p + 2, &TRACE_MARK[1], strlen(TRACE_MARK) - 1) == 0)
       mark = p;
     p++; /* an escape is two characters */
   }
