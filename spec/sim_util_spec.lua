@@ -27,6 +27,17 @@ describe("kubelua.sim.util", function()
       util.config_key_errors(".." .. string.rep("x", 252) .. "/"))
   end)
 
+  it("takes only an integer after gt and lt in a label selector", function()
+    local reqs = assert(util.parse_label_selector("n>2,m< -5"))
+    assert.same({ { key = "n", op = ">", value = 2 }, { key = "m", op = "<", value = -5 } }, reqs)
+    for _, v in ipairs({ "nAn", "inf", "0x10", "1e3", "1.5", "" }) do
+      local none, err = util.parse_label_selector("A>" .. v)
+      assert.is_nil(none, v)
+      assert.equal("unable to parse requirement: found 'A>" .. v .. "', expected: in, notin, "
+        .. "=, ==, !=, gt, lt", err)
+    end
+  end)
+
   it("quotes as Go's %q", function()
     assert.equal('"a\\"b\\\\c\\n\\t\\x00\\x1f\\x7fé"', util.go_quote('a"b\\c\n\t\0\31\127é'))
   end)

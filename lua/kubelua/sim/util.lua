@@ -315,7 +315,9 @@ function _M.parse_label_selector(s)
       local a, o, b = term:match("^([^!=<>]+)([!=]?=?)(.*)$")
       if not a or (o == "" and b ~= "") then
         a, o, b = term:match("^([^<>]+)([<>])(.*)$")
-        if not a or not tonumber(b) then
+        -- gt and lt take an integer (apimachinery's ParseInt), not every
+        -- number Lua reads ("nan", "inf", "0x10", "1e3")
+        if not a or not find(b, "^%s*[+-]?%d+%s*$") then
           return nil, format("unable to parse requirement: found '%s', expected: in, notin, "
             .. "=, ==, !=, gt, lt", term)
         end
