@@ -30,7 +30,8 @@ describe("kubelua.sim.util", function()
   it("takes only an integer after gt and lt in a label selector", function()
     local reqs = assert(util.parse_label_selector("n>2,m< -5"))
     assert.same({ { key = "n", op = ">", value = 2 }, { key = "m", op = "<", value = -5 } }, reqs)
-    for _, v in ipairs({ "nAn", "inf", "0x10", "1e3", "1.5", "" }) do
+    assert.equal(9223372036854775807, util.parse_label_selector("n>9223372036854775807")[1].value)
+    for _, v in ipairs({ "nAn", "inf", "0x10", "1e3", "1.5", "", "9223372036854775808" }) do
       local none, err = util.parse_label_selector("A>" .. v)
       assert.is_nil(none, v)
       assert.equal("unable to parse requirement: found 'A>" .. v .. "', expected: in, notin, "

@@ -9,7 +9,6 @@ local util = require "kubelua.sim.util"
 local type, ipairs, pairs, tostring, error, format =
   type, ipairs, pairs, tostring, error, string.format
 local concat, sort = table.concat, table.sort
-local huge = math.huge
 
 local allowed = { ["metadata.name"] = true, ["metadata.namespace"] = true,
   ["status.phase"] = true, ["spec.nodeName"] = true }
@@ -43,9 +42,9 @@ local function unparse(reqs)
     elseif op == "=" then
       terms[i] = r.key .. "==" .. r.value -- "=" before a value "=x" would read "=="
     elseif op == ">" or op == "<" then
-      local v = r.value
-      terms[i] = r.key .. op .. (v == huge and "1e999" or v == -huge and "-1e999"
-        or format("%.17g", v))
+      -- an integer, as parsed; 2^63 is how the double holds the largest
+      local v = format("%.0f", r.value):gsub("^(%-?)9223372036854775808$", "%19223372036854775807")
+      terms[i] = r.key .. op .. v
     else
       terms[i] = r.key .. op .. r.value
     end

@@ -315,9 +315,11 @@ function _M.parse_label_selector(s)
       local a, o, b = term:match("^([^!=<>]+)([!=]?=?)(.*)$")
       if not a or (o == "" and b ~= "") then
         a, o, b = term:match("^([^<>]+)([<>])(.*)$")
-        -- gt and lt take an integer (apimachinery's ParseInt), not every
-        -- number Lua reads ("nan", "inf", "0x10", "1e3")
-        if not a or not find(b, "^%s*[+-]?%d+%s*$") then
+        -- gt and lt take a 64-bit integer (apimachinery's ParseInt), not
+        -- every number Lua reads ("nan", "inf", "0x10", "1e3")
+        local digits = b and b:match("^%s*[+-]?0*(%d+)%s*$")
+        if not a or not digits or #digits > 19
+            or (#digits == 19 and digits > "9223372036854775807") then
           return nil, format("unable to parse requirement: found '%s', expected: in, notin, "
             .. "=, ==, !=, gt, lt", term)
         end
