@@ -1950,20 +1950,10 @@ function Store:delete(res, ns, name, opts, ctx)
       .. "does not match the ResourceVersion in record (%s). The object might have been modified",
       pre.resourceVersion, old.metadata.resourceVersion))
   end
-  if res.gv == "v1" and res.name == "namespaces" and self.opts.controllers == false
-      and is_object(old.spec) and is_array(old.spec.finalizers) and #old.spec.finalizers > 0 then
-    -- the namespace registry: Terminating until the namespace controller,
-    -- which does not run here, has emptied it and removed its finalizer
-    if old.metadata.deletionTimestamp or ctx.dry_run then return old, 200 end
-    local obj = copy(old)
-    obj.metadata.deletionTimestamp = util.timestamp()
-    obj.status = { phase = "Terminating" }
-    obj.metadata.resourceVersion = tostring(self:next_rv())
-    return self:put(res, obj, "MODIFIED", e).obj, 200
-  end
   if namespace_held(res, old) then
     -- the namespace registry: Terminating until the namespace controller
-    -- (kubelua.sim.namespaces, when it runs) has emptied it
+    -- (kubelua.sim.namespaces, when it runs) has emptied it and removed
+    -- its finalizer; without it, Terminating for good
     if old.metadata.deletionTimestamp or ctx.dry_run then return old, 200 end
     local obj = copy(old)
     obj.metadata.deletionTimestamp = util.timestamp()
