@@ -13,7 +13,10 @@
  * The probes' listening socket belongs to the loop's HTTP server; while the
  * loop is stuck nothing else accepts on it, and once the loop is back the
  * watchdog leaves it alone again (an accept that finds nothing is EAGAIN to
- * either side). */
+ * either side). The watchdog accepts only after checking, under the mutex,
+ * that the stuck run is still running, and kl_watchdog_leave() waits for an
+ * answer in progress: a probe that arrives after the loop is back is the
+ * loop's to answer. */
 #define _GNU_SOURCE /* accept4 */
 #include "watchdog.h"
 
@@ -40,6 +43,7 @@ struct kl_watchdog {
   pthread_t thread;
   pthread_mutex_t mu;
   pthread_cond_t cond;
+  pthread_cond_t answered; /* signalled when `probing` drops to 0 */
   double hang_timeout;
   kl_watchdog_hang_fn *on_hang;
   void *ud;
@@ -53,6 +57,7 @@ struct kl_watchdog {
   int want_trace; /* the hook may hand in a traceback */
   char *trace;
   int probes_fd;
+  int probing; /* the watchdog is answering a probe of the run */
   int stopping;
 };
 
@@ -188,8 +193,18 @@ static void *watch(void *arg) {
       char why[sizeof what + 64];
       snprintf(why, sizeof why, "%s has not yielded for %.1f s", what, took);
       struct pollfd pfd = {probes, POLLIN, 0};
-      while (poll(&pfd, 1, 0) > 0 && (pfd.revents & POLLIN))
+      while (poll(&pfd, 1, 0) > 0 && (pfd.revents & POLLIN)) {
+        pthread_mutex_lock(&wd->mu);
+        int still = wd->busy && wd->run == run && !wd->quit;
+        wd->probing = still;
+        pthread_mutex_unlock(&wd->mu);
+        if (!still) break;
         answer_probe(probes, why);
+        pthread_mutex_lock(&wd->mu);
+        wd->probing = 0;
+        pthread_cond_broadcast(&wd->answered);
+        pthread_mutex_unlock(&wd->mu);
+      }
     }
     pthread_mutex_lock(&wd->mu);
   }
@@ -208,6 +223,7 @@ kl_watchdog_t *kl_watchdog_new(double hang_timeout, kl_watchdog_hang_fn *fn,
   pthread_condattr_init(&ca);
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
   pthread_cond_init(&wd->cond, &ca);
+  pthread_cond_init(&wd->answered, &ca);
   pthread_condattr_destroy(&ca);
   pthread_mutex_init(&wd->mu, NULL);
   /* The thread starts with every signal blocked, so that none is delivered
@@ -218,6 +234,7 @@ kl_watchdog_t *kl_watchdog_new(double hang_timeout, kl_watchdog_hang_fn *fn,
   int rc = pthread_create(&wd->thread, NULL, watch, wd);
   pthread_sigmask(SIG_SETMASK, &old, NULL);
   if (rc != 0) {
+    pthread_cond_destroy(&wd->answered);
     pthread_cond_destroy(&wd->cond);
     pthread_mutex_destroy(&wd->mu);
     free(wd);
@@ -233,6 +250,7 @@ void kl_watchdog_free(kl_watchdog_t *wd) {
   pthread_cond_signal(&wd->cond);
   pthread_mutex_unlock(&wd->mu);
   pthread_join(wd->thread, NULL);
+  pthread_cond_destroy(&wd->answered);
   pthread_cond_destroy(&wd->cond);
   pthread_mutex_destroy(&wd->mu);
   free(wd->trace);
@@ -262,6 +280,8 @@ void kl_watchdog_leave(kl_watchdog_t *wd) {
   memcpy(what, wd->what, sizeof what);
   wd->busy = 0;
   wd->reported = 0;
+  while (wd->probing) /* only after a reported hang: at most a second */
+    pthread_cond_wait(&wd->answered, &wd->mu);
   pthread_mutex_unlock(&wd->mu);
   if (reported)
     kl_log(KL_LOG_INFO, "%s yielded after %.1f s%s", what, took,
