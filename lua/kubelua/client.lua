@@ -77,6 +77,14 @@ local known = {
   Expired = true, ServiceUnavailable = true,
 }
 
+---An error table like the client's own {code, reason, message, details},
+---for tests and for code that wraps the client.
+---@param code integer the HTTP code
+---@param reason string "NotFound", "Conflict", ...
+---@param message string
+---@param details? table
+---@return table err
+---@usage return nil, kube.client.new_error(404, "NotFound", 'configmaps "x" not found')
 local function new_error(code, reason, message, details)
   return setmetatable({ code = code, reason = reason, message = message, details = details },
     error_mt)
@@ -106,6 +114,16 @@ local function reason_of(err)
 end
 
 local function predicate(reason, code)
+  ---Whether err (a client error) has this reason (kube.is_not_found: 404
+  ---NotFound, is_conflict: 409, is_already_exists, is_gone: 410,
+  ---is_expired, is_forbidden: 403, is_invalid: 422, is_unauthorized: 401,
+  ---is_too_many_requests: 429), or, for a reason apimachinery does not
+  ---know, this HTTP code.
+  ---@param err any
+  ---@return boolean
+  ---@usage
+  --- local cm, err = kube.get("v1", "configmaps", "demo", "x")
+  --- if kube.is_not_found(err) then return end
   return function(err)
     local r, c = reason_of(err)
     if r == reason then return true end
@@ -125,10 +143,22 @@ _M.is_too_many_requests = predicate("TooManyRequests", 429)
 -- The server serves no such kind or resource (apimachinery's
 -- meta.IsNoMatchError: NoKindMatch, NoResourceMatch): found out by
 -- discovery, before any request.
+---Whether err says the server serves no such kind or resource
+---(NoKindMatch, NoResourceMatch: apimachinery's meta.IsNoMatchError),
+---found out by discovery before any request.
+---@param err any
+---@return boolean
+---@usage
+--- local inf, err = kube.informer("example.com/v1", "Backup")
+--- if kube.is_no_match(err) then install_crd() end
 _M.is_no_match = function(err)
   local r = reason_of(err)
   return r == "NoKindMatch" or r == "NoResourceMatch"
 end
+---Whether err is an error table of the client.
+---@param err any
+---@return boolean
+---@usage if kube.client.is_error(err) then print(err.code, err.reason) end
 _M.is_error = function(err) return getmetatable(err) == error_mt end
 
 -- Argument checks (misuse raises at the caller's line) ------------------------
@@ -179,6 +209,15 @@ local function query_string(params)
 end
 
 -- /api/v1/… for the core group, /apis/G/V/… for the others.
+---The path of a resource: /api/v1/... for the core group, /apis/G/V/...
+---otherwise, namespaced when ns is given.
+---@param api_version string
+---@param resource string the plural
+---@param ns? string
+---@param name? string
+---@param subresource? string
+---@return string
+---@usage kube.client.resource_path("apps/v1", "deployments", "demo", "web", "scale")
 local function resource_path(api_version, resource, ns, name, subresource)
   local parts = { find(api_version, "/", 1, true) and "/apis/" or "/api/", api_version }
   if ns then parts[#parts + 1] = "/namespaces/" .. escape(ns) end
@@ -191,6 +230,9 @@ _M.resource_path = resource_path
 
 -- Clients --------------------------------------------------------------------
 
+---A REST client of one API server. kube.get, kube.list, ... use the
+---default one (kube.client.default()).
+---@class kubelua.client
 local Client = {}
 Client.__index = Client
 
@@ -205,6 +247,12 @@ Client.__index = Client
 -- objects without metadata.namespace; field_manager for apply when the call
 -- gives none; discovery_refresh = 1: the seconds that must pass before a
 -- name discovery does not know fetches its group-version again.
+---A client: {server = URL, token, creds, tls, qps = 20, burst = 30,
+---user_agent, timeout = 30, connect_timeout = 10, idle_timeout,
+---namespace = "default", field_manager, discovery_refresh = 1}.
+---@param opts table
+---@return kubelua.client
+---@usage local c = kube.client.new{ server = kube.server(), token = token, qps = 50 }
 function _M.new(opts)
   if type(opts) ~= "table" then misuse("client.new", "opts must be a table, got " .. type(opts)) end
   local server = opts.server
@@ -269,6 +317,7 @@ end
 
 -- The TLS options with the client certificate that the creds' exec plugin
 -- returned, if any (kept while the certificate stays the same).
+---@package
 function Client:creds_tls()
   local creds = self.creds
   local cert, key
@@ -285,6 +334,7 @@ end
 
 -- Waits for a token of the bucket (reserving it first, so tasks that wait
 -- together are served in turn, each at its own due time).
+---@package
 function Client:take_token()
   local qps = self.qps
   if qps <= 0 then return end
@@ -312,6 +362,16 @@ local function count_request(self, method, r, started)
   request_duration:observe(monotonic() - started, { verb = method, host = host })
 end
 
+---The raw verb under all the others; path is relative to the server. In
+---a task.
+---@param method string "GET", "POST", ...
+---@param path string
+---@param query? table
+---@param body? string|table
+---@param content_type? string
+---@return table|nil body decoded
+---@return table? err
+---@usage local v = assert(c:request("GET", "/version"))
 function Client:request(method, path, query, body, content_type)
   local creds = self.creds
   local headers = self.headers
@@ -366,6 +426,7 @@ end
 -- Fetches the APIResourceList of a group-version into the cache. A
 -- group-version the server does not serve (404) is cached as one with no
 -- resources, so that its misses are rate limited as any other's.
+---@package
 function Client:discover(gv)
   -- another task fetches it: wait for it (bounded, in case that task dies)
   local start = monotonic()
@@ -446,6 +507,13 @@ end
 
 -- c:resolve(api_version, kind) -> { name, kind, namespaced, verbs,
 -- subresources } | nil, err (NoKindMatch, or discovery's own error).
+---What discovery says of a Kind: {name, kind, namespaced, verbs,
+---subresources}, or nil, err (NoKindMatch). In a task.
+---@param api_version string
+---@param kind string
+---@return table|nil info
+---@return table? err
+---@usage local info = assert(c:resolve("apps/v1", "Deployment")); print(info.name)
 function Client:resolve(api_version, kind)
   local info, err = lookup(self, api_version, kind, true)
   if info or err then return info, err end
@@ -456,6 +524,12 @@ end
 -- ("ConfigMap"), a plural resource ("configmaps") or a singular
 -- ("configmap"). An unknown name is a NoKindMatch when it starts with a
 -- capital, else a NoResourceMatch.
+---As c:resolve, for a Kind, a plural resource or a singular.
+---@param api_version string
+---@param name string
+---@return table|nil info
+---@return table? err
+---@usage local info = c:resource_info("v1", "configmap")
 function Client:resource_info(api_version, name)
   local info, err = lookup(self, api_version, name)
   if info or err then return info, err end
@@ -466,6 +540,12 @@ end
 -- stands for (c:resource_info's), for a request's path | nil, err. When
 -- discovery itself fails, a name in lower case goes to the server as
 -- given (the server's answer then tells); a Kind cannot.
+---The plural resource that name stands for, for a request's path.
+---@param api_version string
+---@param name string
+---@return string|nil resource
+---@return table? err
+---@usage c:resource_name("v1", "ConfigMap") --> "configmaps"
 function Client:resource_name(api_version, name)
   local info, err = self:resource_info(api_version, name)
   if info then return info.name end
@@ -476,6 +556,12 @@ end
 -- c:cached_resource_info(api_version, name) -> as c:resource_info when the
 -- group-version's discovery is cached, else nil (no request, so no task
 -- needed).
+---As c:resource_info when the group-version's discovery is cached, else
+---nil (no request, so no task needed).
+---@param api_version string
+---@param name string
+---@return table|nil info
+---@usage local info = c:cached_resource_info("v1", "Pod")
 function Client:cached_resource_info(api_version, name)
   local entry = self.discovery[api_version]
   return entry and find_info(entry, name) or nil
@@ -557,6 +643,13 @@ end
 -- c:get(api_version, resource, namespace, name [, opts]) or c:get(obj [, opts])
 -- -> the object | nil, err. opts: subresource ("status", "scale"),
 -- resource_version.
+---Reads one object: (api_version, resource, namespace, name [, opts]) or
+---(obj [, opts]). opts: subresource ("status", "scale"), resource_version.
+---resource may be a plural, a Kind or a singular. In a task.
+---@param ... any
+---@return table|nil obj
+---@return table? err
+---@usage local cm, err = c:get("v1", "ConfigMap", "demo", "settings")
 function Client:get(...)
   local name = "kube.get"
   check_self(name, self)
@@ -603,6 +696,13 @@ end
 -- -> the list (kind "…List", metadata.continue when more remain) | nil, err.
 -- opts: label_selector, field_selector, limit, continue, resource_version,
 -- resource_version_match, timeout_seconds. No namespace: all namespaces.
+---Lists objects: (api_version, resource [, namespace] [, opts]) or (obj [,
+---opts]); no namespace: all. opts: label_selector, field_selector, limit,
+---continue, resource_version, resource_version_match, timeout_seconds.
+---@param ... any
+---@return table|nil list metadata.continue when more remain
+---@return table? err
+---@usage local pods = assert(c:list("v1", "pods", "demo", { label_selector = "app=web" }))
 function Client:list(...)
   local name = "kube.list"
   check_self(name, self)
@@ -616,6 +716,13 @@ end
 -- fetched opts.limit (default 500) at a time; metadata.resourceVersion is
 -- the first page's. As client-go's pager, an expired continue token (410)
 -- falls back to one full list.
+---As c:list, one list with the items of every page (opts.limit, default
+---500, at a time); an expired continue token falls back to a full list.
+---@param ... any
+---@return table|nil list
+---@return table? err
+---@usage
+--- for _, ns in ipairs(assert(c:list_all("v1", "namespaces")).items) do print(ns.metadata.name) end
 function Client:list_all(...)
   local name = "kube.list_all"
   check_self(name, self)
@@ -662,6 +769,14 @@ end
 
 -- c:create(obj [, opts]) -> the created object | nil, err.
 -- opts: field_manager, dry_run, field_validation.
+---Creates an object. opts: field_manager, dry_run, field_validation.
+---@param obj table
+---@param opts? table
+---@return table|nil obj as created
+---@return table? err AlreadyExists, Invalid, ...
+---@usage
+--- local cm = assert(c:create{ apiVersion = "v1", kind = "ConfigMap", metadata = { namespace =
+---   "demo", name = "x" }, data = { a = "1" } })
 function Client:create(obj, opts)
   local name = "kube.create"
   check_self(name, self)
@@ -695,11 +810,27 @@ end
 -- c:update(obj [, opts]) -> the updated object | nil, err (409 Conflict
 -- when metadata.resourceVersion is stale). opts: subresource,
 -- field_manager, dry_run, field_validation.
+---Replaces an object (a Conflict when metadata.resourceVersion is stale).
+---opts: subresource, field_manager, dry_run, field_validation.
+---@param obj table
+---@param opts? table
+---@return table|nil obj
+---@return table? err
+---@usage
+--- obj.data.color = "blue"
+--- local _, err = c:update(obj)
+--- if kube.is_conflict(err) then return kube.requeue_after(0) end
 function Client:update(obj, opts)
   return update(self, "kube.update", obj, opts)
 end
 
 -- c:update_status(obj [, opts]): update of the status subresource.
+---Replaces the status subresource of an object.
+---@param obj table
+---@param opts? table
+---@return table|nil obj
+---@return table? err
+---@usage obj.status = { ready = true }; assert(c:update_status(obj))
 function Client:update_status(obj, opts)
   return update(self, "kube.update_status", obj, opts, "status")
 end
@@ -742,6 +873,15 @@ end
 -- patch: a table (encoded) or a string; type: "merge" (the default),
 -- "json", "strategic", "apply". opts: field_manager (required for apply,
 -- unless the client has one), force (apply only), subresource, dry_run.
+---Patches an object: (api_version, resource, namespace, name, patch, type
+---[, opts]) or (obj, patch, type [, opts]). patch: a table or a string;
+---type: "merge" (default), "json", "strategic", "apply". opts:
+---field_manager, force, subresource, dry_run.
+---@param a any
+---@param ... any
+---@return table|nil obj
+---@return table? err
+---@usage c:patch(obj, { metadata = { labels = { seen = "yes" } } }, "merge")
 function Client:patch(a, ...)
   local name = "kube.patch"
   check_self(name, self)
@@ -762,6 +902,14 @@ end
 -- c:apply(obj [, opts]) -> the object after a server-side apply | nil, err.
 -- opts: field_manager (required unless the client has one), force,
 -- subresource, dry_run. A conflict with another manager is a 409.
+---Server-side apply. opts: field_manager (required unless the client has
+---one), force, subresource, dry_run. A conflict with another manager is a
+---409.
+---@param obj table
+---@param opts? table
+---@return table|nil obj
+---@return table? err
+---@usage c:apply(desired, { field_manager = "mirror", force = true })
 function Client:apply(obj, opts)
   local name = "kube.apply"
   check_self(name, self)
@@ -777,6 +925,16 @@ end
 -- deletion, or a Status) | nil, err. opts: propagation_policy
 -- ("Foreground", "Background", "Orphan"), preconditions {uid,
 -- resourceVersion}, grace_period_seconds, dry_run.
+---Deletes an object: (api_version, resource, namespace, name [, opts]) or
+---(obj [, opts]). opts: propagation_policy ("Foreground", "Background",
+---"Orphan"), preconditions {uid, resourceVersion}, grace_period_seconds,
+---dry_run.
+---@param ... any
+---@return table|nil answer the object marked for deletion, or a Status
+---@return table? err
+---@usage
+--- local _, err = c:delete("v1", "configmaps", "demo", "x")
+--- if err and not kube.is_not_found(err) then error(err.message) end
 function Client:delete(...)
   local name = "kube.delete"
   check_self(name, self)
@@ -803,6 +961,9 @@ end
 local default
 
 -- client.set_default(c): the client the module functions (kube.get, …) use.
+---Sets the client that the module functions (kube.get, ...) use.
+---@param c kubelua.client|nil
+---@usage kube.client.set_default(kube.client.new{ server = url, token = t })
 function _M.set_default(c)
   if c ~= nil and getmetatable(c) ~= Client then
     misuse("client.set_default", "expected a client or nil, got " .. type(c))
@@ -811,6 +972,9 @@ function _M.set_default(c)
 end
 
 -- client.default() -> the default client, or nil.
+---The default client, or nil.
+---@return kubelua.client|nil
+---@usage local c = kube.client.default()
 function _M.default() return default end
 
 local function default_client(name)
@@ -832,6 +996,14 @@ end
 for _, verb in pairs({ "get", "list", "list_all", "create", "update", "update_status",
                        "patch", "delete", "apply" }) do
   local method, name = Client[verb], "kube." .. verb
+  ---The client's verb on the default client (connecting on first use):
+  ---kube.get, kube.list, kube.list_all, kube.create, kube.update,
+  ---kube.update_status, kube.patch, kube.delete, kube.apply take the
+  ---arguments of kubelua.client's methods of the same names. In a task.
+  ---@param ... any
+  ---@return table|nil result
+  ---@return table? err {code, reason, message}
+  ---@usage local cm, err = kube.get("v1", "configmaps", "demo", "settings")
   _M[verb] = function(...)
     return method(default_client(name), ...)
   end

@@ -57,13 +57,46 @@ local helpers = require "kubelua.helpers"
 
 -- The change predicates, and every key predicates takes by name.
 local CHANGED = { generation_changed = true, labels_changed = true, annotations_changed = true }
+---The change predicates of kube.controller{}: an update passes when one of
+---the changes named happened and every function(ev) in the list returns
+---true; adds and deletes meet only the functions.
+---@class kube.Predicates
+---@field generation_changed? boolean metadata.generation changed (spec edits)
+---@field labels_changed? boolean metadata.labels changed
+---@field annotations_changed? boolean metadata.annotations changed
+---@field fields? string[] dotted paths whose value changed ("spec.replicas")
+---@usage
+--- predicates = { generation_changed = true, fields = { "metadata.labels" }, function(ev) return
+---   ev.object.metadata.namespace ~= "kube-system" end }
 local PREDICATE_KEYS = { generation_changed = true, labels_changed = true,
                          annotations_changed = true, fields = true }
 
 -- The keys kube.controller{} takes: any other raises, naming the nearest.
+---What kube.controller{} takes.
+---@class kube.ControllerOpts
+---@field name string the controller's name (its workqueue's, its logs')
+---@field watches table {apiVersion, kind_or_resource [, informer opts]}: the reconciled kind
+---@field owns? table[] {apiVersion, kind [, opts]} each: queues its object's controller owner
+---@field watches_mapped? table[] {informer_or_spec, function(ev) -> keys} each
+---@field predicates? kube.Predicates filters the watched object's events
+---@field workers? integer how many reconciles run at once (default 1)
+---@field rate_limiter? table the workqueue's (see kube.workqueue)
+---@field reconcile fun(req: kube.req, ctx: kube.ctx): any
+---@field timers? kube.Timer[] per-object timers
+---@usage
+--- kube.controller{ name = "greeter", watches = { "example.com/v1", "Greeting" }, owns = { {
+---   "v1", "ConfigMap" } }, reconcile = reconcile }
 local KEYS = { name = true, watches = true, owns = true, watches_mapped = true,
                predicates = true, workers = true, rate_limiter = true, reconcile = true,
                timers = true }
+---A per-object timer of kube.controller{}: fn(obj, ctx) runs every
+---seconds for each cached object of the watched kind while it exists,
+---serialized with its reconcile; stopped at deletion and reload.
+---@class kube.Timer
+---@field every number seconds between runs
+---@field fn fun(obj: table, ctx: kube.ctx) what runs
+---@field idle? number seconds the object must have been left alone first
+---@usage timers = { { every = 60, idle = 10, fn = function(obj, ctx) ctx.log.info("tick") end } }
 local TIMER_KEYS = { every = true, fn = true, idle = true }
 
 -- Raises at the caller of kube.controller: level counts misuse, the
@@ -337,8 +370,36 @@ local function object_timers(kube, name, timers, primary, busy)
   primary:add_handler{ add = seen, update = seen, delete = seen }
 end
 
+---The first argument of kube.controller's reconcile.
+---@class kube.req
+---@field key string "namespace/name", or "name"
+---@field namespace string? nil for a cluster-scoped object
+---@field name string
+---@usage
+--- reconcile = function(req, ctx) local cm = kube.get("v1", "configmaps", req.namespace,
+---   req.name) end
+
+---What kube.controller{} returns.
+---@class kube.Controller
+---@field name string
+---@field queue kubelua.workqueue its workqueue
+---@field informers table the watched kind's informer first, then the owned, then the mapped
+---@field started boolean true once the workers run
+---@usage local ctl = kube.controller{ ... }; local cached = ctl.informers[1]:list()
+
 -- kube.controller(spec) -> { name, queue, informers = { watched, owned…,
 -- mapped… }, started = false until the workers run }.
+---The common controller (controller-runtime's builder): one workqueue
+---named after it; the watched object's events queue its key, an owned
+---object's its controller owner's, a mapped watch the keys its function
+---returns; workers start once every informer has synced. An unknown key
+---raises naming the nearest ("did you mean owns?"); a wrong type names
+---the type.
+---@param spec kube.ControllerOpts
+---@return kube.Controller
+---@usage
+--- kube.controller{ name = "mirror", watches = { "v1", "ConfigMap" }, reconcile = function(req,
+---   ctx) if ctx.object then ctx.log.info("seen") end end }
 function _M.new(spec)
   check(spec)
   local kube = require "kubelua"

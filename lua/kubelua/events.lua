@@ -33,6 +33,10 @@ local controller_name = "kubelua"
 local instance
 
 -- The reportingController (and core/v1 source.component) of this process.
+---Names the reportingController (and source.component) of the Events
+---this process posts (default "kubelua").
+---@param name string
+---@usage kube.events.set_controller("greeting-operator")
 function _M.set_controller(name)
   if type(name) ~= "string" or name == "" then
     error("kube.events.set_controller: expected a non-empty name", 2)
@@ -146,6 +150,15 @@ end
 local dropped = {} -- object key -> events refused by the rate limit
 
 -- kube.event(obj, type, reason, message [, action]): see the top.
+---Posts a Kubernetes Event about obj, aggregated and rate limited as
+---client-go's recorder does (a repeat within 10 minutes updates the
+---count); returns at once, the request is made by a task.
+---@param obj table the object the Event is about
+---@param etype string "Normal" or "Warning"
+---@param reason string CamelCase, "Synced"
+---@param message string
+---@param action? string
+---@usage kube.event(obj, "Warning", "InvalidSpec", "spec.size must be positive")
 function _M.event(obj, etype, reason, message, action)
   local m = type(obj) == "table" and obj.metadata
   if type(m) ~= "table" or type(m.name) ~= "string" then

@@ -60,6 +60,11 @@ end
 
 -- key(obj) -> "namespace/name", or "name" for a cluster-scoped object
 -- (client-go's MetaNamespaceKeyFunc).
+---An object's cache key: "namespace/name", or "name" for a cluster-scoped
+---object (client-go's MetaNamespaceKeyFunc).
+---@param obj table
+---@return string
+---@usage q:add(kube.key(obj))
 function _M.key(obj)
   local md = check_object("key", obj)
   if not md or type(md.name) ~= "string" then
@@ -73,6 +78,10 @@ end
 -- Owner references ----------------------------------------------------------
 
 -- controller_of(obj) -> the owner reference that has controller = true, or nil.
+---The owner reference of obj that has controller = true, or nil.
+---@param obj table
+---@return table|nil ref {apiVersion, kind, name, uid, controller}
+---@usage local owner = kube.controller_of(pod); if owner then print(owner.kind, owner.name) end
 function _M.controller_of(obj)
   local md = check_object("controller_of", obj)
   local refs = md and md.ownerReferences
@@ -89,6 +98,15 @@ end
 -- blockOwnerDeletion = true}, as controllerutil.SetControllerReference:
 -- owner and obj must be in the same namespace, and a cluster-scoped obj
 -- cannot have a namespaced owner (these raise).
+---Makes owner obj's controller (an owner reference with controller and
+---blockOwnerDeletion), as controllerutil.SetControllerReference. Both must
+---be in the same namespace (else it raises).
+---@param owner table
+---@param obj table changed in place
+---@return true|nil ok
+---@return string? err
+---@return string? code "AlreadyOwned" when another object controls obj
+---@usage assert(kube.set_controller_reference(greeting, cm)); kube.create(cm)
 function _M.set_controller_reference(owner, obj)
   local omd = check_object("set_controller_reference", owner, "owner")
   local md = check_object("set_controller_reference", obj)
@@ -151,6 +169,11 @@ local function finalizers_of(fname, obj, f)
 end
 
 -- has_finalizer(obj, f) -> whether metadata.finalizers holds f.
+---Whether metadata.finalizers holds f.
+---@param obj table
+---@param f string
+---@return boolean
+---@usage if not kube.has_finalizer(obj, "example.com/cleanup") then ... end
 function _M.has_finalizer(obj, f)
   local _, list = finalizers_of("has_finalizer", obj, f)
   if not list then return false end
@@ -161,6 +184,11 @@ function _M.has_finalizer(obj, f)
 end
 
 -- add_finalizer(obj, f) -> true when f was added, false when already there.
+---Adds f to metadata.finalizers of the table.
+---@param obj table changed in place
+---@param f string
+---@return boolean added false when it was there already
+---@usage if kube.add_finalizer(obj, FIN) then obj = assert(kube.update(obj)) end
 function _M.add_finalizer(obj, f)
   local md, list = finalizers_of("add_finalizer", obj, f)
   if list then
@@ -180,6 +208,11 @@ end
 
 -- remove_finalizer(obj, f) -> true when f was removed (every copy of it),
 -- false when it was not there.
+---Removes every copy of f from metadata.finalizers of the table.
+---@param obj table changed in place
+---@param f string
+---@return boolean removed false when it was not there
+---@usage if kube.remove_finalizer(obj, FIN) then kube.update(obj) end
 function _M.remove_finalizer(obj, f)
   local md, list = finalizers_of("remove_finalizer", obj, f)
   if not list then return false end
@@ -222,6 +255,13 @@ end
 -- patch_add_finalizer(obj, f) -> the object as the server now has it, true;
 -- or obj, false when f is there already (no request); or nil, err (a
 -- Conflict when the object changed since obj was read). In a task.
+---Adds f on the server with a merge patch guarded by the object's
+---resourceVersion (a changed object gives a Conflict). In a task.
+---@param obj table
+---@param f string
+---@return table|nil obj the object as the server now has it (or obj when f was there)
+---@return boolean|string changed true, false when nothing was sent; or the error
+---@usage local obj, err = kube.patch_add_finalizer(ctx.object, "example.com/cleanup")
 function _M.patch_add_finalizer(obj, f)
   finalizers_of("patch_add_finalizer", obj, f)
   local copy = shallow_copy(obj)
@@ -232,6 +272,14 @@ end
 -- patch_remove_finalizer(obj, f) -> as patch_add_finalizer, removing f.
 -- The usual last step of a deletion: the server deletes the object once
 -- its last finalizer goes.
+---Removes f on the server as patch_add_finalizer adds it: the usual last
+---step of a deletion (the server deletes the object once its last
+---finalizer goes). In a task.
+---@param obj table
+---@param f string
+---@return table|nil obj
+---@return boolean|string changed or the error
+---@usage if kube.is_being_deleted(obj) then cleanup(obj); kube.patch_remove_finalizer(obj, FIN) end
 function _M.patch_remove_finalizer(obj, f)
   finalizers_of("patch_remove_finalizer", obj, f)
   local copy = shallow_copy(obj)
@@ -241,6 +289,11 @@ end
 
 -- is_being_deleted(obj) -> whether metadata.deletionTimestamp is set: the
 -- object waits for its finalizers.
+---Whether metadata.deletionTimestamp is set: the object waits for its
+---finalizers.
+---@param obj table
+---@return boolean
+---@usage if kube.is_being_deleted(obj) then return finalize(obj) end
 function _M.is_being_deleted(obj)
   local md = check_object("is_being_deleted", obj)
   return md ~= nil and present(md.deletionTimestamp)
@@ -265,6 +318,11 @@ end
 
 -- get_condition(obj, type) -> the condition of that type in
 -- status.conditions, or nil.
+---The condition of that type in status.conditions, or nil.
+---@param obj table
+---@param ctype string
+---@return table|nil
+---@usage local ready = kube.get_condition(obj, "Ready")
 function _M.get_condition(obj, ctype)
   check_object("get_condition", obj)
   check_string("get_condition", "type", ctype)
@@ -272,6 +330,11 @@ function _M.get_condition(obj, ctype)
 end
 
 -- is_condition_true(obj, type) -> whether that condition has status "True".
+---Whether the condition of that type has status "True".
+---@param obj table
+---@param ctype string
+---@return boolean
+---@usage if kube.is_condition_true(deploy, "Available") then ... end
 function _M.is_condition_true(obj, ctype)
   check_object("is_condition_true", obj)
   check_string("is_condition_true", "type", ctype)
@@ -286,6 +349,15 @@ local statuses = { True = true, False = true, Unknown = true }
 -- As meta.SetStatusCondition: a new condition, or one whose status changes,
 -- gets lastTransitionTime (the given one, else now); otherwise the time is
 -- kept and reason, message and observedGeneration are updated.
+---Sets a condition in status.conditions as meta.SetStatusCondition does: a
+---new condition, or one whose status changes, gets lastTransitionTime
+---(the given one, else now); otherwise the time is kept.
+---@param obj table changed in place
+---@param cond table {type, status, reason, message, observedGeneration, lastTransitionTime}
+---@return boolean changed
+---@usage
+--- if kube.set_condition(obj, { type = "Ready", status = "True", reason = "Synced" }) then
+---   kube.update_status(obj) end
 function _M.set_condition(obj, cond)
   check_object("set_condition", obj)
   if type(cond) ~= "table" then
@@ -391,6 +463,13 @@ end
 -- new: changed and added fields, kube.null for removed ones, objects
 -- diffed key by key, arrays (kubelua.array or 1..n tables) replaced whole.
 -- {} when nothing changed. Send it with kube.patch(obj, patch, "merge").
+---The RFC 7386 merge patch that turns old into new: changed and added
+---fields, kube.null for removed ones, arrays replaced whole; {} when
+---nothing changed.
+---@param old table
+---@param new table
+---@return table patch
+---@usage kube.patch(old, kube.merge_patch(old, new), "merge")
 function _M.merge_patch(old, new)
   check_objects("kube.merge_patch", old, new)
   return diff(old, new)
@@ -456,6 +535,16 @@ end
 -- remove). Objects are compared key by key, a change of type (an object
 -- for a string, an array for an object) is one replace, and kube.null
 -- counts as absent. {} when they are equal.
+---The changes that turn object old into new, each {op = "add" | "remove" |
+---"replace", path, old, new}, paths Lua-like ("spec.replicas",
+---'metadata.labels["app.kubernetes.io/name"]', "spec.containers[1].image");
+---{} when they are equal.
+---@param old table
+---@param new table
+---@return table[] changes
+---@usage
+--- for _, c in ipairs(kube.diff(ev.old, ev.object)) do ctx.log.info("changed", { path = c.path })
+---   end
 function _M.diff(old, new)
   check_objects("kube.diff", old, new)
   local out = {}

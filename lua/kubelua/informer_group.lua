@@ -19,9 +19,16 @@ local find, sub = string.find, string.sub
 
 local _M = {}
 
+---What kube.informer gives for opts.namespaces, or for a Kind named
+---before discovery answered: several shared informers seen as one, with
+---the methods of kubelua.informer; empty and not synced until attached.
+---@class kubelua.informer_group
 local Group = {}
 Group.__index = Group
 
+---A handler registered on a group: on every member, and on members yet
+---to be attached.
+---@class kubelua.informer_group.handler
 local Handle = {}
 Handle.__index = Handle
 
@@ -36,6 +43,7 @@ function _M.is_group(v) return getmetatable(v) == Group end
 
 -- group:attach(infs, namespaces): infs[i] watches namespaces[i] (nil for a
 -- group of one informer that spans whatever it watches).
+---@package
 function Group:attach(infs, namespaces)
   local by_ns
   if namespaces then
@@ -52,11 +60,16 @@ function Group:attach(infs, namespaces)
   self.members = infs
 end
 
+---The group's name.
+---@return string
+---@usage print(group:name())
 function Group:name() return self._name end
 
+---@package
 function Group:attached() return self.members ~= nil end
 
 -- The member that holds a namespace's objects, or nil.
+---@package
 function Group:member_for(ns)
   local members = self.members
   if not members then return nil end
@@ -71,18 +84,24 @@ local function add_handler(self, method, arg)
   return h
 end
 
+---@package
 function Handle:attach(infs)
   for i, inf in ipairs(infs) do self.subs[i] = inf[self.method](inf, self.arg) end
 end
 
 -- handle:remove(): the handler stops on every member (and on members yet
 -- to be attached).
+---Removes the handler from every member.
+---@usage h:remove()
 function Handle:remove()
   self.removed = true
   for _, s in ipairs(self.subs) do s:remove() end
   self.subs = {}
 end
 
+---Whether the initial adds of every member reached the handler.
+---@return boolean
+---@usage kube.wait_for_sync(h)
 function Handle:has_synced()
   if self.removed or #self.subs == 0 then return false end
   for _, s in ipairs(self.subs) do
@@ -91,16 +110,38 @@ function Handle:has_synced()
   return true
 end
 
+---As informer:on_add, on every member.
+---@param fn fun(ev: kubelua.event)
+---@return kubelua.informer_group.handler
+---@usage group:on_add(function(ev) q:add(ev.key) end)
 function Group:on_add(fn) return add_handler(self, "on_add", fn) end
+---As informer:on_update, on every member.
+---@param fn fun(ev: kubelua.event)
+---@return kubelua.informer_group.handler
+---@usage group:on_update(function(ev) q:add(ev.key) end)
 function Group:on_update(fn) return add_handler(self, "on_update", fn) end
+---As informer:on_delete, on every member.
+---@param fn fun(ev: kubelua.event)
+---@return kubelua.informer_group.handler
+---@usage group:on_delete(function(ev) q:add(ev.key) end)
 function Group:on_delete(fn) return add_handler(self, "on_delete", fn) end
+---As informer:add_handler, on every member.
+---@param funcs table {add, update, delete, name, resync, filter}
+---@return kubelua.informer_group.handler
+---@usage group:add_handler{ add = enqueue, update = enqueue, delete = enqueue }
 function Group:add_handler(funcs) return add_handler(self, "add_handler", funcs) end
 
+---As informer:add_indexers, on every member.
+---@param idx table
+---@usage group:add_indexers{ by_app = function(o) return { o.metadata.labels.app } end }
 function Group:add_indexers(idx)
   self.indexers[#self.indexers + 1] = idx
   for _, inf in ipairs(self.members or {}) do inf:add_indexers(idx) end
 end
 
+---Whether every member has synced (false until attached).
+---@return boolean
+---@usage kube.wait_for_sync(group)
 function Group:has_synced()
   local members = self.members
   if not members then return false end
@@ -112,6 +153,11 @@ end
 
 -- get(key) or get(namespace, name): from the member that watches the
 -- object's namespace.
+---The cached object of a key, from the member that watches its namespace.
+---@param a string "ns/name", or the namespace
+---@param b? string the name
+---@return table|nil
+---@usage local cm = group:get("team-a", "settings")
 function Group:get(a, b)
   local ns, key = a, a
   if b ~= nil then
@@ -134,6 +180,10 @@ local function concat_all(self, method, ...)
   return out
 end
 
+---The cached objects of one namespace, or of all members.
+---@param ns? string
+---@return table[]
+---@usage for _, s in ipairs(group:list()) do print(s.metadata.name) end
 function Group:list(ns)
   if ns ~= nil and self.by_ns then
     local inf = self.by_ns[ns]
@@ -142,10 +192,27 @@ function Group:list(ns)
   return concat_all(self, "list", ns)
 end
 
+---The keys of every member's objects.
+---@return string[]
+---@usage local keys = group:list_keys()
 function Group:list_keys() return concat_all(self, "list_keys") end
+---As informer:by_index, over every member.
+---@param name string
+---@param value string
+---@return table[]
+---@usage local owned = group:by_index("controller", uid)
 function Group:by_index(name, value) return concat_all(self, "by_index", name, value) end
+---As informer:index_keys, over every member.
+---@param name string
+---@param value string
+---@return string[]
+---@usage local keys = group:index_keys("namespace", "team-a")
 function Group:index_keys(name, value) return concat_all(self, "index_keys", name, value) end
 
+---The values an index holds, over every member, each once.
+---@param name string
+---@return string[]
+---@usage local apps = group:index_values("app")
 function Group:index_values(name)
   local seen, out = {}, {}
   for _, v in ipairs(concat_all(self, "index_values", name)) do
@@ -163,15 +230,26 @@ local function sum(self, method)
   return n
 end
 
+---The number of objects cached by every member.
+---@return integer
+---@usage print(group:len())
 function Group:len() return sum(self, "len") end
+---The deltas and notifications pending in every member.
+---@return integer
+---@usage while group:pending() > 0 do kube.sleep(0.01) end
 function Group:pending() return sum(self, "pending") end
 
+---Resyncs every member.
+---@usage group:resync()
 function Group:resync()
   for _, inf in ipairs(self.members or {}) do inf:resync() end
 end
 
 -- The member's resourceVersion for a group of one; nil for several watches,
 -- whose resourceVersions say nothing together.
+---The member's resourceVersion for a group of one; nil for several.
+---@return string|nil
+---@usage local rv = group:last_sync_resource_version()
 function Group:last_sync_resource_version()
   local members = self.members
   if members and #members == 1 and not self.by_ns then
@@ -181,6 +259,10 @@ function Group:last_sync_resource_version()
 end
 
 for _, m in ipairs({ "feed", "replace", "add", "update", "delete" }) do
+  ---Raises: feed, replace, add, update and delete are for local informers
+  ---(kube.local_informer), not for a watching group.
+  ---@param ... any
+  ---@usage local inf = kube.local_informer{}; inf:add(obj) -- not group:add(obj)
   Group[m] = function()
     error("informer:" .. m .. ": not for a watching informer", 2)
   end

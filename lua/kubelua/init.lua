@@ -44,6 +44,12 @@ _M.stopping = core.stopping
 -- kube.run(fn [, timeout]) -> fn's results: runs fn in a new task and waits
 -- for it (default timeout 60 s); raises fn's error, with its traceback.
 -- Only inside a task: specs (kubelua test runs them in one) and tools.
+---Runs fn in a new task and waits for it; raises fn's error with its
+---traceback. Only inside a task (specs, tools).
+---@param fn function
+---@param timeout? number seconds (default 60)
+---@return any ... fn's results
+---@usage local n = kube.run(function() return #kube.list("v1", "pods", "demo").items end)
 function _M.run(fn, timeout)
   if type(fn) ~= "function" then
     error("kube.run: expected a function, got " .. type(fn), 2)
@@ -57,6 +63,10 @@ function _M.run(fn, timeout)
 end
 
 -- kube.spawn(fn, ...): runs fn(...) in a new task (a coroutine on the loop).
+---Runs fn(...) in a new task (a coroutine on the loop), from the next turn.
+---@param fn function
+---@param ... any fn's arguments
+---@usage kube.spawn(function() while true do poll(); kube.sleep(10) end end)
 function _M.spawn(fn, ...)
   if type(fn) ~= "function" then
     error("kube.spawn: expected a function, got " .. type(fn), 2)
@@ -95,6 +105,11 @@ end
 
 local log = {}
 for _, level in pairs({ "debug", "info", "warn", "error" }) do
+  ---Logs a line at this level (kube.log.debug, info, warn, error) with
+  ---fields written as k=v, keys sorted (or JSON with --log-format json).
+  ---@param msg string
+  ---@param fields? table
+  ---@usage kube.log.info("copied", { from = key, to = target })
   log[level] = function(msg, fields)
     core.log(level, tostring(msg), format_fields(fields))
   end
@@ -136,6 +151,15 @@ function _M._run_options(o)
   end
 end
 
+---Names the API server to talk to: {server = URL, token, tls, namespace},
+---or finds it as controller-runtime does from {kubeconfig = PATH, context
+---= NAME} or nothing (--kubeconfig, KUBECONFIG, in-cluster, ~/.kube/config).
+---Informers and requests connect on first use when nothing was said.
+---@param cfg? table
+---@return true|nil ok
+---@return string? err
+---@usage
+--- assert(kube.connect{ kubeconfig = os.getenv("HOME") .. "/.kube/config", context = "kind" })
 function _M.connect(cfg)
   cfg = cfg or run_opts
   if type(cfg) ~= "table" then
@@ -178,10 +202,17 @@ local function authorization()
   return token and "Bearer " .. token or nil
 end
 
+---The URL of the API server in use, or nil before a connection.
+---@return string|nil
+---@usage kube.log.info("server", { url = kube.server() })
 function _M.server() return conn.server end
 
 -- The connection in use: server, namespace (the context's or the pod's),
 -- origin ("kubeconfig PATH", "in-cluster"), and tls.
+---The connection in use: server, namespace (the context's or the pod's),
+---origin ("kubeconfig PATH", "in-cluster") and tls.
+---@return table
+---@usage local ns = kube.connection().namespace or "default"
 function _M.connection()
   return { server = conn.server, namespace = conn.namespace, origin = conn.origin,
            tls = conn.tls, authorization = authorization }
@@ -189,6 +220,11 @@ end
 
 -- kube.start_sim([opts]) -> sim: an API simulator in this process on a
 -- loopback port, and the connection pointed at it (kubelua run --sim).
+---Starts an API simulator in this process on a loopback port and points
+---the connection at it (what `kubelua run --sim` does).
+---@param opts? table the simulator's options
+---@return table sim
+---@usage local sim = kube.start_sim()
 function _M.start_sim(opts)
   local sim = require("kubelua.sim").new(opts)
   local srv = assert(sim:listen{ host = "127.0.0.1", port = 0 })
@@ -337,6 +373,22 @@ local function check_namespaces(namespaces, single)
 end
 
 -- The keys of kube.informer's opts: any other raises, naming the nearest.
+---The options of kube.informer.
+---@class kube.InformerOpts
+---@field namespace? string watch one namespace (default: all)
+---@field namespaces? string[] watch each of these; one object spans them (kubelua.informer_group)
+---@field label_selector? string "app=web,tier!=db"
+---@field field_selector? string "metadata.name=x"
+---@field resync? number seconds between resyncs of the handlers (default none)
+---@field indexers? table {name = fn(obj) -> keys}, {label = "app"}, "namespace", "controller"
+---@field transform? fun(obj: table): table applied before caching
+---@field keep_managed_fields? boolean keep metadata.managedFields (dropped by default)
+---@field watch_list? boolean stream the initial list as watch events (default true)
+---@field plain_objects? boolean keep cached JSON uncompressed
+---@field compress_min_objects? integer the cache size from which it is compressed (default 512)
+---@usage
+--- kube.informer("v1", "Pod", { namespace = "demo", label_selector = "app=web", indexers = {
+---   "controller" } })
 local INFORMER_KEYS = { namespace = true, namespaces = true, label_selector = true,
   field_selector = true, resync = true, indexers = true, transform = true,
   keep_managed_fields = true, watch_list = true, plain_objects = true,
@@ -362,6 +414,18 @@ local INFORMER_KEYS = { namespace = true, namespaces = true, label_selector = tr
 -- synced, and a task resolves the kind and starts the watch when discovery
 -- answers, retrying with backoff (1 s up to 30 s) while it fails, so a CRD
 -- installed later is picked up.
+---A shared informer: the same arguments give the same one (one watch, one
+---cache). kind_or_resource is a Kind ("ConfigMap"), a plural
+---("configmaps") or a singular, found by discovery. Outside a task a Kind
+---not yet discovered gives an empty group that starts when discovery
+---answers; in a task an unknown kind returns nil, err. An unknown option
+---raises, naming the nearest valid one.
+---@param api_version string "v1", "apps/v1", "example.com/v1"
+---@param kind_or_resource string
+---@param opts? kube.InformerOpts
+---@return kubelua.informer|kubelua.informer_group|nil
+---@return string? err
+---@usage local pods = kube.informer("v1", "Pod", { namespace = "demo" })
 function _M.informer(api_version, resource, opts)
   if type(api_version) ~= "string" or type(resource) ~= "string" then
     error("kube.informer: expected an apiVersion and a resource name", 2)
@@ -443,6 +507,10 @@ end
 
 -- kube.wait_for_sync(inf, … [, timeout]) -> true once every informer has
 -- synced, false when timeout seconds (default 60) pass first. In a task.
+---Waits (in a task) until every informer given has synced.
+---@param ... kubelua.informer informers, then optionally a timeout in seconds (default 60)
+---@return boolean synced false when the timeout passed first
+---@usage assert(kube.wait_for_sync(pods, configmaps, 30))
 function _M.wait_for_sync(...)
   local n = select("#", ...)
   local timeout = 60
@@ -490,6 +558,16 @@ _M._schedule_clock = { now = core.now, sleep = core.sleep }
 -- the schedule goes on. A bad spec raises naming the field
 -- ("kube.schedule: bad minute field \"61\": 61 is out of range 0-59").
 -- Returns the next fire time.
+---Runs fn(at) on a standard 5-field cron schedule (UTC unless opts.tz, a
+---fixed offset such as "+02:00"). A named schedule survives reloads: the
+---next generation's schedule of the same name and spec fires when the
+---old one would have. A bad spec raises naming the field.
+---@param name_or_spec string the schedule's name, or its spec when unnamed
+---@param spec_or_fn string|function
+---@param fn? function|table fn(at), or opts when unnamed
+---@param opts? {tz?: string}
+---@return number next the next fire time (seconds since the epoch)
+---@usage kube.schedule("cleanup", "*/5 * * * *", function(at) prune() end)
 function _M.schedule(a, b, c, d)
   local name, spec, fn, opts = nil, a, b, c
   if type(b) ~= "function" then name, spec, fn, opts = a, b, c, d end
@@ -552,6 +630,11 @@ end }
 
 -- kube.requeue_after(seconds): a reconcile's result that asks for another
 -- run after `seconds` (the failure count is forgotten).
+---A reconcile's result asking for another run after seconds (the key's
+---failures are forgotten).
+---@param seconds number
+---@return table
+---@usage return kube.requeue_after(30)
 function _M.requeue_after(seconds)
   if type(seconds) ~= "number" or seconds ~= seconds then
     error("kube.requeue_after: seconds must be a number, got " .. type(seconds), 2)
@@ -564,6 +647,12 @@ local terminal_mt = { __tostring = function(t) return "terminal: " .. t.message 
 -- kube.terminal(msg): a reconcile's result (returned or raised) that gives
 -- up on the key: logged, forgotten, not retried until the key is added
 -- again (controller-runtime's TerminalError).
+---A reconcile's result (returned or raised) that gives up on the key:
+---logged, forgotten, not retried until the key is added again
+---(controller-runtime's TerminalError).
+---@param msg string why
+---@return table
+---@usage return kube.terminal("spec.size must be positive")
 function _M.terminal(msg)
   if type(msg) ~= "string" then
     error("kube.terminal: msg must be a string, got " .. type(msg), 2)
@@ -603,6 +692,16 @@ end
 -- for kube.controller's reconcile, object (the watched object from the
 -- informer's cache as the reconcile first reads it, nil when it is gone).
 -- namespace, name, attempt, log and object are computed when first read.
+---A reconcile's second argument (kube.controller and kube.workers).
+---@class kube.ctx
+---@field key string "namespace/name", or "name"
+---@field namespace string? nil for a cluster-scoped key
+---@field name string
+---@field attempt integer failures since the key was last forgotten (0 on a first try)
+---@field log table kube.log with the controller and key bound: ctx.log.info(msg, fields)
+---@field triggers string[] what queued the key since its last run ("update demo/a")
+---@field object table? kube.controller's: the watched object from the cache, nil when gone
+---@usage reconcile = function(req, ctx) if not ctx.object then return end ctx.log.info("seen") end
 local ctx_fields = {
   namespace = function(ctx)
     local ns = ctx.key:match("^([^/]*)/")
@@ -683,6 +782,12 @@ end
 local triggers, MAX_TRIGGERS, NO_TRIGGERS = {}, 16, setmetatable({}, { __newindex = error })
 
 -- kube.note_trigger(q, key, what): remember what queued key (a string).
+---Remembers what queued key, for ctx.triggers of its next reconcile
+---(kube.controller notes its own).
+---@param q kubelua.workqueue|string the queue or its name
+---@param key string
+---@param what string "update demo/a"
+---@usage kube.note_trigger(q, key, "tick")
 function _M.note_trigger(q, key, what)
   local qname = type(q) == "string" and q or q:name()
   local t = triggers[qname]
@@ -780,6 +885,14 @@ end
 -- kube.requeue_after(s) → forget, add after s; returns (or raises)
 -- kube.terminal(msg) → logged, forgotten, not retried until added again.
 -- ctx: key, namespace, name, attempt, log, triggers (see ctx_fields above).
+---Starts n tasks that call fn(key, ctx) for each key of q. fn returns
+---normally: forget; raises or returns nil, err: logged and re-added rate
+---limited; returns kube.requeue_after(s): added after s; returns or raises
+---kube.terminal(msg): logged and forgotten.
+---@param q kubelua.workqueue
+---@param n integer
+---@param fn fun(key: string, ctx: kube.ctx): any
+---@usage kube.workers(kube.workqueue("sync"), 2, function(key, ctx) ctx.log.info("sync") end)
 function _M.workers(q, n, fn)
   if getmetatable(q) ~= "workqueue" then
     error("kube.workers: bad argument #1 (workqueue expected, got " .. type(q) .. ")", 2)
@@ -803,6 +916,13 @@ _M._start_workers = start_workers -- for kubelua.controller
 -- survives hot reloads and releases the Lease on a graceful stop.
 -- `kubelua run --leader-elect` starts it. kube.on_leading(fn) and
 -- kube.on_stopped_leading(fn) are told of each change.
+---Campaigns for a Lease: kube.workers take keys only while this process
+---leads. opts: name, namespace, identity, lease_duration (15),
+---renew_deadline (10), retry_period (2). Survives reloads; the Lease is
+---released on a graceful stop. `kubelua run --leader-elect` starts it.
+---@param opts table
+---@return kubelua.leader.elector
+---@usage kube.leader_election{ name = "mirror", namespace = "kube-system" }
 function _M.leader_election(opts)
   return leader.start(opts)
 end

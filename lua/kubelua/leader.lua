@@ -63,6 +63,9 @@ local function same(a, b)
     and a.renew == b.renew and a.transitions == b.transitions
 end
 
+---A leader elector (kube.leader_election): campaigns for a
+---coordination.k8s.io Lease as client-go's leaderelection does.
+---@class kubelua.leader.elector
 local Elector = {}
 Elector.__index = Elector
 
@@ -136,6 +139,7 @@ end
 -- A verb on the elector's client (or the default one), with requests cut
 -- off at renew_deadline, as client-go's context does: a hung server must
 -- not keep a leader that cannot renew from stepping down.
+---@package
 function Elector:call(verb, ...)
   local base = self.client or client.default()
   if not base then return client[verb](...) end -- connects on first use
@@ -150,6 +154,7 @@ end
 
 -- Notes the holder a round saw: another one is said (and on_new_leader
 -- called) once, when it first shows, not at each retry or renewal.
+---@package
 function Elector:note_holder(holder)
   if holder == self.reported then return end
   self.reported = holder
@@ -161,6 +166,7 @@ end
 
 -- One round of client-go's tryAcquireOrRenew. Returns true when this
 -- candidate holds the Lease afterwards.
+---@package
 function Elector:try()
   local now, wall = core.monotonic(), micro_time(core.now())
   local lease, err = self:call("get", LEASES, "leases", self.namespace, self.name)
@@ -229,6 +235,7 @@ local function report(self, leading)
   metrics.leader_status:set(leading and 1 or 0, { name = self.name })
 end
 
+---@package
 function Elector:set_leading(leading)
   if self.leading == leading then return end
   self.leading = leading
@@ -245,6 +252,7 @@ function Elector:set_leading(leading)
 end
 
 -- The election loop: acquire, renew until a deadline passes, again.
+---@package
 function Elector:run()
   while not self.stopped do
     if not self.leading then
@@ -269,13 +277,21 @@ function Elector:run()
   end
 end
 
+---Whether this process holds the Lease now.
+---@return boolean
+---@usage if elector:is_leader() then kube.log.info("leading") end
 function Elector:is_leader() return self.leading end
 
 -- The holder last observed ("" when none).
+---The identity of the Lease's holder as last seen ("" when none).
+---@return string
+---@usage kube.log.info("leader", { holder = elector:leader() })
 function Elector:leader() return self.observed and self.observed.holder or "" end
 
 -- Gives the Lease up (a graceful stop): the loop ends; when leading, the
 -- Lease is updated to have no holder, so a successor need not wait.
+---Gives the Lease up now (a graceful stop does it too).
+---@usage elector:release()
 function Elector:release()
   self.stopped = true
   if not self.leading then return true end
@@ -322,7 +338,13 @@ function _M.may_work() return current == nil or current.leading end
 
 function _M.current() return current end
 
+---fn() runs each time this process starts leading.
+---@param fn function
+---@usage kube.on_leading(function() kube.log.info("now leading") end)
 function _M.on_leading(fn) started_fns[#started_fns + 1] = fn end
+---fn() runs each time this process stops leading.
+---@param fn function
+---@usage kube.on_stopped_leading(function() kube.log.warn("lost the Lease") end)
 function _M.on_stopped_leading(fn) stopped_fns[#stopped_fns + 1] = fn end
 
 return _M

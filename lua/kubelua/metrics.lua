@@ -33,6 +33,14 @@ local concat, format = table.concat, string.format
 local _M = {}
 
 local function constructor(fn, what)
+  ---A metric family of the script's own on /metrics (kube.metrics.counter,
+  ---gauge, histogram): {name, help, labels = {...}, buckets = {...}}. The
+  ---same name after a reload gives the same family and its values.
+  ---@param spec table
+  ---@return kubelua.metric
+  ---@usage
+  --- local synced = kube.metrics.counter{ name = "app_synced_total", help = "Objects synced.",
+  ---   labels = { "kind" } }
   return function(spec)
     if type(spec) ~= "table" then
       error("kube.metrics." .. what .. ": expected a table {name = …}, got " .. type(spec), 2)
@@ -128,6 +136,9 @@ local function collect_informers()
 end
 
 -- render() -> the exposition text of every metric.
+---The Prometheus exposition text of every metric, as /metrics serves it.
+---@return string
+---@usage assert(kube.metrics.render():find("app_synced_total"))
 function _M.render()
   collect_informers()
   for i = 1, #collectors do

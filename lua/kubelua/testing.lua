@@ -53,6 +53,14 @@ local function pack(...) return { n = select("#", ...), ... } end
 
 local _M = {}
 
+---The harness testing.start gives a spec (`t`): a fresh API server, the
+---controller script loaded into it, and the calls a spec makes.
+---@class kubelua.testing.harness
+---@field apiserver string "sim" or "real"
+---@field sim table the simulator (faults, history); raises on a real server
+---@field cp table? the real server's control plane: server, token, ca_file, kubeconfig
+---@field sync_timeout number seconds t:load waits for failing or silent informers (default 30)
+---@usage local t = testing.start{ namespaces = { "demo" } }
 local Harness = {}
 
 local active
@@ -81,6 +89,13 @@ end
 -- (`kubelua test --apiserver real --controller-manager`): apiserver
 -- ("sim" or "real") and controller_manager. With "real", the binaries
 -- must be there (kubelua.envtest.find).
+---Sets the defaults of start() (`kubelua test --apiserver real
+-----controller-manager` calls it): apiserver ("sim" or "real") and
+---controller_manager. With "real" the binaries must be found.
+---@param opts {apiserver?: string, controller_manager?: boolean}
+---@return true|nil ok
+---@return string? err
+---@usage assert(testing.configure{ apiserver = "real" })
 function _M.configure(opts)
   if type(opts) ~= "table" then fail("configure", "opts must be a table, got " .. type(opts), 2) end
   local apiserver = opts.apiserver or "sim"
@@ -94,6 +109,9 @@ function _M.configure(opts)
 end
 
 -- apiserver() -> "sim" or "real": the server start() uses when not told.
+---The server start() uses when not told: "sim" or "real".
+---@return string
+---@usage if testing.apiserver() == "sim" then t.sim:fault{ ... } end
 function _M.apiserver() return defaults.apiserver end
 
 -- The process's real control plane, started on first use (and again when
@@ -127,6 +145,14 @@ end
 -- opts.controller_manager: with "real", run kube-controller-manager too.
 -- t.apiserver says which server it is; t.cp is the real one's
 -- kubelua.envtest control plane (server, token, ca_file, kubeconfig).
+---Serves a fresh API server and points kubelua's connection at it. opts:
+---namespaces (to create), load (a directory of .json/.yaml objects to
+---seed), sim (the simulator's options), qps (default 0: no limit),
+---controllers (the simulator's control plane: default all, false: none,
+---{gc = false, ...}), apiserver ("sim" or "real"), controller_manager.
+---@param opts? table
+---@return kubelua.testing.harness t
+---@usage before_each(function() t = testing.start{ namespaces = { "demo" } } end)
 function _M.start(opts)
   opts = opts or {}
   if type(opts) ~= "table" then fail("start", "opts must be a table, got " .. type(opts), 2) end
@@ -211,6 +237,15 @@ end
 -- that discovery does not know), else after t.sync_timeout seconds
 -- (default 30) of failing or silent rounds ("kubelua.testing: load:
 -- informers not synced: v1/configmaps@demo: …").
+---Runs the controller script as `kubelua run` would (its own generation)
+---with ... as its arguments, and waits until every informer it asked for
+---has synced; raises with the script's error, or each informer's reason
+---when they cannot sync ("kubelua.testing: load: informers not synced:
+---v1/configmaps@demo: ...").
+---@param path string
+---@param ... any the script's arguments
+---@return integer generation
+---@usage t:load("examples/mirror/controller.lua")
 function Harness:load(path, ...)
   local g, err = generation.load(path, { ... })
   if not g then fail("load", err, 2) end
@@ -260,6 +295,11 @@ end
 -- ("kubelua.testing: settle: not settled within 10s (queue x: 1 queued,
 -- 0 processing, 0 waiting)"). Without a loaded script, the controllers
 -- the spec itself made are waited for.
+---Waits until the loaded controllers have nothing to do (events
+---delivered, queues empty, no reconcile running or due) for a quiet
+---period; raises after timeout naming what is still busy.
+---@param timeout? number seconds (default 10)
+---@usage t:create(cm); t:settle(); assert.is_nil(t:get("v1", "secrets", "demo", "x"))
 function Harness:settle(timeout)
   if timeout ~= nil and type(timeout) ~= "number" then
     fail("settle", "timeout must be a number, got " .. type(timeout), 2)
@@ -287,6 +327,9 @@ end
 
 -- t:reload() -> the new generation number: loads the script again, as a
 -- change of its file or SIGHUP does in `kubelua run`; raises on failure.
+---Loads the script again, as a change of its file or SIGHUP does.
+---@return integer generation
+---@usage t:reload()
 function Harness:reload()
   local before = generation.current()
   local ok, err = generation.reload(true)
@@ -301,6 +344,9 @@ end
 -- cleaned, and raises if it cannot be). Idempotent. Queues
 -- keep what was queued, as they do across reloads: give each spec's
 -- controller its own queue names when that matters.
+---Retires the controller's generation (its workers and informers stop)
+---and closes the simulator (a real server is cleaned). Idempotent.
+---@usage after_each(function() t:stop() end)
 function Harness:stop()
   if self.stopped then return end
   self.stopped = true
@@ -323,6 +369,10 @@ end
 -- t:namespace(name) -> the Namespace (created if missing). With a real
 -- controller manager, once its default ServiceAccount is there (a Pod
 -- cannot be made before).
+---The Namespace of that name, created if missing.
+---@param name string
+---@return table
+---@usage t:namespace("other")
 function Harness:namespace(name)
   local ns, err = kube.create{ apiVersion = "v1", kind = "Namespace", metadata = { name = name } }
   if ns and rawget(self, "controller_manager") then
@@ -339,16 +389,31 @@ end
 -- t:create(obj) / t:apply(obj) / t:update(obj) -> the server's object;
 -- raise on an error with the server's reason and message. (Not tail
 -- calls: the error names the spec's line.)
+---Creates an object; raises with the server's reason and message.
+---@param obj table
+---@return table obj as created
+---@usage
+--- t:create{ apiVersion = "v1", kind = "ConfigMap", metadata = { namespace = "demo", name = "a"
+---   }, data = { x = "1" } }
 function Harness:create(obj)
   local r = check("create", kube.create(obj))
   return r
 end
 
+---Updates an object; raises on an error.
+---@param obj table
+---@return table obj
+---@usage cm.data.x = "2"; t:update(cm)
 function Harness:update(obj)
   local r = check("update", kube.update(obj))
   return r
 end
 
+---Server-side applies an object; raises on an error.
+---@param obj table
+---@param opts? table as kube.apply's
+---@return table obj
+---@usage t:apply(desired, { field_manager = "spec" })
 function Harness:apply(obj, opts)
   opts = opts or { field_manager = "kubelua-test", force = true }
   local r = check("apply", kube.apply(obj, opts))
@@ -357,6 +422,13 @@ end
 
 -- t:get(api_version, resource, namespace, name) -> the object, or nil when
 -- it does not exist (other errors raise).
+---The object, or nil when it does not exist (other errors raise).
+---@param api_version string
+---@param resource string
+---@param namespace string|nil
+---@param name string
+---@return table|nil
+---@usage local s = t:get("v1", "secrets", "demo", "settings")
 function Harness:get(api_version, resource, namespace, name)
   local obj, err = kube.get(api_version, resource, namespace, name)
   if obj == nil and not kube.is_not_found(err) then fail("get", tostring(err), 2) end
@@ -364,6 +436,13 @@ function Harness:get(api_version, resource, namespace, name)
 end
 
 -- t:list(api_version, resource [, namespace [, opts]]) -> the items.
+---The items of a list.
+---@param api_version string
+---@param resource string
+---@param namespace? string
+---@param opts? table as kube.list's
+---@return table[]
+---@usage assert.equal(2, #t:list("v1", "configmaps", "demo"))
 function Harness:list(api_version, resource, namespace, opts)
   local list, err = kube.list(api_version, resource, namespace, opts)
   if not list then fail("list", tostring(err), 2) end
@@ -372,6 +451,14 @@ end
 
 -- t:delete(api_version, resource, namespace, name [, opts]) -> true, or
 -- false when it did not exist.
+---Deletes an object.
+---@param api_version string
+---@param resource string
+---@param namespace string|nil
+---@param name string
+---@param opts? table as kube.delete's
+---@return boolean deleted false when it did not exist
+---@usage t:delete("v1", "configmaps", "demo", "a")
 function Harness:delete(api_version, resource, namespace, name, opts)
   local res, err = kube.delete(api_version, resource, namespace, name, opts)
   if res then return true end
@@ -389,6 +476,15 @@ end
 -- then, for at most timeout seconds (default 10), and raises when time runs
 -- out, with what the last call returned or raised. An error raised by fn
 -- counts as "not yet".
+---Calls fn every interval seconds until its first result is truthy and
+---returns its results; raises after timeout with what the last call
+---returned or raised (an error counts as "not yet").
+---@param fn function
+---@param timeout? number seconds (default 10)
+---@param interval? number seconds (default 0.05)
+---@return any ...
+---@usage
+--- local copy = t:eventually(function() return t:get("v1", "secrets", "demo", "settings") end)
 function Harness:eventually(fn, timeout, interval)
   if type(fn) ~= "function" then fail("eventually", "expected a function, got " .. type(fn), 2) end
   timeout, interval = timeout or 10, interval or 0.05

@@ -447,6 +447,16 @@ function _M.stop()
 end
 
 -- new(spec) -> hook: kube.webhook.
+---Registers an admission or conversion webhook, served over HTTPS by
+---`kubelua run` (--webhook-bind-address): {path, name, timeout = 10,
+---validate = fn(req) -> true | false, message [, warnings], mutate =
+---fn(req) changing req.object, or convert = fn(obj, to_api_version)}.
+---@param spec table
+---@param level? integer where errors point (for wrappers)
+---@return table hook
+---@usage
+--- kube.webhook{ path = "/validate-greeting", validate = function(req) return
+---   req.object.spec.message ~= "", "message is empty" end }
 function _M.new(spec, level)
   local hook = check(spec, (level or 2) + 1)
   local gen = core.generation()
