@@ -70,26 +70,26 @@ describe("scripts/docs", function()
       .. "entry: " .. ADD_LUA .. "\n" .. STALE, (out:gsub("scripts/docs: %d+ of %d+ .*$", "")))
   end)
 
-  it("names a function added to a module table without an entry", function()
-    edit(root, "lua/kubelua/init.lua", function(text)
-      return (text:gsub("\nreturn _M\n$", "\nfunction _M.shiny() end\n\nreturn _M\n"))
+  -- Adds `definition` at the end of path (before its return) and checks
+  -- that the check names label at its line.
+  local function added_without_entry(path, definition, label)
+    edit(root, path, function(text)
+      return (text:gsub("\nreturn _M\n$", "\n" .. definition .. " end\n\nreturn _M\n"))
     end)
-    local n = line_of(root, "lua/kubelua/init.lua", "function _M.shiny()")
+    local n = line_of(root, path, definition)
     local status, out = docs(root)
     assert.equal(1, status, out)
-    assert.matches("scripts/docs: kube.shiny (lua/kubelua/init.lua:" .. n .. ") has no entry: "
+    assert.matches("scripts/docs: " .. label .. " (" .. path .. ":" .. n .. ") has no entry: "
       .. ADD_LUA .. "\n", out, 1, true)
+  end
+
+  it("names a function added to a module table without an entry", function()
+    added_without_entry("lua/kubelua/init.lua", "function _M.shiny()", "kube.shiny")
   end)
 
   it("names a method added to an object's type without an entry", function()
-    edit(root, "lua/kubelua/testing.lua", function(text)
-      return (text:gsub("\nreturn _M\n$", "\nfunction Harness:shiny() end\n\nreturn _M\n"))
-    end)
-    local n = line_of(root, "lua/kubelua/testing.lua", "function Harness:shiny()")
-    local status, out = docs(root)
-    assert.equal(1, status, out)
-    assert.matches("scripts/docs: kubelua.testing.harness:shiny (lua/kubelua/testing.lua:" .. n
-      .. ") has no entry: " .. ADD_LUA .. "\n", out, 1, true)
+    added_without_entry("lua/kubelua/testing.lua", "function Harness:shiny()",
+      "kubelua.testing.harness:shiny")
   end)
 
   it("names a method of a C type whose stub was removed, and where to declare it", function()
