@@ -16,6 +16,8 @@
 -- its declaration in types/kubelua-c.lua. An entry marked ---@package is
 -- internal: it stays out of the reference.
 --
+-- The command line comes from `kubelua --help` and each command's --help.
+--
 --   scripts/docs [--root DIR] [--kubelua PATH]          writes docs/
 --   scripts/docs --check [--root DIR] [--kubelua PATH]  fails naming each
 --       public function, method or option without an entry, and when
@@ -27,7 +29,6 @@ local ROOTS = {
 }
 local STUB_DIR = "types"
 local OUT = "docs/reference.md"
-local CLI = { "run", "test", "sim", "version" }
 
 local opts = { root = ".", kubelua = "build/kubelua" }
 do
@@ -66,6 +67,15 @@ local function lines_of(path)
   end
   files[path] = l
   return l
+end
+
+-- The .lua files under the root's dirs, sorted.
+local function lua_files(dirs)
+  local list = {}
+  local p = io.popen("cd '" .. opts.root .. "' && find " .. dirs .. " -name '*.lua' | sort")
+  for path in p:lines() do list[#list + 1] = path end
+  p:close()
+  return list
 end
 
 -- Annotations ---------------------------------------------------------------
@@ -126,8 +136,7 @@ end
 local class_file = {}
 local function parse_stub()
   local entries = {}
-  local p = io.popen("cd '" .. opts.root .. "' && find " .. STUB_DIR .. " -name '*.lua' | sort")
-  for path in p:lines() do
+  for _, path in ipairs(lua_files(STUB_DIR)) do
     local lines = lines_of(path)
     local var_class, module = {}, nil
     for n, line in ipairs(lines) do
@@ -151,7 +160,6 @@ local function parse_stub()
       end
     end
   end
-  p:close()
   return entries
 end
 
@@ -159,8 +167,7 @@ end
 -- binary, so that the reference follows the sources without a rebuild:
 -- every module of lua/ is loaded again from its file (the C ones stay).
 do
-  local p = io.popen("cd '" .. opts.root .. "' && find lua -name '*.lua' | sort")
-  for path in p:lines() do
+  for _, path in ipairs(lua_files("lua")) do
     local name = path:gsub("^lua/", ""):gsub("%.lua$", ""):gsub("/init$", ""):gsub("/", ".")
     package.loaded[name] = nil
     package.preload[name] = function(...)
@@ -168,7 +175,6 @@ do
       return assert(loadstring(text, "@" .. path))(...)
     end
   end
-  p:close()
 end
 
 -- What is public -------------------------------------------------------------
@@ -446,8 +452,7 @@ end
 -- the ---@class above the table (or, for a table written in the call, in
 -- the entry of the function that makes the call).
 local option_classes = {}
-for _, path in ipairs({ "lua/kubelua/init.lua", "lua/kubelua/controller.lua",
-                        "lua/kubelua/testing.lua", "lua/kubelua/webhook.lua" }) do
+for _, path in ipairs(lua_files("lua")) do
   local lines = lines_of(path)
   for n, line in ipairs(lines) do
     local arg2, label = line:match('strict%.keys%([^,]+,%s*(.-),%s*"([^"]*)"')
@@ -571,8 +576,7 @@ end
 -- The ---@class blocks with fields in the Lua sources that name no
 -- method table: options, ctx, req, the controller.
 do
-  local p = io.popen("cd '" .. opts.root .. "' && find lua " .. STUB_DIR .. " -name '*.lua' | sort")
-  for path in p:lines() do
+  for _, path in ipairs(lua_files("lua " .. STUB_DIR)) do
     local lines = lines_of(path)
     for n = 1, #lines + 1 do
       local here = lines[n] or ""
@@ -582,7 +586,6 @@ do
       end
     end
   end
-  p:close()
 end
 
 w("# kubelua API reference\n\n",
@@ -622,12 +625,18 @@ for _, name in ipairs(sorted_keys(class_entries)) do
   end
 end
 
-w("## Command line\n\n")
-for _, cmd in ipairs(CLI) do
-  local p = io.popen(opts.kubelua .. " " .. cmd .. " --help 2>&1")
+-- The output of a kubelua command line.
+local function output(args)
+  local p = io.popen(opts.kubelua .. " " .. args .. " 2>&1")
   local text = p:read("*a")
   p:close()
-  w("### kubelua ", cmd, "\n\n```\n", (text:gsub("%s+$", "")), "\n```\n\n")
+  return (text:gsub("%s+$", ""))
+end
+
+-- Each command that `kubelua --help` lists, with its own --help.
+w("## Command line\n\n")
+for cmd in output("--help"):gmatch("kubelua (%l+)") do
+  w("### kubelua ", cmd, "\n\n```\n", output(cmd .. " --help"), "\n```\n\n")
 end
 
 local doc = table.concat(out):gsub("\n\n+$", "\n")
