@@ -68,6 +68,7 @@ local CHANGED = { generation_changed = true, labels_changed = true, annotations_
 ---@usage
 --- predicates = { generation_changed = true, fields = { "metadata.labels" }, function(ev) return
 ---   ev.object.metadata.namespace ~= "kube-system" end }
+---@type table<string, boolean>
 local PREDICATE_KEYS = { generation_changed = true, labels_changed = true,
                          annotations_changed = true, fields = true }
 
@@ -86,6 +87,7 @@ local PREDICATE_KEYS = { generation_changed = true, labels_changed = true,
 ---@usage
 --- kube.controller{ name = "greeter", watches = { "example.com/v1", "Greeting" }, owns = { {
 ---   "v1", "ConfigMap" } }, reconcile = reconcile }
+---@type table<string, boolean>
 local KEYS = { name = true, watches = true, owns = true, watches_mapped = true,
                predicates = true, workers = true, rate_limiter = true, reconcile = true,
                timers = true }
@@ -97,6 +99,7 @@ local KEYS = { name = true, watches = true, owns = true, watches_mapped = true,
 ---@field fn fun(obj: table, ctx: kube.ctx) what runs
 ---@field idle? number seconds the object must have been left alone first
 ---@usage timers = { { every = 60, idle = 10, fn = function(obj, ctx) ctx.log.info("tick") end } }
+---@type table<string, boolean>
 local TIMER_KEYS = { every = true, fn = true, idle = true }
 
 -- Raises at the caller of kube.controller: level counts misuse, the

@@ -389,6 +389,7 @@ end
 ---@usage
 --- kube.informer("v1", "Pod", { namespace = "demo", label_selector = "app=web", indexers = {
 ---   "controller" } })
+---@type table<string, boolean>
 local INFORMER_KEYS = { namespace = true, namespaces = true, label_selector = true,
   field_selector = true, resync = true, indexers = true, transform = true,
   keep_managed_fields = true, watch_list = true, plain_objects = true,
@@ -702,6 +703,7 @@ end
 ---@field triggers string[] what queued the key since its last run ("update demo/a")
 ---@field object table? kube.controller's: the watched object from the cache, nil when gone
 ---@usage reconcile = function(req, ctx) if not ctx.object then return end ctx.log.info("seen") end
+---@type table<string, function>
 local ctx_fields = {
   namespace = function(ctx)
     local ns = ctx.key:match("^([^/]*)/")
