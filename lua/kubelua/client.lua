@@ -775,8 +775,11 @@ end
 ---@return table|nil obj as created
 ---@return table? err AlreadyExists, Invalid, ...
 ---@usage
---- local cm = assert(c:create{ apiVersion = "v1", kind = "ConfigMap", metadata = { namespace =
----   "demo", name = "x" }, data = { a = "1" } })
+--- local cm = assert(c:create{
+---   apiVersion = "v1", kind = "ConfigMap",
+---   metadata = { namespace = "demo", name = "x" },
+---   data = { a = "1" },
+--- })
 function Client:create(obj, opts)
   local name = "kube.create"
   check_self(name, self)

@@ -66,8 +66,10 @@ local CHANGED = { generation_changed = true, labels_changed = true, annotations_
 ---@field annotations_changed? boolean metadata.annotations changed
 ---@field fields? string[] dotted paths whose value changed ("spec.replicas")
 ---@usage
---- predicates = { generation_changed = true, fields = { "metadata.labels" }, function(ev) return
----   ev.object.metadata.namespace ~= "kube-system" end }
+--- predicates = {
+---   generation_changed = true, fields = { "metadata.labels" },
+---   function(ev) return ev.object.metadata.namespace ~= "kube-system" end,
+--- }
 ---@type table<string, boolean>
 local PREDICATE_KEYS = { generation_changed = true, labels_changed = true,
                          annotations_changed = true, fields = true }
@@ -85,8 +87,12 @@ local PREDICATE_KEYS = { generation_changed = true, labels_changed = true,
 ---@field reconcile fun(req: kube.req, ctx: kube.ctx): any
 ---@field timers? kube.Timer[] per-object timers
 ---@usage
---- kube.controller{ name = "greeter", watches = { "example.com/v1", "Greeting" }, owns = { {
----   "v1", "ConfigMap" } }, reconcile = reconcile }
+--- kube.controller{
+---   name = "greeter",
+---   watches = { "example.com/v1", "Greeting" },
+---   owns = { { "v1", "ConfigMap" } },
+---   reconcile = reconcile,
+--- }
 ---@type table<string, boolean>
 local KEYS = { name = true, watches = true, owns = true, watches_mapped = true,
                predicates = true, workers = true, rate_limiter = true, reconcile = true,
@@ -379,8 +385,9 @@ end
 ---@field namespace string? nil for a cluster-scoped object
 ---@field name string
 ---@usage
---- reconcile = function(req, ctx) local cm = kube.get("v1", "configmaps", req.namespace,
----   req.name) end
+--- reconcile = function(req, ctx)
+---   local cm = kube.get("v1", "configmaps", req.namespace, req.name)
+--- end
 
 ---What kube.controller{} returns.
 ---@class kube.Controller
@@ -401,8 +408,13 @@ end
 ---@param spec kube.ControllerOpts
 ---@return kube.Controller
 ---@usage
---- kube.controller{ name = "mirror", watches = { "v1", "ConfigMap" }, reconcile = function(req,
----   ctx) if ctx.object then ctx.log.info("seen") end end }
+--- kube.controller{
+---   name = "mirror",
+---   watches = { "v1", "ConfigMap" },
+---   reconcile = function(req, ctx)
+---     if ctx.object then ctx.log.info("seen", { key = req.key }) end
+---   end,
+--- }
 function _M.new(spec)
   check(spec)
   local kube = require "kubelua"

@@ -357,7 +357,8 @@ local statuses = { True = true, False = true, Unknown = true }
 ---@return boolean changed
 ---@usage
 --- if kube.set_condition(obj, { type = "Ready", status = "True", reason = "Synced" }) then
----   kube.update_status(obj) end
+---   kube.update_status(obj)
+--- end
 function _M.set_condition(obj, cond)
   check_object("set_condition", obj)
   if type(cond) ~= "table" then
@@ -543,8 +544,9 @@ end
 ---@param new table
 ---@return table[] changes
 ---@usage
---- for _, c in ipairs(kube.diff(ev.old, ev.object)) do ctx.log.info("changed", { path = c.path })
----   end
+--- for _, c in ipairs(kube.diff(ev.old, ev.object)) do
+---   kube.log.info("changed", { path = c.path, op = c.op })
+--- end
 function _M.diff(old, new)
   check_objects("kube.diff", old, new)
   local out = {}

@@ -387,8 +387,9 @@ end
 ---@field plain_objects? boolean keep cached JSON uncompressed
 ---@field compress_min_objects? integer the cache size from which it is compressed (default 512)
 ---@usage
---- kube.informer("v1", "Pod", { namespace = "demo", label_selector = "app=web", indexers = {
----   "controller" } })
+--- kube.informer("v1", "Pod", {
+---   namespace = "demo", label_selector = "app=web", indexers = { "controller" },
+--- })
 ---@type table<string, boolean>
 local INFORMER_KEYS = { namespace = true, namespaces = true, label_selector = true,
   field_selector = true, resync = true, indexers = true, transform = true,

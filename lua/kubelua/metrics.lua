@@ -39,8 +39,9 @@ local function constructor(fn, what)
   ---@param spec table
   ---@return kubelua.metric
   ---@usage
-  --- local synced = kube.metrics.counter{ name = "app_synced_total", help = "Objects synced.",
-  ---   labels = { "kind" } }
+  --- local synced = kube.metrics.counter{
+  ---   name = "app_synced_total", help = "Objects synced.", labels = { "kind" },
+  --- }
   return function(spec)
     if type(spec) ~= "table" then
       error("kube.metrics." .. what .. ": expected a table {name = …}, got " .. type(spec), 2)

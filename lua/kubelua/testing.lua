@@ -393,8 +393,10 @@ end
 ---@param obj table
 ---@return table obj as created
 ---@usage
---- t:create{ apiVersion = "v1", kind = "ConfigMap", metadata = { namespace = "demo", name = "a"
----   }, data = { x = "1" } }
+--- t:create{
+---   apiVersion = "v1", kind = "ConfigMap",
+---   metadata = { namespace = "demo", name = "a" }, data = { x = "1" },
+--- }
 function Harness:create(obj)
   local r = check("create", kube.create(obj))
   return r

@@ -455,8 +455,10 @@ end
 ---@param level? integer where errors point (for wrappers)
 ---@return table hook
 ---@usage
---- kube.webhook{ path = "/validate-greeting", validate = function(req) return
----   req.object.spec.message ~= "", "message is empty" end }
+--- kube.webhook{
+---   path = "/validate-greeting",
+---   validate = function(req) return req.object.spec.message ~= "", "message is empty" end,
+--- }
 function _M.new(spec, level)
   local hook = check(spec, (level or 2) + 1)
   local gen = core.generation()

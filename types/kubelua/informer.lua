@@ -43,7 +43,9 @@ function inf:on_add(fn, name) end
 ---@param fn fun(ev: kubelua.event)
 ---@param name? string
 ---@return kubelua.informer.handler
----@usage inf:on_update(function(ev) if ev.old.spec ~= ev.object.spec then q:add(ev.key) end end)
+---@usage inf:on_update(function(ev)
+---   if ev.old.metadata.generation ~= ev.object.metadata.generation then q:add(ev.key) end
+--- end)
 function inf:on_update(fn, name) end
 
 ---Calls fn(ev) for each object deleted from the cache.
