@@ -91,6 +91,25 @@ local function block_above(lines, n)
   return out
 end
 
+-- Splits "TYPE description" where TYPE may hold spaces inside brackets
+-- ("fun(ev: kubelua.event)", "{tz?: string}", "table<string, boolean>")
+-- and a function's return after them ("fun(k: string): any").
+local function split_type(text)
+  local depth, i = 0, 1
+  while i <= #text do
+    local c = text:sub(i, i)
+    if c == "(" or c == "{" or c == "<" then
+      depth = depth + 1
+    elseif c == ")" or c == "}" or c == ">" then
+      depth = depth - 1
+    elseif c:find("%s") and depth == 0 then
+      if text:sub(i - 1, i - 1) ~= ":" then break end
+    end
+    i = i + 1
+  end
+  return text:sub(1, i - 1), (text:sub(i):gsub("^%s+", ""))
+end
+
 -- A block's parts: desc (lines), params, returns, fields, usage (lines),
 -- class, package (true when ---@package or ---@private).
 local function parse_block(b)
@@ -99,16 +118,18 @@ local function parse_block(b)
   for _, line in ipairs(b) do
     local tag, rest = line:match("^@(%w+)%s*(.*)$")
     if tag == "param" then
-      local name, ty, d = rest:match("^(%S+)%s+(%S+)%s*(.*)$")
-      e.params[#e.params + 1] = { name = name or rest, type = ty or "", desc = d or "" }
+      local name, more = rest:match("^(%S+)%s*(.*)$")
+      local ty, d = split_type(more)
+      e.params[#e.params + 1] = { name = name, type = ty, desc = d }
       in_usage = false
     elseif tag == "return" then
-      local ty, d = rest:match("^(%S+)%s*(.*)$")
-      e.returns[#e.returns + 1] = { type = ty or rest, desc = d or "" }
+      local ty, d = split_type(rest)
+      e.returns[#e.returns + 1] = { type = ty, desc = d }
       in_usage = false
     elseif tag == "field" then
-      local name, ty, d = rest:match("^(%S+)%s+(%S+)%s*(.*)$")
-      e.fields[#e.fields + 1] = { name = name or rest, type = ty or "", desc = d or "" }
+      local name, more = rest:match("^(%S+)%s*(.*)$")
+      local ty, d = split_type(more)
+      e.fields[#e.fields + 1] = { name = name, type = ty, desc = d }
       in_usage = false
     elseif tag == "class" then
       e.class = rest:match("^(%S+)")
@@ -528,6 +549,21 @@ end
 
 local function anchor(s) return (s:lower():gsub("[^%w_%- ]", ""):gsub(" ", "-")) end
 
+-- A type in markdown: each alternative that the reference describes (a
+-- section or a type of "Types and options") links to it.
+local function type_md(t)
+  local parts = {}
+  for alt in t:gmatch("[^|]+") do
+    local base = alt:gsub("%[%]$", ""):gsub("%?$", "")
+    if sections[base] or (class_entries[base] and #class_entries[base].fields > 0) then
+      parts[#parts + 1] = "[`" .. alt .. "`](#" .. anchor(base) .. ")"
+    else
+      parts[#parts + 1] = "`" .. alt .. "`"
+    end
+  end
+  return table.concat(parts, " or ")
+end
+
 local function render_entry(names, e)
   -- one heading per distinct function name, under its shortest path; the
   -- longer paths to the same function follow as "Also"
@@ -551,12 +587,12 @@ local function render_entry(names, e)
   w("\n", table.concat(e.desc, "\n"):gsub("^%s+", ""):gsub("%s+$", ""), "\n\n")
   if #e.params > 0 then
     for _, p in ipairs(e.params) do
-      w("- `", p.name, "` (`", p.type, "`)", p.desc ~= "" and ": " .. p.desc or "", "\n")
+      w("- `", p.name, "` (", type_md(p.type), ")", p.desc ~= "" and ": " .. p.desc or "", "\n")
     end
     w("\n")
   end
   for _, r in ipairs(e.returns) do
-    w("Returns `", r.type, "`", r.desc ~= "" and ": " .. r.desc or "", "\n\n")
+    w("Returns ", type_md(r.type), r.desc ~= "" and ": " .. r.desc or "", "\n\n")
   end
   if #e.usage > 0 then w("```lua\n", table.concat(e.usage, "\n"), "\n```\n\n") end
 end
@@ -567,7 +603,7 @@ local function render_class(name, ce)
   if d ~= "" then w(d, "\n\n") end
   if ce.label then w("Checked as ", ce.label, ": another key raises, naming the nearest.\n\n") end
   for _, fl in ipairs(ce.fields) do
-    w("- `", fl.name, "` (`", fl.type, "`)", fl.desc ~= "" and ": " .. fl.desc or "", "\n")
+    w("- `", fl.name, "` (", type_md(fl.type), ")", fl.desc ~= "" and ": " .. fl.desc or "", "\n")
   end
   w("\n")
   if #ce.usage > 0 then w("```lua\n", table.concat(ce.usage, "\n"), "\n```\n\n") end
@@ -608,7 +644,7 @@ for _, title in ipairs(section_order) do
     local d = table.concat(ce.desc, "\n"):gsub("^%s+", ""):gsub("%s+$", "")
     if d ~= "" then w(d, "\n\n") end
     for _, fl in ipairs(ce.fields) do
-      w("- `", fl.name, "` (`", fl.type, "`)", fl.desc ~= "" and ": " .. fl.desc or "", "\n")
+      w("- `", fl.name, "` (", type_md(fl.type), ")", fl.desc ~= "" and ": " .. fl.desc or "", "\n")
     end
     if #ce.fields > 0 then w("\n") end
   end
