@@ -30,7 +30,12 @@ local ROOTS = {
 local STUB_DIR = "types"
 local OUT = "docs/reference.md"
 
+-- The process ends with kube.stop(status), the runtime's graceful stop,
+-- so that a sanitized build sees every resource released.
+local stop = require("kubelua").stop
+
 local opts = { root = ".", kubelua = "build/kubelua" }
+local bad_argument
 do
   local args, i = arg or {}, 1
   while args[i] do
@@ -41,11 +46,16 @@ do
       opts[a:sub(3)] = args[i + 1]
       i = i + 1
     else
-      io.stderr:write("scripts/docs: unknown argument ", a, "\n")
-      os.exit(2)
+      bad_argument = a
+      break
     end
     i = i + 1
   end
+end
+if bad_argument then
+  io.stderr:write("scripts/docs: unknown argument ", bad_argument, "\n")
+  stop(2)
+  return
 end
 
 local function read(path)
@@ -684,7 +694,8 @@ if opts.check then
   for _, p in ipairs(problems) do io.stderr:write("scripts/docs: ", p, "\n") end
   io.stderr:write(string.format("scripts/docs: %d of %d public functions, methods and options "
     .. "have an entry\n", documented, public_count))
-  os.exit(#problems == 0 and 0 or 1)
+  stop(#problems == 0 and 0 or 1)
+  return
 end
 for _, p in ipairs(problems) do io.stderr:write("scripts/docs: ", p, "\n") end
 os.execute("mkdir -p '" .. opts.root .. "/docs'")
@@ -693,4 +704,4 @@ f:write(doc)
 f:close()
 io.stderr:write(string.format("scripts/docs: wrote %s (%d of %d entries)\n", OUT, documented,
   public_count))
-os.exit(#problems == 0 and 0 or 1)
+stop(#problems == 0 and 0 or 1)
