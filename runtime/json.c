@@ -99,7 +99,8 @@ struct kl_json_stream {
 
   /* Input of the current feed. */
   const uint8_t *chunk, *cur, *end;
-  uint64_t base; /* stream offset of chunk[0] */
+  const uint8_t *last_nl; /* its last '\n' (KL_JSON_VALUES), or NULL */
+  uint64_t base;          /* stream offset of chunk[0] */
 
   /* Scanner. */
   int state;
@@ -211,6 +212,10 @@ int kl_json_stream_feed(kl_json_stream_t *s, const void *buf, size_t len) {
   s->base += (uint64_t)(s->end - s->chunk);
   s->chunk = s->cur = buf;
   s->end = s->chunk + len;
+  s->last_nl =
+      s->mode == KL_JSON_VALUES
+          ? (const uint8_t *)kl_scan_last(buf, (const char *)s->end, '\n')
+          : NULL;
   return KL_OK;
 }
 
@@ -433,7 +438,10 @@ top:
     s->env_from = p;
     s->list_off = OFF(p);
   } else {
-    if (s->mode == KL_JSON_VALUES && fast_value(s, p, 0, v)) {
+    /* A watch stream ends each event with a newline: one that starts
+     * after the feed's last is cut, and the state machine takes it at
+     * once. */
+    if (s->last_nl && p < s->last_nl && fast_value(s, p, 0, v)) {
       s->state = S_TOP;
       s->depth = 0;
       return KL_OK;
@@ -1103,7 +1111,8 @@ close:
  * the value the state machine would yield and s->cur its end. false
  * leaves everything to the state machine, which reads the object again
  * and says where and why a bad one fails: that costs a second pass only
- * for the one object a feed cuts, and for errors. */
+ * for errors and the object a feed cuts (in a list; a watch stream's is
+ * known by the feed's last newline). */
 static bool fast_value(kl_json_stream_t *s, const uint8_t *p, unsigned d0,
                        kl_json_value_t *v) {
   size_t room = (size_t)(s->end - p), cap = s->max_value;
