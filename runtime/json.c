@@ -100,6 +100,7 @@ struct kl_json_stream {
   /* Input of the current feed. */
   const uint8_t *chunk, *cur, *end;
   const uint8_t *last_nl; /* its last '\n' (KL_JSON_VALUES), or NULL */
+  size_t last_len;        /* bytes of the list item yielded last */
   uint64_t base;          /* stream offset of chunk[0] */
 
   /* Scanner. */
@@ -501,7 +502,10 @@ value_nows:
     if (c != 'n') FAIL(KL_EPARSE, p, "\"items\" is not an array");
   } else if (depth && stk[depth - 1] == C_ITEMS) {
     if (c != '{') FAIL(KL_EPARSE, p, "list item is not an object");
-    if (fast_value(s, p, depth, v)) {
+    /* A list has no newlines between its items: an item is taken for
+     * whole when the feed holds as many bytes as the last one had. */
+    if ((size_t)(s->end - p) >= s->last_len && fast_value(s, p, depth, v)) {
+      s->last_len = v->json.n;
       s->list.items++;
       s->state = S_AFTER;
       s->depth = depth;
@@ -824,7 +828,10 @@ yield : {
   v->ncontainers = s->nct;
   s->in_value = false;
   s->vstart = NULL;
-  if (s->mode == KL_JSON_LIST) s->list.items++;
+  if (s->mode == KL_JSON_LIST) {
+    s->list.items++;
+    s->last_len = v->json.n;
+  }
   s->state = depth ? S_AFTER : S_TOP;
   s->depth = depth;
   s->cur = p;
@@ -1111,8 +1118,9 @@ close:
  * the value the state machine would yield and s->cur its end. false
  * leaves everything to the state machine, which reads the object again
  * and says where and why a bad one fails: that costs a second pass only
- * for errors and the object a feed cuts (in a list; a watch stream's is
- * known by the feed's last newline). */
+ * for errors and the object a feed cuts, which the callers mostly leave
+ * to the state machine at once (by the feed's last newline in a watch
+ * stream, by the last item's size in a list). */
 static bool fast_value(kl_json_stream_t *s, const uint8_t *p, unsigned d0,
                        kl_json_value_t *v) {
   size_t room = (size_t)(s->end - p), cap = s->max_value;
