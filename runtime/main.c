@@ -114,9 +114,13 @@ static void usage_sim(FILE *out) {
         "(default 60)\n"
         "  --no-controllers         serve the API server alone: no garbage\n"
         "                           collector, namespace controller, root CA\n"
-        "                           or default ServiceAccount publisher\n"
+        "                           or default ServiceAccount publisher, no\n"
+        "                           Nodes, scheduler, kubelets or workloads\n"
         "  --no-controller NAME     turn one off: gc, namespace, root_ca,\n"
-        "                           service_account\n"
+        "                           service_account, nodes, scheduler,\n"
+        "                           kubelet, replicaset, deployment, job,\n"
+        "                           statefulset, daemonset\n"
+        "  --nodes N                fake Nodes to run Pods on (default 3)\n"
         "  -h, --help               this help\n",
         out);
 }

@@ -123,6 +123,9 @@ end
 -- false: the API server alone, as envtest runs it; { gc = false, … }:
 -- all but those; kubelua.sim.controllers names them). A real server's
 -- control plane is kube-controller-manager: opts.controller_manager.
+-- opts.nodes: the simulator's fake Nodes (default 3); opts.pods: its
+-- Pods' lifecycle, { start_delay =, run_time =, stop_delay = (seconds),
+-- fail = function(pod) -> true to fail it } (kubelua.sim.workloads.kubelet).
 -- opts.apiserver: "sim" or "real" (default: configure's, else "sim");
 -- opts.controller_manager: with "real", run kube-controller-manager too.
 -- t.apiserver says which server it is; t.cp is the real one's
@@ -139,6 +142,10 @@ function _M.start(opts)
       .. 'and this harness runs against a real API server (apiserver = "real")', 2) end
     if opts.load then fail("start", "opts.load (seed files) needs the simulator, "
       .. 'and this harness runs against a real API server (apiserver = "real")', 2) end
+    for _, k in ipairs { "nodes", "pods" } do
+      if opts[k] ~= nil then fail("start", "opts." .. k .. " shapes the simulator's workloads, "
+        .. 'and this harness runs against a real API server (apiserver = "real")', 2) end
+    end
     local cp = real_server(opts)
     kube.connect{ server = cp.server, token = cp.token, tls = { ca_file = cp.ca_file } }
     kube.client.set_default(cp:client{ qps = opts.qps or 0 })
@@ -146,10 +153,12 @@ function _M.start(opts)
                      Harness)
   else
     local simopts = opts.sim
-    if opts.controllers ~= nil then
+    if opts.controllers ~= nil or opts.nodes ~= nil or opts.pods ~= nil then
       simopts = {}
       for k, v in pairs(opts.sim or {}) do simopts[k] = v end
-      simopts.controllers = opts.controllers
+      if opts.controllers ~= nil then simopts.controllers = opts.controllers end
+      if opts.nodes ~= nil then simopts.nodes = opts.nodes end
+      if opts.pods ~= nil then simopts.pods = opts.pods end
     end
     local ok, sim = pcall(kube.start_sim, simopts)
     if not ok then fail("start", (tostring(sim):gsub("^.-sim: ", "sim: ")), 2) end

@@ -55,13 +55,15 @@ local version_info = {
 -- Foreground or Orphan deletion adds, and no namespace controller empties
 -- a deleted namespace, which stays Terminating; or a table turning some
 -- off: { gc = false, namespace = false, root_ca = false,
--- service_account = false }: kubelua.sim.controllers).
+-- service_account = false, deployment = false, … }:
+-- kubelua.sim.controllers), opts.nodes (fake Nodes, default 3),
+-- opts.pods (the Pods' lifecycle: kubelua.sim.workloads.kubelet).
 function _M.new(opts)
   opts = opts or {}
   local self = setmetatable({ opts = opts }, Sim)
   self.store = store.new(opts)
   self.plane = controllers.new(self.store, opts.controllers,
-    function() return self.ca_pem or namespaces.DEFAULT_CA end)
+    function() return self.ca_pem or namespaces.DEFAULT_CA end, opts)
   self.faults = { fail_next = 0 }
   self.held = {} -- watcher → resource, while hold_watches holds them
   self.bookmark_interval = opts.bookmark_interval or 60
@@ -520,6 +522,7 @@ function Sim:serve_resource(req, r, user)
     end
     opts.propagationPolicy = params.propagationPolicy or opts.propagationPolicy
     if params.orphanDependents then opts.orphanDependents = params.orphanDependents == "true" end
+    opts.gracePeriodSeconds = tonumber(params.gracePeriodSeconds) or opts.gracePeriodSeconds
     local out, err = s:delete(res, ns, r.name, opts, ctx)
     if not out then return reply_status(req, err) end
     return reply_json(req, 200, out)
@@ -1055,7 +1058,7 @@ end
 -- kubelua sim --listen HOST:PORT [--token T] [--user NAME=TOKEN]
 --             [--tls-cert F --tls-key F] [--load DIR] [--history N]
 --             [--bookmark-interval S] [--no-controllers]
---             [--no-controller NAME]...
+--             [--no-controller NAME]... [--nodes N]
 -- Returns true once listening (the loop then serves), or nil, message.
 function _M.main(args)
   local opts = { users = {} }
@@ -1074,7 +1077,7 @@ function _M.main(args)
     elseif a == "--no-controller" then
       if v and not controllers.names[v] then
         return nil, "--no-controller: unknown controller " .. v
-          .. " (known: gc, namespace, root_ca, service_account)"
+          .. " (known: " .. controllers.known() .. ")"
       end
       if opts.controllers ~= false then
         opts.controllers = opts.controllers or {}
@@ -1095,6 +1098,12 @@ function _M.main(args)
         return nil, "--history needs a whole number of events, at least 1, got " .. v
       end
     elseif a == "--bookmark-interval" then opts.bookmark_interval = tonumber(v)
+    elseif a == "--nodes" then
+      local n = tonumber(v)
+      if v and not (n and n >= 0 and n <= 250 and n % 1 == 0) then
+        return nil, "--nodes needs a whole number of Nodes from 0 to 250, got " .. v
+      end
+      opts.nodes = n
     else
       return nil, "unknown option " .. tostring(a)
     end

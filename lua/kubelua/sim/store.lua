@@ -1961,6 +1961,21 @@ function Store:delete(res, ns, name, opts, ctx)
     obj.metadata.resourceVersion = tostring(self:next_rv())
     return self:put(res, obj, "MODIFIED", e).obj, 200
   end
+  -- a Pod on a node waits for its kubelet to confirm (store.graceful, set
+  -- while the simulator's kubelets run: the seconds it may take, or nil)
+  local grace = self.graceful and self.graceful(res, old, opts)
+  if grace then
+    local md = old.metadata
+    if (md.deletionTimestamp and (md.deletionGracePeriodSeconds or 0) <= grace)
+        or ctx.dry_run then
+      return old, 200
+    end
+    local obj = copy(old)
+    obj.metadata.deletionTimestamp = util.timestamp(os.time() + grace)
+    obj.metadata.deletionGracePeriodSeconds = grace
+    obj.metadata.resourceVersion = tostring(self:next_rv())
+    return self:put(res, obj, "MODIFIED", e).obj, 200
+  end
   local finalizers = old.metadata.finalizers
   local policy = propagation(res, opts, finalizers)
   local extra = policy == "Foreground" and "foregroundDeletion"
