@@ -86,6 +86,52 @@ end
 
 function _M.owned_pods(store, ns, uid) return _M.owned(store, "v1", "pods", ns, uid) end
 
+-- new_owner(store, defer, spec) -> a controller of spec.kind
+-- (spec.gv, spec.resource) whose sync(self, entry) runs for each object
+-- of that kind that changes, and each time what it owns changes: Pods
+-- whose controller it is, or spec.owns = { gv, resource } (a Deployment's
+-- ReplicaSets); spec.nodes: every object again when a Node changes.
+local Owner = {}
+Owner.__index = Owner
+
+function _M.new_owner(store, defer, spec)
+  return setmetatable({ store = store, defer = defer, spec = spec }, Owner)
+end
+
+local function is(res, gv, name) return res.builtin and res.gv == gv and res.name == name end
+
+function Owner:note(key)
+  local sp = self.spec
+  self.defer(sp.name .. " " .. key, sp.name, function()
+    local e = self.store:resource(sp.gv, sp.resource).objects[key]
+    if e then sp.sync(self, e) end
+  end)
+end
+
+function Owner:observe(res, e, etype, prev)
+  local sp = self.spec
+  if is(res, sp.gv, sp.resource) then
+    if etype ~= "DELETED" then self:note(e.key) end
+    return
+  end
+  if sp.nodes and is(res, "v1", "nodes") then
+    for key in pairs(self.store:resource(sp.gv, sp.resource).objects) do self:note(key) end
+    return
+  end
+  local owns = sp.owns or { "v1", "pods" }
+  if not is(res, owns[1], owns[2]) then return end
+  local obj = rawget(e, "obj") -- objects a writer stored as bytes are not looked into
+  if not obj then return end
+  local ref = _M.controller_of(obj) or _M.controller_of(prev and rawget(prev, "obj"))
+  if ref and ref.kind == sp.kind then self:note(e.ns .. "/" .. tostring(ref.name)) end
+end
+
+function Owner:sync()
+  for key in pairs(self.store:resource(self.spec.gv, self.spec.resource).objects) do
+    self:note(key)
+  end
+end
+
 -- A Pod's state, as the controllers count it.
 local function pod_condition(pod, ctype)
   local st = pod.status
