@@ -1,4 +1,4 @@
--- The simulator's Job, StatefulSet and DaemonSet controllers (#sim): the
+-- The simulator's Job, StatefulSet and DaemonSet controllers: the
 -- Pods each makes, in which order, and the status fields and conditions
 -- kube-controller-manager writes; a Job's failure path, scaling, a
 -- rollout, Nodes coming and going.

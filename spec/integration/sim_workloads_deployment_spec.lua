@@ -1,4 +1,4 @@
--- The simulator's ReplicaSet and Deployment controllers (#sim): Pods and
+-- The simulator's ReplicaSet and Deployment controllers: Pods and
 -- ReplicaSets as kube-controller-manager makes them, the status fields and
 -- conditions it writes, scaling, a rollout of a template change
 -- (RollingUpdate and Recreate), failures, deletion through the garbage

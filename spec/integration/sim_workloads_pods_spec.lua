@@ -1,4 +1,4 @@
--- The simulator's fake Nodes, scheduler and kubelets (#sim): Nodes as a
+-- The simulator's fake Nodes, scheduler and kubelets: Nodes as a
 -- kubelet reports them, Pods bound by the scheduler and run through the
 -- states a kubelet reports, delays and failures injected, graceful
 -- deletion confirmed by the kubelet.
