@@ -1,7 +1,7 @@
 -- A user's controller that makes a Deployment and waits for it to be
--- Available, tested with `kubelua test` against the simulator's workloads
---: its Deployment's Pods are scheduled, run and become Ready, and
--- the Deployment's Available condition tells the controller so.
+-- Available, tested with `kubelua test` against the simulator's
+-- workloads: its Deployment's Pods are scheduled, run and become Ready,
+-- and the Deployment's Available condition tells the controller so.
 local testing = require "kubelua.testing"
 
 local SCRIPT = "spec/fixtures/workloads/webapp.lua"
