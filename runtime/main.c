@@ -41,6 +41,7 @@ static void usage_run(FILE *out) {
       "\n"
       "options:\n"
       "  --sim                    serve the API from an in-process simulator\n"
+      "  --sim-nodes N            its fake Nodes (default 3)\n"
       "  --kubeconfig PATH        the kubeconfig file (else KUBECONFIG, the\n"
       "                           pod's service account, ~/.kube/config)\n"
       "  --context NAME           the kubeconfig context to use\n"
@@ -152,12 +153,23 @@ static int is_help(const char *arg) {
 }
 
 /* --sim: an API simulator in this process, the script's connection
- * pointed at it. */
-static int start_sim(kl_rt_t *rt) {
+ * pointed at it; nodes (--sim-nodes, checked) its fake Nodes, NULL for
+ * the default. */
+static int start_sim(kl_rt_t *rt, const char *nodes) {
   lua_State *L = kl_rt_lua(rt);
-  static const char code[] = "require('kubelua').start_sim()";
-  if (luaL_loadbuffer(L, code, sizeof code - 1, "=--sim") != 0 ||
-      lua_pcall(L, 0, 0, 0) != 0) {
+  static const char code[] =
+      "local n = ... require('kubelua').start_sim(n and { nodes = "
+      "tonumber(n) } or nil)";
+  if (luaL_loadbuffer(L, code, sizeof code - 1, "=--sim") != 0) {
+    fprintf(stderr, "kubelua: --sim: %s\n", lua_tostring(L, -1));
+    lua_settop(L, 0);
+    return 1;
+  }
+  if (nodes)
+    lua_pushstring(L, nodes);
+  else
+    lua_pushnil(L);
+  if (lua_pcall(L, 1, 0, 0) != 0) {
     fprintf(stderr, "kubelua: --sim: %s\n", lua_tostring(L, -1));
     lua_settop(L, 0);
     return 1;
@@ -182,6 +194,7 @@ typedef struct run_opts {
   const char *webhook_addr, *webhook_cert_dir;
   int leader_elect;
   const char *election_id, *election_ns;
+  const char *sim_nodes; /* NULL: the simulator's default */
 } run_opts_t;
 
 /* --kubeconfig and --context, for the connection made on first use, and
@@ -362,6 +375,7 @@ static const char *const run_valued[] = {"--kubeconfig",
                                          "--watch-poll",
                                          "--webhook-bind-address",
                                          "--webhook-cert-dir",
+                                         "--sim-nodes",
                                          "--log-level",
                                          "--v",
                                          "--log-format",
@@ -442,6 +456,15 @@ static int run_script(int argc, char **argv) {
       ro.election_id = val;
     } else if (strcmp(opt, "--leader-election-namespace") == 0) {
       ro.election_ns = val;
+    } else if (strcmp(opt, "--sim-nodes") == 0) {
+      char *end;
+      long n = strtol(val, &end, 10);
+      if (*end || end == val || n < 0 || n > 250)
+        return bad_usage(usage_run,
+                         "--sim-nodes needs a whole number of Nodes from 0 "
+                         "to 250, got \"%s\"",
+                         val);
+      ro.sim_nodes = val;
     } else if (strcmp(opt, "--watch-poll") == 0) {
       char *end;
       watch_poll = strtod(val, &end);
@@ -459,6 +482,8 @@ static int run_script(int argc, char **argv) {
     }
   }
   if (!script) return bad_usage(usage_run, "%s", "run needs a script");
+  if (ro.sim_nodes && !sim)
+    return bad_usage(usage_run, "%s", "--sim-nodes needs --sim");
   if (ro.leader_elect && !ro.election_id)
     return bad_usage(usage_run, "%s",
                      "--leader-elect needs --leader-election-id NAME");
@@ -480,7 +505,7 @@ static int run_script(int argc, char **argv) {
     fprintf(stderr, "kubelua: cannot start the watchdog thread\n");
     status = 1;
   }
-  if (status == 0 && sim) status = start_sim(rt);
+  if (status == 0 && sim) status = start_sim(rt, ro.sim_nodes);
   if (status == 0) status = serve_endpoints(rt, &ro, sim);
   if (status == 0) status = serve_webhooks(rt, &ro, sim);
   if (status == 0 && (!sim || ro.leader_elect)) status = run_options(rt, &ro);

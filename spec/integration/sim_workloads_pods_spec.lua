@@ -240,4 +240,28 @@ describe("kubelua sim workloads: nodes, scheduler, kubelet", function()
     assert.same({ 2, "kubelua sim: --nodes needs a whole number of Nodes from 0 to 250, got many" },
       { status, out:match("^[^\n]*") })
   end)
+
+  it("kubelua run --sim --sim-nodes N gives the script's simulator N Nodes", function()
+    local script = [[
+      local kube = require "kubelua"
+      kube.spawn(function()
+        local deadline, n = kube.monotonic() + 10, 0
+        repeat
+          kube.sleep(0.02)
+          n = #assert(kube.list("v1", "nodes")).items
+        until n > 0 or kube.monotonic() > deadline
+        print("nodes: " .. n)
+        kube.stop()
+      end)
+    ]]
+    local status, out = support.run_script(script, "", "--sim --sim-nodes 5")
+    assert.same({ 0, "nodes: 5" }, { status, out:match("nodes: %d+") })
+    status, out = support.run_script(script, "", "--sim")
+    assert.same({ 0, "nodes: 3" }, { status, out:match("nodes: %d+") })
+    status, out = support.run_script(script, "", "--sim --sim-nodes 1x")
+    assert.same({ 2, 'kubelua: --sim-nodes needs a whole number of Nodes from 0 to 250, got "1x"' },
+      { status, out:match("^[^\n]*") })
+    status, out = support.run_script(script, "", "--sim-nodes 1")
+    assert.same({ 2, "kubelua: --sim-nodes needs --sim" }, { status, out:match("^[^\n]*") })
+  end)
 end)
