@@ -585,6 +585,9 @@ local lazy_entry = { __index = function(e, k)
   return obj
 end }
 
+-- Whether entry e was stored as JSON bytes (put_json), decoded or not.
+function _M.from_bytes(e) return getmetatable(e) == lazy_entry end
+
 -- Stores an object given as its compact JSON (a string, kind and
 -- apiVersion included, metadata.resourceVersion set from next_rv) and
 -- emits the event: the path for writers that already hold the bytes

@@ -7,9 +7,10 @@
 
 local json = require "kubelua.json"
 local util = require "kubelua.sim.util"
+local store_mod = require "kubelua.sim.store"
 
-local type, pairs, ipairs, next, tostring, tonumber, error, rawget =
-  type, pairs, ipairs, next, tostring, tonumber, error, rawget
+local type, pairs, ipairs, next, tostring, tonumber, error =
+  type, pairs, ipairs, next, tostring, tonumber, error
 local format, byte, sub = string.format, string.byte, string.sub
 local concat, sort = table.concat, table.sort
 local floor, ceil = math.floor, math.ceil
@@ -26,13 +27,16 @@ _M.STATUS_CTX = { user_agent = "kube-controller-manager", subresource = "status"
 local function is_object(v) return type(v) == "table" and not is_array(v) and v ~= null end
 _M.is_object = is_object
 
--- The entry's object, or nil for none.
-function _M.obj_of(e)
-  if not e then return nil end
-  local o = rawget(e, "obj")
-  if o == nil then o = e.obj end
-  return o
+-- The object of entry e as a table, or nil for none or for one a writer
+-- stored as JSON bytes (Store:put_json, the benchmarks' path), which the
+-- workload controllers do not act on, decoded or not.
+function _M.table_of(e)
+  if not e or store_mod.from_bytes(e) then return nil end
+  return e.obj
 end
+
+-- The entry's object (decoded when stored as bytes), or nil for none.
+function _M.obj_of(e) return e and e.obj or nil end
 
 -- The ownerReference of obj with controller = true, or nil.
 function _M.controller_of(obj)
@@ -120,9 +124,9 @@ function Owner:observe(res, e, etype, prev)
   end
   local owns = sp.owns or { "v1", "pods" }
   if not is(res, owns[1], owns[2]) then return end
-  local obj = rawget(e, "obj") -- objects a writer stored as bytes are not looked into
+  local obj = _M.table_of(e)
   if not obj then return end
-  local ref = _M.controller_of(obj) or _M.controller_of(prev and rawget(prev, "obj"))
+  local ref = _M.controller_of(obj) or _M.controller_of(_M.table_of(prev))
   if ref and ref.kind == sp.kind then self:note(e.ns .. "/" .. tostring(ref.name)) end
 end
 

@@ -21,8 +21,8 @@ local json = require "kubelua.json"
 local util = require "kubelua.sim.util"
 local common = require "kubelua.sim.workloads.common"
 
-local type, pairs, ipairs, rawget, setmetatable, tostring, tonumber, error, pcall =
-  type, pairs, ipairs, rawget, setmetatable, tostring, tonumber, error, pcall
+local type, pairs, ipairs, setmetatable, tostring, tonumber, error, pcall =
+  type, pairs, ipairs, setmetatable, tostring, tonumber, error, pcall
 local format = string.format
 local sort = table.sort
 local is_array, null = json.is_array, json.null
@@ -126,7 +126,7 @@ end
 -- store.observe: notes the next step of each Pod on a Node.
 function Kubelet:observe(res, e, etype)
   if not (res.builtin and res.gv == "v1" and res.name == "pods") then return end
-  local pod = rawget(e, "obj") -- Pods a writer stored as bytes are not run
+  local pod = common.table_of(e) -- not one a writer stored as bytes
   if etype == "DELETED" then
     self.timers[e.key] = nil
     return

@@ -13,8 +13,8 @@ local json = require "kubelua.json"
 local util = require "kubelua.sim.util"
 local common = require "kubelua.sim.workloads.common"
 
-local type, pairs, ipairs, rawget, setmetatable, tostring, error =
-  type, pairs, ipairs, rawget, setmetatable, tostring, error
+local type, pairs, ipairs, setmetatable, tostring, error =
+  type, pairs, ipairs, setmetatable, tostring, error
 local format = string.format
 local sort = table.sort
 local is_array, null = json.is_array, json.null
@@ -127,7 +127,7 @@ function Scheduler:observe(res, e, etype)
     return
   end
   if res.name ~= "pods" then return end
-  local pod = rawget(e, "obj") -- Pods a writer stored as bytes are not scheduled
+  local pod = common.table_of(e) -- not one a writer stored as bytes
   if etype == "DELETED" then
     self:count(e.key, nil)
     self.waiting[e.key] = nil
@@ -244,10 +244,8 @@ end
 
 -- At start: the Pods already stored without a node.
 function Scheduler:sync()
-  for key, e in pairs(self.store:resource("v1", "pods").objects) do
-    self:observe(self.store:resource("v1", "pods"), e, "ADDED")
-    if not rawget(e, "obj") then self.waiting[key] = nil end
-  end
+  local res = self.store:resource("v1", "pods")
+  for _, e in pairs(res.objects) do self:observe(res, e, "ADDED") end
 end
 
 return _M
