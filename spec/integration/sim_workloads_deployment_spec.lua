@@ -100,6 +100,32 @@ describe("kubelua sim workloads: ReplicaSet", function()
   end)
 end)
 
+describe("kubelua sim workloads: ReplicaSet written into the store", function()
+  local t
+  after_each(function() if t then t:stop() end end)
+
+  it("is left alone without a template, its Pods kept", function()
+    t = testing.start{ namespaces = { "demo" } }
+    local s = t.sim.store
+    s:put(s:resource("apps/v1", "replicasets"), { apiVersion = "apps/v1", kind = "ReplicaSet",
+      metadata = { name = "bare", namespace = "demo", uid = "u-bare",
+        resourceVersion = tostring(s:next_rv()) } }, "ADDED")
+    for i = 1, 2 do
+      t:create{ apiVersion = "v1", kind = "Pod", metadata = { name = "p" .. i, namespace = "demo",
+        ownerReferences = { { apiVersion = "apps/v1", kind = "ReplicaSet", name = "bare",
+          uid = "u-bare", controller = true } } },
+        spec = { containers = { { name = "c", image = "x" } } } }
+    end
+    t:eventually(function()
+      local ps = pods(t)
+      return #ps == 2 and ps[1].status.phase == "Running" and ps[2].status.phase == "Running"
+    end)
+    kube.sleep(0.2)
+    assert.equal(2, #pods(t))
+    assert.is_nil(t:get("apps/v1", "replicasets", "demo", "bare").status)
+  end)
+end)
+
 describe("kubelua sim workloads: Deployment", function()
   local t
   after_each(function() if t then t:stop() end end)

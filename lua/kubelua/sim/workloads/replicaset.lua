@@ -60,7 +60,10 @@ end
 local function sync(self, e)
   local s = self.store
   local rs = e.obj
-  local spec = is_object(rs.spec) and rs.spec or {}
+  -- one written straight into the store without a template (the
+  -- benchmarks' stand-in owners) has nothing to make Pods from
+  if not (is_object(rs.spec) and is_object(rs.spec.template)) then return end
+  local spec = rs.spec
   local uid = rs.metadata.uid
   local active = {}
   for _, pe in ipairs(common.owned_pods(s, e.ns, uid)) do
