@@ -201,6 +201,26 @@ describe("kubelua sim workloads: nodes, scheduler, kubelet", function()
     assert.is_nil(t:get("v1", "pods", "demo", "r"))
   end)
 
+  it("makes its Nodes again, and runs Pods again, after a store reset", function()
+    t = testing.start{ nodes = 2 }
+    t:eventually(function() return #t:list("v1", "nodes") == 2 end)
+    t.sim:inject{ reset = true }
+    t:eventually(function() return #t:list("v1", "nodes") == 2 end)
+    t:namespace("demo")
+    t:create(pod("after"))
+    assert.equal("node-1", phase_of(t, "after", "Running").spec.nodeName)
+  end)
+
+  it("empties a deleted namespace of running Pods once their kubelets confirm", function()
+    t = testing.start{ namespaces = { "demo" } }
+    t:create(pod("a"))
+    t:create(pod("b"))
+    phase_of(t, "a", "Running")
+    phase_of(t, "b", "Running")
+    t:delete("v1", "namespaces", nil, "demo")
+    t:eventually(function() return t:get("v1", "namespaces", nil, "demo") == nil end)
+  end)
+
   it("turns the scheduler and the kubelets off by name", function()
     t = testing.start{ namespaces = { "demo" }, controllers = { scheduler = false } }
     t:create(pod("p"))

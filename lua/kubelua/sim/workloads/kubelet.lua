@@ -63,7 +63,7 @@ end
 
 function _M.new(store, defer, opts)
   local self = setmetatable({ store = store, defer = defer, opts = opts.pods or {},
-    timers = {}, ips = {} }, Kubelet)
+    resources = store.resources, timers = {}, ips = {} }, Kubelet)
   -- the Pod registry's graceful deletion, which waits for a kubelet
   store.graceful = _M.grace
   return self
@@ -125,6 +125,9 @@ end
 
 -- store.observe: notes the next step of each Pod on a Node.
 function Kubelet:observe(res, e, etype)
+  if self.resources ~= self.store.resources then -- a reset store: nothing runs
+    self.resources, self.timers, self.ips = self.store.resources, {}, {}
+  end
   if not (res.builtin and res.gv == "v1" and res.name == "pods") then return end
   local pod = common.table_of(e) -- not one a writer stored as bytes
   if etype == "DELETED" then

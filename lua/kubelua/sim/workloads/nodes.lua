@@ -73,10 +73,14 @@ function _M.new_nodes(store, defer, opts)
   return setmetatable({ store = store, defer = defer, n = opts.nodes or 3 }, Nodes)
 end
 
-function Nodes.observe() end
+-- store.observe: a store reset (the /_sim control's) lost the Nodes.
+function Nodes:observe()
+  if self.resources ~= self.store.resources then self:sync() end
+end
 
 -- Makes the Nodes that are missing.
 function Nodes:sync()
+  self.resources = self.store.resources
   self.defer("nodes", "nodes", function()
     local s = self.store
     local res = s:resource("v1", "nodes")
@@ -97,11 +101,17 @@ local Scheduler = {}
 Scheduler.__index = Scheduler
 
 function _M.new_scheduler(store, defer)
-  return setmetatable({ store = store, defer = defer,
-    placed = {},    -- pod key → node name, for the Pods that count on a node
-    on_node = {},   -- node name → number of such Pods
-    waiting = {},   -- pod key → true: unschedulable, tried again when a Node changes
-  }, Scheduler)
+  local self = setmetatable({ store = store, defer = defer }, Scheduler)
+  self:forget()
+  return self
+end
+
+-- Starts with no Pods placed (a new store, or a reset one).
+function Scheduler:forget()
+  self.resources = self.store.resources
+  self.placed = {}  -- pod key → node name, for the Pods that count on a node
+  self.on_node = {} -- node name → number of such Pods
+  self.waiting = {} -- pod key → true: unschedulable, tried again when a Node changes
 end
 
 local function node_of(pod)
@@ -121,6 +131,7 @@ end
 -- store.observe: a Pod without a node is noted for binding; a Node that
 -- changes gives the unschedulable Pods another try.
 function Scheduler:observe(res, e, etype)
+  if self.resources ~= self.store.resources then self:forget() end
   if res.gv ~= "v1" or not res.builtin then return end
   if res.name == "nodes" then
     for key in pairs(self.waiting) do self:note(key) end
