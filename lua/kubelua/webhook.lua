@@ -35,7 +35,8 @@
 -- for the connections that come next (open ones are not dropped).
 -- `kubelua run --webhook-bind-address --webhook-cert-dir` configure it;
 -- it starts when the first webhook is registered (at once when the address
--- was given).
+-- was given). The server and its certificate watch belong to the process,
+-- not to a generation: a reload keeps both.
 
 local core = require "kubelua.core"
 local json = require "kubelua.json"
@@ -381,10 +382,11 @@ end
 
 -- Looks at the certificate files every poll seconds; new content is
 -- loaded for the next connections. A failure is said once per content.
+-- The task is the process's, as the server is: a reload does not end it.
 local function watch_certs(srv, cert, key, poll)
   local seen = (read(cert) or "") .. "\0" .. (read(key) or "")
   local bad
-  core.spawn(function()
+  core.spawn_system("webhook certificates", function()
     while server == srv do
       core.sleep(poll)
       if server ~= srv then return end
@@ -413,10 +415,12 @@ local function start(opts)
   local dir = opts.cert_dir or "/tmp/k8s-webhook-server/serving-certs"
   local cert, key = dir .. "/tls.crt", dir .. "/tls.key"
   local httpd = require "kubelua.httpd"
-  local srv, err = httpd.listen{ host = host, port = port, handler = handle,
+  -- The server belongs to the process, not to the generation whose first
+  -- webhook started it: requests go to the active generation's hooks.
+  local srv, err = core.system(httpd.listen, { host = host, port = port, handler = handle,
     tls_cert = cert, tls_key = key, max_body_bytes = opts.max_body_bytes or _M.MAX_BODY,
     read_timeout = opts.read_timeout, idle_timeout = opts.idle_timeout,
-    max_header_bytes = opts.max_header_bytes }
+    max_header_bytes = opts.max_header_bytes })
   if not srv then
     return nil, format("webhook: cannot listen on %s: %s", opts.address, tostring(err))
   end

@@ -351,3 +351,60 @@ describe("kube.webhook", function()
   end)
 end)
 
+
+describe("kube.webhook's server started by the first webhook (in a pod)", function()
+  local generation = require "kubelua.generation"
+  local script
+
+  local function write_script(version)
+    local f = assert(io.open(script, "w"))
+    f:write(([[
+      local kube = require "kubelua"
+      kube.webhook{ path = "/v", validate = function() return false, %q end }
+    ]]):format(version))
+    f:close()
+  end
+
+  local function message(ca_file)
+    local r = http.request{ method = "POST", url = base .. "/v", tls = { ca_file = ca_file },
+      headers = { ["Content-Type"] = "application/json" }, body = kube.json.encode{
+        apiVersion = "admission.k8s.io/v1", kind = "AdmissionReview",
+        request = admission("r-1", greeting("hi")) } }
+    return r and kube.json.decode(r.body).response.status.message
+  end
+
+  setup(function()
+    dir = sh("mktemp -d"):gsub("%s+$", "")
+    script = dir .. "/hooks.lua"
+  end)
+
+  teardown(function()
+    generation.unload()
+    webhook.stop()
+    os.execute("rm -rf " .. dir)
+  end)
+
+  it("keeps serving, and loading a rotated certificate, after the script reloads", function()
+    local first = make_cert("first")
+    assert.is_true(webhook.serve{ lazy = true, address = "127.0.0.1:0", cert_dir = dir,
+      poll = 0.05 })
+    write_script("v1")
+    local logs = capture_logs(function() assert(generation.load(script)) end)
+    assert.equal(1, #logs)
+    local port = logs[1].msg:match("^webhook: serving on https://127%.0%.0%.1:(%d+)$")
+    assert.truthy(port, logs[1].msg)
+    base = "https://127.0.0.1:" .. port
+    assert.equal("v1", message(first))
+
+    write_script("v2")
+    assert(generation.reload(true))
+    assert.equal("v2", message(first))
+    local second
+    logs = capture_logs(function()
+      second = make_cert("second")
+      assert.is_true(support.eventually(function() return message(second) == "v2" end, 10))
+    end)
+    assert.same({ { level = "info", msg = "webhook: loaded the new certificate "
+      .. dir .. "/tls.crt" } }, logs)
+  end)
+end)
