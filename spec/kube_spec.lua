@@ -175,7 +175,6 @@ describe("kubelua", function()
   end)
 
   describe("core.system", function()
-    local core = require "kubelua.core"
     local generation = require "kubelua.generation"
 
     it("calls fn at once as the system's generation, whose task a reload does not end",
