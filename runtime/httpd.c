@@ -200,11 +200,13 @@ struct h2s {
   int reason;      /* what the owner hears when the stream closes */
   int refused;     /* the status answered instead of the request */
   int host, ready, pulled, eof, cut, deferred;
-  int complete;     /* the client's side ended (END_STREAM) */
-  int expired;      /* reset by the server while the request arrived */
-  size_t body_held; /* its part of c->h2_body */
-  double wprogress; /* out last became non-empty, or nghttp2 took some */
-  double started;   /* its HEADERS arrived */
+  int complete;        /* the client's side ended (END_STREAM) */
+  int expired;         /* reset by the server while the request arrived */
+  size_t body_held;    /* its part of c->h2_body */
+  size_t lingered;     /* bytes the client sent after the refusal */
+  double linger_since; /* the refusal's last frame went out; 0: not yet */
+  double wprogress;    /* out last became non-empty, or nghttp2 took some */
+  double started;      /* its HEADERS arrived */
 };
 
 struct conn {
@@ -1363,15 +1365,36 @@ static void h2_request(h2s *s) {
   }
 }
 
+/* Asks the client of a refused stream to stop sending (h2_on_frame_send):
+ * RST_STREAM NO_ERROR. */
+static void h2_linger_end(h2s *s) {
+  s->expired = 1;
+  nghttp2_submit_rst_stream(s->c->h2, NGHTTP2_FLAG_NONE, s->id,
+                            NGHTTP2_NO_ERROR);
+  conn_kick(s->c);
+}
+
+/* The client sent len more bytes on a refused stream; they are dropped. */
+static void h2_linger(h2s *s, size_t len) {
+  s->lingered += len;
+  if (s->linger_since > 0 && !s->expired && s->lingered > HTTPD_LINGER_BYTES)
+    h2_linger_end(s);
+}
+
 static int h2_on_data(nghttp2_session *ss, uint8_t flags, int32_t id,
                       const uint8_t *data, size_t len, void *ud) {
   conn *c = ud;
   (void)flags;
   h2s *s = nghttp2_session_get_stream_user_data(ss, id);
-  if (!s || !s->req) return 0; /* refused: the rest is dropped */
+  if (!s) return 0;
+  if (!s->req) { /* refused: the rest is dropped */
+    if (s->refused) h2_linger(s, len);
+    return 0;
+  }
   kl_httpd_req_t *r = s->req;
   if (r->body_len + len > c->h->o.max_body_bytes) {
     h2_error(s, 413);
+    h2_linger(s, len);
     return 0;
   }
   /* Bodies are read whole before the handler sees them: the streams of one
@@ -1435,19 +1458,26 @@ static int h2_on_stream_close(nghttp2_session *ss, int32_t id, uint32_t code,
 }
 
 /* A stream answered before its request came whole (an early 413 or 431,
- * h2_error): once the response's last frame is out, RST_STREAM NO_ERROR
- * asks the client to stop sending the rest (RFC 9113, 8.1) rather than
- * leave the stream open until the read timeout. */
+ * h2_error): once the response's last frame is out, the stream lingers as
+ * an HTTP/1.1 connection does, so that the client reads the answer (curl
+ * stops its upload when it sees it; a client reset while it still sends
+ * may report a stream error instead). What the client still sends is
+ * dropped; a client that goes on past HTTPD_LINGER_BYTES, or for
+ * HTTPD_LINGER_TIMEOUT, is asked to stop with RST_STREAM NO_ERROR (RFC
+ * 9113, 8.1). */
 static int h2_on_frame_send(nghttp2_session *ss, const nghttp2_frame *f,
                             void *ud) {
-  (void)ud;
+  conn *c = ud;
   int32_t id = f->hd.stream_id;
   if (!(f->hd.flags & NGHTTP2_FLAG_END_STREAM) ||
       (f->hd.type != NGHTTP2_DATA && f->hd.type != NGHTTP2_HEADERS))
     return 0;
   h2s *s = nghttp2_session_get_stream_user_data(ss, id);
-  if (s && s->refused && !nghttp2_session_get_stream_remote_close(ss, id))
-    nghttp2_submit_rst_stream(ss, NGHTTP2_FLAG_NONE, id, NGHTTP2_NO_ERROR);
+  if (!s || !s->refused || s->expired ||
+      nghttp2_session_get_stream_remote_close(ss, id))
+    return 0;
+  s->linger_since = now(c->h);
+  if (s->lingered > HTTPD_LINGER_BYTES) h2_linger_end(s);
   return 0;
 }
 
@@ -1598,8 +1628,9 @@ static double conn_deadline(conn *c) {
                   a response waiting for its window write_timeout */
     for (const h2s *s = c->streams; s; s = s->next) {
       if (s->expired) continue;
-      if (!s->complete && s->started + o->read_timeout < d)
-        d = s->started + o->read_timeout;
+      double rd = s->linger_since > 0 ? s->linger_since + HTTPD_LINGER_TIMEOUT
+                                      : s->started + o->read_timeout;
+      if (!s->complete && rd < d) d = rd;
       if (s->out.len && s->wprogress + o->write_timeout < d)
         d = s->wprogress + o->write_timeout;
     }
@@ -1976,12 +2007,21 @@ static void conn_on_defer(kl_defer_t *d) {
 /* Resets (CANCEL; on_stream_close frees them) the streams whose requests
  * did not arrive whole within read_timeout of their HEADERS, and those
  * whose unsent bytes found no room in the client's window for
- * write_timeout; returns how many. */
+ * write_timeout; a refused stream still sent to HTTPD_LINGER_TIMEOUT after
+ * its answer, with NO_ERROR (h2_on_frame_send). Returns how many. */
 static int h2_expire(conn *c, double tnow) {
   const kl_httpd_opts_t *o = &c->h->o;
   int n = 0;
   for (h2s *s = c->streams; s; s = s->next) {
     if (s->expired) continue;
+    if (!s->complete && s->linger_since > 0) {
+      if (s->linger_since + HTTPD_LINGER_TIMEOUT > tnow) continue;
+      kl_log(KL_LOG_DEBUG, "httpd: %s: stream %d: still sending after %d",
+             c->peer, (int)s->id, s->refused);
+      h2_linger_end(s);
+      n++;
+      continue;
+    }
     int rd = !s->complete && s->started + o->read_timeout <= tnow;
     int wr = s->out.len && s->wprogress + o->write_timeout <= tnow;
     if (!rd && !wr) continue;
