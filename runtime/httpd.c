@@ -2076,36 +2076,43 @@ static void conn_on_timer(kl_timer_t *t, void *ud) {
   h_leave(h);
 }
 
-static void conn_new(kl_httpd_t *h, int fd, const struct sockaddr_storage *ss) {
+/* "ip:port" or "[ip6]:port" of an accepted socket's peer into out. */
+static void peer_name(const struct sockaddr_storage *ss, char *out, size_t n) {
+  char ip[INET6_ADDRSTRLEN] = "?";
+  if (ss->ss_family == AF_INET) {
+    const struct sockaddr_in *a = (const struct sockaddr_in *)(const void *)ss;
+    inet_ntop(AF_INET, &a->sin_addr, ip, sizeof ip);
+    snprintf(out, n, "%s:%d", ip, ntohs(a->sin_port));
+  } else {
+    const struct sockaddr_in6 *a =
+        (const struct sockaddr_in6 *)(const void *)ss;
+    inet_ntop(AF_INET6, &a->sin6_addr, ip, sizeof ip);
+    snprintf(out, n, "[%s]:%d", ip, ntohs(a->sin6_port));
+  }
+}
+
+/* A connection on fd, with TLS when the server has it and tls is set.
+ * Returns NULL (fd closed) when TLS cannot start. */
+static conn *conn_new(kl_httpd_t *h, int fd, const char *peer, int tls) {
   conn *c = kl_xcalloc(1, sizeof *c);
   c->h = h;
   c->fd = fd;
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  char ip[INET6_ADDRSTRLEN] = "?";
-  if (ss->ss_family == AF_INET) {
-    const struct sockaddr_in *a = (const struct sockaddr_in *)(const void *)ss;
-    inet_ntop(AF_INET, &a->sin_addr, ip, sizeof ip);
-    snprintf(c->peer, sizeof c->peer, "%s:%d", ip, ntohs(a->sin_port));
-  } else {
-    const struct sockaddr_in6 *a =
-        (const struct sockaddr_in6 *)(const void *)ss;
-    inet_ntop(AF_INET6, &a->sin6_addr, ip, sizeof ip);
-    snprintf(c->peer, sizeof c->peer, "[%s]:%d", ip, ntohs(a->sin6_port));
-  }
+  snprintf(c->peer, sizeof c->peer, "%s", peer);
   kl_defer_init(&c->defer, conn_on_defer);
   kl_timer_init(&c->timer, conn_on_timer, c);
   ev_io_init(&c->io, conn_on_io, fd, EV_READ);
   c->io.data = c;
   c->events = EV_READ;
   c->started = c->idle_since = now(h);
-  if (h->ssl_ctx) {
+  if (h->ssl_ctx && tls) {
     c->ssl = SSL_new(h->ssl_ctx);
     if (!c->ssl) {
       kl_log(KL_LOG_ERROR, "httpd: SSL_new failed");
       close(fd);
       free(c);
-      return;
+      return NULL;
     }
     SSL_set_fd(c->ssl, fd);
     SSL_set_accept_state(c->ssl);
@@ -2116,6 +2123,7 @@ static void conn_new(kl_httpd_t *h, int fd, const struct sockaddr_storage *ss) {
   h->accepted++;
   ev_io_start(h->ev, &c->io);
   conn_arm(c);
+  return c;
 }
 
 /* ---- the listener ---- */
@@ -2165,7 +2173,9 @@ static void on_accept(struct ev_loop *ev, ev_io *w, int revents) {
       kl_timers_start(kl_loop_timers(h->loop), &h->accept_timer, t + 0.1);
       break;
     }
-    conn_new(h, fd, &ss);
+    char peer[INET6_ADDRSTRLEN + 8];
+    peer_name(&ss, peer, sizeof peer);
+    conn_new(h, fd, peer, 1);
   }
   h_leave(h);
 }
@@ -2346,8 +2356,8 @@ kl_httpd_t *kl_httpd_new(kl_loop_t *loop, const kl_httpd_opts_t *opts,
   if (opts->tls_cert_file) {
     h->ssl_ctx = tls_ctx_new(opts, err, errlen);
     if (!h->ssl_ctx) goto fail;
-    h->h2cb = h2_callbacks_new();
   }
+  h->h2cb = h2_callbacks_new(); /* TLS by ALPN, or kl_httpd_serve_fd */
   h->lfd = listen_on(opts->host, opts->port, err, errlen);
   if (h->lfd < 0) goto fail;
   struct sockaddr_storage ss;
@@ -2414,6 +2424,13 @@ void kl_httpd_free(kl_httpd_t *h) {
   nghttp2_session_callbacks_del(h->h2cb);
   error_pages_free(h);
   free(h);
+}
+
+int kl_httpd_serve_fd(kl_httpd_t *h, int fd, const char *peer, int h2) {
+  if (fd < 0 || h->free_pending || h->freeing) return KL_EINVAL;
+  conn *c = conn_new(h, fd, peer ? peer : "fd", 0);
+  if (c && h2) h2_start(c);
+  return 0;
 }
 
 int kl_httpd_port(const kl_httpd_t *h) { return h->port; }

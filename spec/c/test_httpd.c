@@ -120,6 +120,21 @@ static void tc_update(tc *t) {
   if (ev) ev_io_start(EV, &t->io);
 }
 
+/* Starts t's watcher on t->fd: a client ready to send. */
+static tc *tc_watch(tc *t) {
+  ev_io_init(&t->io, tc_io, t->fd, EV_READ);
+  t->io.data = t;
+  tc_update(t);
+  return t;
+}
+
+/* A plain client on fd, a connected socket (one end of a socketpair). */
+static tc *tc_on_fd(int fd) {
+  tc *t = kl_xcalloc(1, sizeof *t);
+  t->fd = fd;
+  return tc_watch(t);
+}
+
 static tc *tc_open_at(const char *ip, int port, int tls, int rcvbuf) {
   tc *t = kl_xcalloc(1, sizeof *t);
   struct sockaddr_storage ss;
@@ -150,10 +165,7 @@ static tc *tc_open_at(const char *ip, int port, int tls, int rcvbuf) {
     SSL_set_alpn_protos(t->ssl, (const unsigned char *)cli_alpn,
                         (unsigned)strlen(cli_alpn));
   }
-  ev_io_init(&t->io, tc_io, t->fd, EV_READ);
-  t->io.data = t;
-  tc_update(t);
-  return t;
+  return tc_watch(t);
 }
 
 static tc *tc_open(void) {
@@ -1904,6 +1916,34 @@ static void test_tls_round_trip(void) {
   rmdir(tls_dir);
 }
 
+/* A socket handed to the server is served as an accepted one: HTTP/1.1,
+ * or HTTP/2 from its first byte (prior knowledge). */
+static void test_serve_fd_http1_and_h2_prior_knowledge(void) {
+  start();
+  for (int h2 = 0; h2 <= 1; h2++) {
+    int sv[2];
+    KT_EQ_INT(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
+    KT_EQ_INT(kl_httpd_serve_fd(srv, sv[0], "pair", h2), 0);
+    tc *t = tc_on_fd(sv[1]);
+    if (!h2) {
+      tc_send(t, "GET /hello HTTP/1.1\r\nHost: x\r\n\r\n");
+      UNTIL(t->len >= strlen(HELLO) || t->err || t->eof);
+      KT_EQ_MEM(t->buf, t->len, HELLO);
+    } else {
+      tc_sendn(t, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\4\0\0\0\0\0", 33);
+      /* GET http://x/hello */
+      h2_frame(t, 1, 5, 1, "\x82\x86\x04\x06/hello\x41\x01x", 13);
+      UNTIL(h2_first(t, 0, 1) >= 0 || t->err || t->eof);
+      long data = h2_first(t, 0, 1);
+      KT_TRUE(h2_first(t, 1, 1) >= 0 && data > h2_first(t, 1, 1));
+      if (data >= 0) KT_EQ_MEM(t->buf + data + 9, 5, "hello");
+    }
+    tc_close(t);
+  }
+  KT_EQ_INT(kl_httpd_serve_fd(srv, -1, NULL, 0), KL_EINVAL);
+  stop();
+}
+
 int main(void) {
   struct rlimit rl;
   if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < 2048) {
@@ -1933,6 +1973,7 @@ int main(void) {
   KT_RUN(test_max_connections_and_date_header);
   KT_RUN(test_ipv6_and_bad_options);
   KT_RUN(test_tls_round_trip);
+  KT_RUN(test_serve_fd_http1_and_h2_prior_knowledge);
   KT_RUN(test_send_thread_bursts_arrive_in_order);
   KT_RUN(test_send_thread_lets_go_of_dead_clients);
   KT_RUN(test_send_thread_finishes_for_a_half_closed_client);
