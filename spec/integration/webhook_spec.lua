@@ -416,3 +416,89 @@ describe("kube.webhook's server started by the first webhook (in a pod)", functi
       .. dir .. "/tls.crt" } }, logs)
   end)
 end)
+
+describe("kube.webhook's server and slow or oversize clients", function()
+  local metrics = require "kubelua.metrics"
+  local health, ca
+
+  setup(function()
+    dir = sh("mktemp -d"):gsub("%s+$", "")
+    ca = make_cert("limits")
+    tls = { ca_file = ca }
+    local srv = assert(webhook.serve{ address = "127.0.0.1:0", cert_dir = dir,
+      read_timeout = 2, idle_timeout = 1, max_header_bytes = 4096 })
+    base = "https://127.0.0.1:" .. srv:port()
+    local logs = capture_logs(function() assert(metrics.serve{ probes = "127.0.0.1:0" }) end)
+    health = "http://127.0.0.1:" .. assert(logs[1].msg:match(":(%d+)/healthz")) .. "/healthz"
+    kube.webhook{ path = "/limits", validate = function() return true end }
+  end)
+
+  teardown(function()
+    webhook.stop()
+    os.execute("rm -rf " .. dir)
+  end)
+
+  -- A TLS client in a child process (openssl s_client) that sends what
+  -- `feed` (shell commands) writes, and ends when the server closes;
+  -- -> its process and the file that gets what the server answered.
+  local function raw_client(feed)
+    local out = os.tmpname()
+    local p = process.spawn{ path = "/bin/bash", log = out, args = { "-c",
+      "exec openssl s_client -quiet -connect " .. base:match("//(.*)") .. " 2>/dev/null < <("
+      .. feed .. ")" } }
+    return p, out
+  end
+
+  local function finished(p, secs)
+    return support.eventually(function() return p:poll() ~= nil end, secs)
+  end
+
+  it("answers a client that trickles its head a byte a second 408 at the read timeout,"
+    .. " and closes; others are served meanwhile", function()
+    local head = "POST /limits HTTP/1.1\\r\\nHost: x\\r\\n"
+    local feed = {}
+    for i = 1, 30 do feed[i] = "printf '" .. head:sub(i, i) .. "'; sleep 1" end
+    local t0 = kube.monotonic()
+    local p, out = raw_client(table.concat(feed, "; "))
+    for i = 1, 3 do
+      kube.sleep(0.3)
+      local resp = review("/limits", admission("s-" .. i, greeting("hi"))).response
+      assert.same({ uid = "s-" .. i, allowed = true, status = { code = 200 } }, resp)
+      local r = assert(http.request{ url = health })
+      assert.equal(200, r.status)
+      assert.equal("ok", r.body)
+    end
+    -- the head alone would take 30 s to arrive
+    assert.is_true(finished(p, 25))
+    local took = kube.monotonic() - t0
+    assert.is_true(took >= 2, took)
+    assert.equal("HTTP/1.1 408 Request Timeout\r\nContent-Type: text/plain; charset=utf-8\r\n"
+      .. "Content-Length: 19\r\nConnection: close\r\n\r\n408 Request Timeout", support.read(out))
+    os.remove(out)
+  end)
+
+  it("closes a keep-alive connection left idle for idle_timeout, after its answers", function()
+    local t0 = kube.monotonic()
+    local p, out = raw_client("printf 'GET /none HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n'; sleep 30")
+    assert.is_true(finished(p, 25))
+    local took = kube.monotonic() - t0
+    assert.is_true(took >= 1, took)
+    assert.equal("HTTP/1.1 404 Not Found\r\nContent-Type: text/plain; charset=utf-8\r\n"
+      .. "Content-Length: 19\r\n\r\n404 page not found\n", support.read(out))
+    os.remove(out)
+  end)
+
+  it("answers a head over max_header_bytes 431, over HTTP/1.1 and HTTP/2", function()
+    local log, out = dir .. "/curl.log", dir .. "/curl.out"
+    for _, v in ipairs{ "--http1.1", "--http2" } do
+      os.remove(log)
+      os.remove(out)
+      local p = process.spawn{ path = "/usr/bin/curl", log = log, args = { "-s", "-S", v,
+        "--cacert", ca, "-o", out, "-w", "%{http_version} %{http_code}", "-H",
+        "X-Big: " .. string.rep("b", 5000), base .. "/limits" } }
+      assert.is_true(finished(p, 60))
+      assert.equal(v:sub(7) .. " 431", support.read(log))
+      assert.equal("431 Request Header Fields Too Large", support.read(out))
+    end
+  end)
+end)
