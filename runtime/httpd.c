@@ -143,7 +143,9 @@ static void hbuf_free(hbuf *b) {
   b->off = b->len = b->cap = 0;
 }
 
-static char *hbuf_data(const hbuf *b) { return b->p + b->off; }
+/* The live bytes; NULL for a buffer that never held any (no offset is
+ * added to a null pointer: UBSan's pointer-overflow check). */
+static char *hbuf_data(const hbuf *b) { return b->p ? b->p + b->off : NULL; }
 
 /* ---- types ---- */
 
