@@ -36,6 +36,21 @@ end
 -- type ("io.k8s.api.core.v1.PodSpec" → "v1.PodSpec").
 local function go_name(name) return name:match("([^.]+%.[^.]+)$") end
 
+-- The patch and apply extensions of a property (on the property itself,
+-- beside its $ref): x-kubernetes-patch-strategy and -patch-merge-key, which
+-- strategic merge patch follows, and x-kubernetes-list-type,
+-- -list-map-keys and -map-type, which server-side apply follows; nil when
+-- it has none.
+local function extensions(p)
+  if type(p) ~= "table" then return nil end
+  local strategy, key = p["x-kubernetes-patch-strategy"], p["x-kubernetes-patch-merge-key"]
+  local list_type, map_keys = p["x-kubernetes-list-type"], p["x-kubernetes-list-map-keys"]
+  local map_type = p["x-kubernetes-map-type"]
+  if not (strategy or key or list_type or map_keys or map_type) then return nil end
+  return { strategy = strategy, merge_key = key, list_type = list_type, map_keys = map_keys,
+    map_type = map_type }
+end
+
 local function compile(s, name, schemas, memo)
   if name and memo[name] then return memo[name] end
   if type(s) ~= "table" or s["x-kubernetes-preserve-unknown-fields"]
@@ -45,11 +60,16 @@ local function compile(s, name, schemas, memo)
   local t = s.type
   if t == "object" and type(s.properties) == "table" then
     local node = { t = "object", props = {}, go = name and go_name(name) or "struct",
-      struct = name and name:match("([^.]+)$") }
+      struct = name and name:match("([^.]+)$"), map_type = s["x-kubernetes-map-type"] }
     if name then memo[name] = node end
     for k, p in pairs(s.properties) do
       local ps, pname = target(p, schemas)
       node.props[k] = compile(ps, pname, schemas, memo)
+      local ext = extensions(p)
+      if ext then
+        node.ext = node.ext or {}
+        node.ext[k] = ext
+      end
     end
     return node
   elseif t == "object" then

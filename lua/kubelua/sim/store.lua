@@ -1500,8 +1500,9 @@ local function rejected()
 end
 
 -- The object doc with the patch `body` of type ptype ("merge",
--- "strategic" or "json") applied, or nil, the Status a real server sends.
-local function patched(doc, ptype, body)
+-- "strategic" or "json") applied, or nil, the Status a real server sends;
+-- node: the schema a strategic merge patch follows (nil: none).
+local function patched(doc, ptype, body, node)
   local p, derr = decode(body)
   if p == nil then
     -- the strategic merge patch handler says it without the prefix
@@ -1511,8 +1512,14 @@ local function patched(doc, ptype, body)
   local obj, why
   if ptype == "merge" or ptype == "strategic" then
     if not is_object(p) then return nil, bad_request("error decoding patch: not an object") end
-    obj, why = (ptype == "merge" and patchlib.merge or patchlib.strategic)(doc, p)
-    if not obj and why then return nil, bad_request(why) end
+    local code
+    if ptype == "merge" then
+      obj = patchlib.merge(doc, p)
+    else
+      obj, why, code = patchlib.strategic(doc, p, node)
+    end
+    if not obj and code == 400 then return nil, bad_request(why) end
+    if not obj then return nil, status(code, nil, why) end
   else
     if not is_array(p) then
       return nil, bad_request("error decoding patch: json: cannot unmarshal " .. value_type(p)
@@ -1547,7 +1554,7 @@ function Store:patch(res, ns, name, content_type, body, ctx)
   local e, err = self:get(res, ns, name)
   if not e then return nil, err end
   local obj
-  obj, err = patched(e.obj, ptype, body)
+  obj, err = patched(e.obj, ptype, body, res.builtin and schemalib.checker(res))
   if not obj then return nil, err end
   local md = obj.metadata
   if md.resourceVersion ~= nil and md.resourceVersion ~= e.obj.metadata.resourceVersion then
