@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <luajit.h>
 
@@ -40,7 +41,16 @@ static void usage_run(FILE *out) {
       "script (as ... and arg).\n"
       "\n"
       "options:\n"
-      "  --sim                    serve the API from an in-process simulator\n"
+      "  --sim                    serve the API from an in-process simulator;\n"
+      "                           its URL and kubeconfig are logged at start\n"
+      "  --sim-listen HOST:PORT   where it serves (default 127.0.0.1:0, an\n"
+      "                           ephemeral port)\n"
+      "  --sim-kubeconfig PATH    the kubeconfig written for kubectl (default\n"
+      "                           kubelua-sim-PID.kubeconfig in "
+      "$XDG_RUNTIME_DIR\n"
+      "                           or /tmp, removed at exit)\n"
+      "  --sim-load DIR           create the JSON and YAML objects in DIR "
+      "first\n"
       "  --kubeconfig PATH        the kubeconfig file (else KUBECONFIG, the\n"
       "                           pod's service account, ~/.kube/config)\n"
       "  --context NAME           the kubeconfig context to use\n"
@@ -147,20 +157,6 @@ static int is_help(const char *arg) {
   return strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0;
 }
 
-/* --sim: an API simulator in this process, the script's connection
- * pointed at it. */
-static int start_sim(kl_rt_t *rt) {
-  lua_State *L = kl_rt_lua(rt);
-  static const char code[] = "require('kubelua').start_sim()";
-  if (luaL_loadbuffer(L, code, sizeof code - 1, "=--sim") != 0 ||
-      lua_pcall(L, 0, 0, 0) != 0) {
-    fprintf(stderr, "kubelua: --sim: %s\n", lua_tostring(L, -1));
-    lua_settop(L, 0);
-    return 1;
-  }
-  return 0;
-}
-
 /* Pushes require(mod)[fn]. Returns 0, or 1 with the error message pushed
  * (the stack otherwise as it was). */
 static int push_module_fn(lua_State *L, const char *mod, const char *fn) {
@@ -178,7 +174,44 @@ typedef struct run_opts {
   const char *webhook_addr, *webhook_cert_dir;
   int leader_elect;
   const char *election_id, *election_ns;
+  const char *sim_listen, *sim_kubeconfig, *sim_load; /* NULL: the default */
+  char sim_default_kubeconfig[4096]; /* "" or the default, removed at exit */
 } run_opts_t;
+
+/* Sets each {name, value} of fields whose value is not NULL in the table
+ * at the top of L's stack. */
+static void set_strings(lua_State *L, const char *fields[][2], size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    if (!fields[i][1]) continue;
+    lua_pushstring(L, fields[i][1]);
+    lua_setfield(L, -2, fields[i][0]);
+  }
+}
+
+/* --sim: an API simulator in this process (kube.start_sim with
+ * --sim-listen, --sim-kubeconfig and --sim-load), the script's connection
+ * pointed at it. */
+static int start_sim(kl_rt_t *rt, const run_opts_t *o) {
+  lua_State *L = kl_rt_lua(rt);
+  int status = 1;
+  if (push_module_fn(L, "kubelua", "start_sim")) goto out;
+  lua_createtable(L, 0, 5);
+  const char *strs[][2] = {{"listen", o->sim_listen},
+                           {"kubeconfig", o->sim_kubeconfig},
+                           {"load", o->sim_load}};
+  set_strings(L, strs, sizeof strs / sizeof strs[0]);
+  if (!o->sim_kubeconfig) {
+    lua_pushstring(L, o->sim_default_kubeconfig);
+    lua_setfield(L, -2, "kubeconfig");
+  }
+  lua_pushboolean(L, 1);
+  lua_setfield(L, -2, "announce");
+  if (lua_pcall(L, 1, 0, 0) == 0) status = 0;
+out:
+  if (status) fprintf(stderr, "kubelua: --sim: %s\n", lua_tostring(L, -1));
+  lua_settop(L, 0);
+  return status;
+}
 
 /* --kubeconfig and --context, for the connection made on first use, and
  * leader election. */
@@ -194,11 +227,7 @@ static int run_options(kl_rt_t *rt, const run_opts_t *o) {
                            {"context", o->context},
                            {"leader_election_id", o->election_id},
                            {"leader_election_namespace", o->election_ns}};
-  for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++) {
-    if (!strs[i][1]) continue;
-    lua_pushstring(L, strs[i][1]);
-    lua_setfield(L, -2, strs[i][0]);
-  }
+  set_strings(L, strs, sizeof strs / sizeof strs[0]);
   lua_pushboolean(L, o->leader_elect);
   lua_setfield(L, -2, "leader_elect");
   if (lua_pcall(L, 1, 0, 0) != 0) {
@@ -358,6 +387,9 @@ static const char *const run_valued[] = {"--kubeconfig",
                                          "--watch-poll",
                                          "--webhook-bind-address",
                                          "--webhook-cert-dir",
+                                         "--sim-listen",
+                                         "--sim-kubeconfig",
+                                         "--sim-load",
                                          "--log-level",
                                          "--v",
                                          "--log-format",
@@ -434,6 +466,12 @@ static int run_script(int argc, char **argv) {
       ro.webhook_addr = val;
     } else if (strcmp(opt, "--webhook-cert-dir") == 0) {
       ro.webhook_cert_dir = val;
+    } else if (strcmp(opt, "--sim-listen") == 0) {
+      ro.sim_listen = val;
+    } else if (strcmp(opt, "--sim-kubeconfig") == 0) {
+      ro.sim_kubeconfig = val;
+    } else if (strcmp(opt, "--sim-load") == 0) {
+      ro.sim_load = val;
     } else if (strcmp(opt, "--leader-election-id") == 0) {
       ro.election_id = val;
     } else if (strcmp(opt, "--leader-election-namespace") == 0) {
@@ -455,6 +493,23 @@ static int run_script(int argc, char **argv) {
     }
   }
   if (!script) return bad_usage(usage_run, "%s", "run needs a script");
+  if (!sim && (ro.sim_listen || ro.sim_kubeconfig || ro.sim_load))
+    return bad_usage(usage_run, "%s",
+                     ro.sim_listen       ? "--sim-listen needs --sim"
+                     : ro.sim_kubeconfig ? "--sim-kubeconfig needs --sim"
+                                         : "--sim-load needs --sim");
+  if (sim && !ro.sim_kubeconfig) {
+    /* a file of this process's, where kubectl can be pointed at */
+    const char *dir = getenv("XDG_RUNTIME_DIR");
+    int n =
+        snprintf(ro.sim_default_kubeconfig, sizeof ro.sim_default_kubeconfig,
+                 "%s/kubelua-sim-%ld.kubeconfig", dir && *dir ? dir : "/tmp",
+                 (long)getpid());
+    if (n < 0 || (size_t)n >= sizeof ro.sim_default_kubeconfig)
+      return bad_usage(usage_run, "%s",
+                       "XDG_RUNTIME_DIR is too long for the simulator's "
+                       "kubeconfig (give --sim-kubeconfig PATH)");
+  }
   if (ro.leader_elect && !ro.election_id)
     return bad_usage(usage_run, "%s",
                      "--leader-elect needs --leader-election-id NAME");
@@ -476,7 +531,7 @@ static int run_script(int argc, char **argv) {
     fprintf(stderr, "kubelua: cannot start the watchdog thread\n");
     status = 1;
   }
-  if (status == 0 && sim) status = start_sim(rt);
+  if (status == 0 && sim) status = start_sim(rt, &ro);
   if (status == 0) status = serve_endpoints(rt, &ro, sim);
   if (status == 0) status = serve_webhooks(rt, &ro, sim);
   if (status == 0 && (!sim || ro.leader_elect)) status = run_options(rt, &ro);
@@ -486,6 +541,7 @@ static int run_script(int argc, char **argv) {
   if (status == 0) status = kl_rt_loop_until_stopped(rt);
   kl_rt_free(rt);
   kl_loop_free(loop);
+  if (*ro.sim_default_kubeconfig) remove(ro.sim_default_kubeconfig);
   return status;
 }
 

@@ -187,13 +187,48 @@ function _M.connection()
            tls = conn.tls, authorization = authorization }
 end
 
--- kube.start_sim([opts]) -> sim: an API simulator in this process on a
--- loopback port, and the connection pointed at it (kubelua run --sim).
+local START_SIM = { listen = true, load = true, kubeconfig = true, announce = true }
+
+-- kube.start_sim([opts]) -> sim: an API simulator in this process, and the
+-- connection pointed at it (kubelua run --sim). opts: the simulator's
+-- (kubelua.sim.new), and listen ("HOST:PORT"; default 127.0.0.1 on an
+-- ephemeral port), load (a directory whose objects it starts with),
+-- kubeconfig (a path to write a kubeconfig for it to, e.g. for kubectl),
+-- announce (log its URL and the kubeconfig's path in one info line).
+-- Raises when it cannot start.
 function _M.start_sim(opts)
-  local sim = require("kubelua.sim").new(opts)
-  local srv = assert(sim:listen{ host = "127.0.0.1", port = 0 })
-  _M.connect{ server = "http://127.0.0.1:" .. srv:port() }
+  opts = opts or {}
+  local simlib = require "kubelua.sim"
+  local sim_opts = {}
+  for k, v in pairs(opts) do
+    if not START_SIM[k] then sim_opts[k] = v end
+  end
+  local host, port = simlib.host_port(opts.listen or "127.0.0.1:0")
+  if not host then error("--sim-listen needs HOST:PORT, got " .. opts.listen, 0) end
+  local sim = simlib.new(sim_opts)
+  if opts.load then
+    local n, err = sim:load(opts.load)
+    if not n then error("--sim-load: " .. err, 0) end
+  end
+  local srv, err = sim:listen{ host = host, port = port }
+  if not srv then error("--sim-listen " .. opts.listen .. ": " .. err, 0) end
+  local url = simlib.url(host, srv:port())
+  if opts.kubeconfig then
+    local f, ferr = io.open(opts.kubeconfig, "wb")
+    if not f then error("--sim-kubeconfig: " .. ferr, 0) end
+    f:write(json.encode { apiVersion = "v1", kind = "Config",
+      clusters = { { name = "kubelua-sim", cluster = { server = url } } },
+      users = { { name = "kubelua-sim", user = {} } },
+      contexts = { { name = "kubelua-sim", context = { cluster = "kubelua-sim",
+        user = "kubelua-sim", namespace = "default" } } },
+      ["current-context"] = "kubelua-sim" }, "\n")
+    f:close()
+  end
+  _M.connect{ server = url }
   _M.sim = sim
+  if opts.announce then
+    log.info("simulator listening", { url = url, kubeconfig = opts.kubeconfig })
+  end
   return sim
 end
 

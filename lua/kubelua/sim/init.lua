@@ -983,6 +983,9 @@ end
 -- may hold several); namespaces are created as needed. Returns the
 -- number of objects or nil, message.
 function Sim:load(dir)
+  local d = io.open(dir .. "/.")
+  if not d then return nil, dir .. ": not a readable directory" end
+  d:close()
   local p = io.popen("ls -1 '" .. dir:gsub("'", "'\\''") .. "' 2>/dev/null")
   local names = {}
   for line in p:lines() do
@@ -1057,6 +1060,18 @@ end
 --             [--bookmark-interval S] [--no-controllers]
 --             [--no-controller NAME]...
 -- Returns true once listening (the loop then serves), or nil, message.
+-- The host and port of "HOST:PORT" ("[::1]:PORT" for IPv6), or nil.
+function _M.host_port(s)
+  local host, port = s:match("^%[?([^%]]*)%]?:(%d+)$")
+  return host, tonumber(port)
+end
+
+-- The URL of a server listening on host and port (over TLS when tls).
+function _M.url(host, port, tls)
+  local shown = host:find(":") and "[" .. host .. "]" or host
+  return format("%s://%s:%d", tls and "https" or "http", shown, port)
+end
+
 function _M.main(args)
   local opts = { users = {} }
   local listen = "127.0.0.1:6443"
@@ -1102,7 +1117,7 @@ function _M.main(args)
     i = i + 2
     ::continue::
   end
-  local host, port = listen:match("^%[?([^%]]*)%]?:(%d+)$")
+  local host, port = _M.host_port(listen)
   if not host then return nil, "--listen needs HOST:PORT, got " .. listen end
   if (tls_cert == nil) ~= (tls_key == nil) then
     return nil, "--tls-cert and --tls-key go together"
@@ -1115,9 +1130,7 @@ function _M.main(args)
   local srv, err = sim:listen { host = host, port = tonumber(port), tls_cert = tls_cert,
     tls_key = tls_key }
   if not srv then return nil, err end
-  local shown = host:find(":") and "[" .. host .. "]" or host
-  io.stdout:write(format("kubelua sim: listening on %s://%s:%d\n", tls_cert and "https" or "http",
-    shown, srv:port()))
+  io.stdout:write("kubelua sim: listening on " .. _M.url(host, srv:port(), tls_cert) .. "\n")
   io.stdout:flush()
   _M.current = sim
   return true
