@@ -6,9 +6,11 @@
 
 local json = require "kubelua.json"
 local util = require "kubelua.sim.util"
+local schema = require "kubelua.sim.schema"
 
 local type, pairs, ipairs, tonumber = type, pairs, ipairs, tonumber
 local copy, equal = util.copy, util.equal
+local field = schema.field
 local null, is_array = json.null, json.is_array
 local format, gsub, sub = string.format, string.gsub, string.sub
 local remove, insert = table.remove, table.insert
@@ -209,15 +211,6 @@ local function guessed_key(list)
     if ok then return k end
   end
   return nil
-end
-
--- The schema node of field k of an object node, and the field's
--- extensions (patch strategy, merge key); nil without a schema.
-local function field(node, k)
-  if not node then return nil, nil end
-  if node.t == "object" then return node.props[k], node.ext and node.ext[k] end
-  if node.t == "map" then return node.value, nil end
-  return nil, nil
 end
 
 -- What an item is found by: its merge key's value, or the item itself (a

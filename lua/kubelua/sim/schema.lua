@@ -70,12 +70,17 @@ local function compile(s, name, schemas, memo)
         node.ext = node.ext or {}
         node.ext[k] = ext
       end
+      if p.default ~= nil and type(p.default) ~= "table" then
+        node.defaults = node.defaults or {} -- what a list map's key is when left out
+        node.defaults[k] = p.default
+      end
     end
     return node
   elseif t == "object" then
     local vs, vname = target(s.additionalProperties, schemas)
     local v = vs and compile(vs, vname, schemas, memo) or ANY
-    return { t = "map", value = v, go = "map[string]" .. (v.go or "interface {}") }
+    return { t = "map", value = v, go = "map[string]" .. (v.go or "interface {}"),
+      map_type = s["x-kubernetes-map-type"] }
   elseif t == "array" then
     local is, iname = target(s.items, schemas)
     local item = compile(is, iname, schemas, memo)
@@ -118,6 +123,57 @@ end
 function _M.checker(res)
   if not checkers[res.gv] then load(res.gv) end
   return checkers[res.gv .. "/" .. res.kind]
+end
+
+-- The schema of a custom resource's version (its CRD's openAPIV3Schema) as
+-- a node of the checker's kind, for server-side apply: its
+-- x-kubernetes-list-type, -list-map-keys and -map-type, and ObjectMeta's
+-- own rules for metadata (finalizers a set, ownerReferences keyed by uid).
+-- Compiled once per schema table.
+local customs = setmetatable({}, { __mode = "k" })
+
+function _M.custom(s)
+  if type(s) ~= "table" then return nil end
+  local node = customs[s]
+  if node == nil then
+    node = compile(s, nil, {}, {})
+    if node.t == "object" then
+      local cm = _M.checker { gv = "v1", kind = "ConfigMap" }
+      node.props.metadata = cm and cm.props.metadata or node.props.metadata
+    end
+    customs[s] = node
+  end
+  return node
+end
+
+-- The schema node of field k of node (nil: none) and the field's
+-- extensions (kubelua.sim.schema's patch and apply extensions, or nil).
+function _M.field(node, k)
+  if not node then return nil, nil end
+  if node.t == "object" then return node.props[k], node.ext and node.ext[k] end
+  if node.t == "map" then return node.value, nil end
+  return nil, nil
+end
+
+-- How server-side apply treats a list with extensions ext, as the real
+-- server's schema converter reads them: "atomic", "set", or "map" and its
+-- keys (x-kubernetes-list-type, else a patch strategy of merge: keyed by
+-- the merge key, a set without one; atomic by default).
+function _M.list_kind(ext)
+  if not ext then return "atomic" end
+  local lt = ext.list_type
+  if lt == "set" then return "set" end
+  if lt == "map" and type(ext.map_keys) == "table" then return "map", ext.map_keys end
+  if lt == nil and (ext.strategy == "merge" or ext.strategy == "merge,retainKeys") then
+    if ext.merge_key then return "map", { ext.merge_key } end
+    return "set"
+  end
+  return "atomic"
+end
+
+-- Whether a struct or map (node, extensions ext) is applied as a whole.
+function _M.atomic(node, ext)
+  return (node and node.map_type == "atomic") or (ext and ext.map_type == "atomic") or false
 end
 
 -- The JSON type of v as Go's decoder names it; a Lua sequence given in

@@ -859,6 +859,13 @@ local function spec_of(obj)
   return t
 end
 
+-- The schema server-side apply and managedFields follow for res (nil:
+-- none): a built-in kind's, or its CRD's.
+local function managed_node(res)
+  if res.builtin then return schemalib.checker(res) end
+  return schemalib.custom(res.schema)
+end
+
 local function set_managed(res, old, new, ctx, operation, owned)
   if ctx.internal or ctx.apply then
     if old then new.metadata.managedFields = old.metadata.managedFields end
@@ -867,7 +874,7 @@ local function set_managed(res, old, new, ctx, operation, owned)
   local mf = managed.update(old, new, {
     manager = manager_of(ctx), operation = operation or "Update", api_version = res.api_version,
     time = util.timestamp(), subresource = ctx.subresource, custom = not res.builtin,
-    has_status = res.status, owned = owned })
+    has_status = res.status, owned = owned, node = managed_node(res) })
   new.metadata.managedFields = #mf > 0 and mf or nil
 end
 
@@ -1733,10 +1740,12 @@ function Store:scale(res, ns, name, verb, content_type, body, ctx)
   return to_scale(res, ne.obj)
 end
 
--- Server-side apply, simplified: the applied configuration is merged into
--- the object (maps merged, lists replaced); fields this manager applied
--- before and leaves out now are removed if nobody else owns them; fields
--- another manager owns with a different value conflict unless force.
+-- Server-side apply: the applied configuration is merged into the object
+-- as the kind's schema says (kubelua.sim.managed.merge: keyed lists by
+-- their keys, sets by value, atomic lists and structs replaced); fields
+-- this manager applied before and leaves out now are removed if nobody
+-- else owns them; fields another manager owns with a different value
+-- conflict unless force.
 function Store:apply(res, ns, name, body, ctx)
   if not ctx.field_manager or ctx.field_manager == "" then
     return nil, status(422, "Invalid", 'PatchOptions.meta.k8s.io "" is invalid: fieldManager: '
@@ -1754,7 +1763,8 @@ function Store:apply(res, ns, name, body, ctx)
     return nil, bad_request("error decoding YAML: the apply body must be an object")
   end
   local part = ctx.subresource == "status" and "status" or (res.status and "main" or "all")
-  local applied = managed.leaves(cfg, not res.builtin, part)
+  local node = managed_node(res)
+  local applied = managed.leaves(cfg, not res.builtin, part, node)
   -- an applier owns the leaves it names, without "." markers, except a
   -- keyed list's items: an item is itself a member of its list
   local owned = {}
@@ -1770,7 +1780,7 @@ function Store:apply(res, ns, name, body, ctx)
     local created, err = self:create(res, ns, obj, ctx, "Apply", owned)
     return created, err, true
   end
-  local current = managed.leaves(e.obj, not res.builtin, "all")
+  local current = managed.leaves(e.obj, not res.builtin, "all", node)
   local conflicts = managed.conflicts(e.obj, applied, current, ctx.field_manager)
   if #conflicts > 0 and not ctx.force then
     -- one conflict is said in a line; several are grouped by manager
@@ -1802,8 +1812,9 @@ function Store:apply(res, ns, name, body, ctx)
       #conflicts == 1 and "" or "s", said)
     return nil, status(409, "Conflict", msg, { causes = causes })
   end
-  local obj = patchlib.merge(e.obj, cfg)
+  local obj = managed.merge(e.obj, cfg, not res.builtin, node)
   -- fields this manager owned before and no longer applies
+  local gone = {}
   for _, mfe in ipairs(e.obj.metadata.managedFields or {}) do
     if mfe.manager == ctx.field_manager and mfe.operation == "Apply" then
       for p in pairs(managed.paths(mfe.fieldsV1 or {})) do
@@ -1812,11 +1823,12 @@ function Store:apply(res, ns, name, body, ctx)
           for _, o in ipairs(e.obj.metadata.managedFields) do
             if o ~= mfe and managed.paths(o.fieldsV1 or {})[p] then others = true end
           end
-          if not others then _M.remove_path(obj, p) end
+          if not others then gone[#gone + 1] = p end
         end
       end
     end
   end
+  managed.remove(obj, gone)
   obj.kind, obj.apiVersion = res.kind, res.api_version
   local err = check_decoding(res, obj) or validate(res, obj)
   if err then return nil, err end
@@ -1847,7 +1859,7 @@ function Store:commit_apply(res, e, obj, ctx, owned)
   if not r then return r, err end
   local op = { manager = ctx.field_manager, operation = "Apply",
     api_version = res.api_version, time = util.timestamp(), subresource = ctx.subresource,
-    custom = not res.builtin, has_status = res.status, owned = owned }
+    custom = not res.builtin, has_status = res.status, owned = owned, node = managed_node(res) }
   if r == e then
     -- the same values: still a write when their owners change (a forced
     -- apply takes them over, another one shares them), not when only a time
@@ -1888,31 +1900,6 @@ function Store:commit_apply(res, e, obj, ctx, owned)
   return ne
 end
 
--- Removes the value at a managed-fields path (f: segments only).
-function _M.remove_path(obj, p)
-  local segs = {}
-  for seg in (p .. "\1"):gmatch("([^\1]*)\1") do segs[#segs + 1] = seg end
-  if segs[#segs] == "." then segs[#segs] = nil end
-  local cur, chain = obj, { obj }
-  for i = 1, #segs - 1 do
-    local s = segs[i]
-    if sub(s, 1, 2) ~= "f:" or not is_object(cur) then return end
-    cur = cur[sub(s, 3)]
-    chain[i + 1] = cur
-  end
-  local last = segs[#segs]
-  if not (last and sub(last, 1, 2) == "f:" and is_object(cur)) then return end
-  cur[sub(last, 3)] = nil
-  -- maps left empty go too (labels, data...), as omitempty drops them
-  for i = #segs - 1, 2, -1 do
-    local t = chain[i + 1]
-    if is_object(t) and next(t) == nil and segs[i] ~= "f:metadata" then
-      chain[i][sub(segs[i], 3)] = nil
-    else
-      break
-    end
-  end
-end
 
 -- Resources whose registry orphans dependents when a DELETE names no
 -- propagation (DefaultGarbageCollectionPolicy, kept for compatibility).
