@@ -5,8 +5,10 @@
 -- manager owns kept, and conflicts named by their keyed paths; for
 -- built-in kinds from the captured OpenAPI, for custom resources from
 -- their CRD's openAPIV3Schema. Every expected value is what kube-apiserver
--- 1.26.1 answered to the same requests.
+-- 1.26.1 answered to the same requests (spec/differential/schema_steps.lua
+-- sends them to both).
 local H = require "spec.integration.sim_helper"
+local schema_steps = require "spec.differential.schema_steps"
 
 local APPLY = { ["Content-Type"] = "application/apply-patch+yaml" }
 
@@ -130,25 +132,8 @@ describe("kubelua sim server-side apply", function()
     end)
 
   it("applies a custom resource by its CRD's list and map types", function()
-    local crd = { apiVersion = "apiextensions.k8s.io/v1", kind = "CustomResourceDefinition",
-      metadata = { name = "gizmos.ex.io" }, spec = { group = "ex.io", scope = "Namespaced",
-        names = { plural = "gizmos", singular = "gizmo", kind = "Gizmo", listKind = "GizmoList" },
-        versions = { { name = "v1", served = true, storage = true, schema = { openAPIV3Schema = {
-          type = "object", properties = { spec = { type = "object", properties = {
-            items = { type = "array", ["x-kubernetes-list-type"] = "map",
-              ["x-kubernetes-list-map-keys"] = { "name", "zone" },
-              items = { type = "object", required = { "name", "zone" }, properties = {
-                name = { type = "string" }, zone = { type = "string" },
-                size = { type = "integer" } } } },
-            tags = { type = "array", ["x-kubernetes-list-type"] = "set",
-              items = { type = "string" } },
-            plain = { type = "array", items = { type = "string" } },
-            sel = { type = "object", ["x-kubernetes-map-type"] = "atomic",
-              properties = { a = { type = "string" }, b = { type = "string" } } },
-            labels = { type = "object", ["x-kubernetes-map-type"] = "atomic",
-              additionalProperties = { type = "string" } } } } } } } } } } }
     local code, _, raw = H.api(sim, "POST",
-      "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+      "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", schema_steps.CRD)
     assert(code == 201, raw)
     H.established(sim, "gizmos.ex.io")
     local path = "/apis/ex.io/v1/namespaces/default/gizmos/g"

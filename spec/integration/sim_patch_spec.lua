@@ -2,26 +2,14 @@
 -- real server's is: which lists merge and by which key, finalizers as a
 -- set, $deleteFromPrimitiveList, $setElementOrder, $retainKeys in list
 -- items, and the errors of a malformed patch. Every expected value is what
--- kube-apiserver 1.26.1 answered to the same requests.
+-- kube-apiserver 1.26.1 answered to the same requests
+-- (spec/differential/schema_steps.lua sends them to both).
 local H = require "spec.integration.sim_helper"
 
 local DEPS = "/apis/apps/v1/namespaces/default/deployments"
 local SMP = { ["Content-Type"] = "application/strategic-merge-patch+json" }
 
-local function deployment(name)
-  return { apiVersion = "apps/v1", kind = "Deployment",
-    metadata = { name = name, finalizers = { "x.io/a", "x.io/b" } },
-    spec = { selector = { matchLabels = { app = name } }, template = {
-      metadata = { labels = { app = name } }, spec = {
-        containers = {
-          { name = "a", image = "a:1", command = { "sh", "-c" }, args = { "one", "two" },
-            ports = { { containerPort = 80, name = "http" }, { containerPort = 81 } },
-            volumeMounts = { { name = "v", mountPath = "/x" }, { name = "v", mountPath = "/y" } } },
-          { name = "b", image = "b:1" } },
-        tolerations = { { key = "k1", operator = "Exists" }, { key = "k2", operator = "Exists" } },
-        dnsConfig = { options = { { name = "ndots", value = "2" }, { name = "edns0" } } },
-        volumes = { { name = "v", emptyDir = {} } } } } } }
-end
+local deployment = require("spec.differential.schema_steps").deployment
 
 local function template(spec) return { spec = { template = { spec = spec } } } end
 
@@ -31,14 +19,16 @@ describe("kubelua sim strategic merge patch", function()
   teardown(function() H.stop(sim) end)
 
   -- Creates a Deployment named name; returns a function that patches it
-  -- and answers the status and the decoded body.
+  -- and answers the status, the decoded body and the response headers,
+  -- and the created object.
   local function patcher(name)
-    local code, _, raw = H.api(sim, "POST", DEPS, deployment(name))
+    local code, created, raw = H.api(sim, "POST", DEPS, deployment(name))
     assert(code == 201, raw)
     return function(body)
-      local c, obj = H.api(sim, "PATCH", DEPS .. "/" .. name, body, SMP)
-      return c, obj
-    end
+      local c, headers, _, obj = H.request(sim, "PATCH", DEPS .. "/" .. name,
+        { body = body, headers = SMP })
+      return c, obj, headers
+    end, created
   end
 
   local function container(d, name)
@@ -54,7 +44,13 @@ describe("kubelua sim strategic merge patch", function()
   end
 
   it("merges the lists whose schema says merge, by its key, and replaces the others", function()
-    local patch = patcher("lists")
+    local patch, created = patcher("lists")
+    -- the creator owns the struct held by pointer (dnsConfig) itself too,
+    -- not those held by value (template, its spec)
+    local tpl = created.metadata.managedFields[1].fieldsV1["f:spec"]["f:template"]
+    assert.is_nil(tpl["."])
+    assert.is_nil(tpl["f:spec"]["."])
+    assert.same({ ["."] = {}, ["f:options"] = {} }, tpl["f:spec"]["f:dnsConfig"])
     -- command and args have no patch strategy: replaced
     local code, d = patch(template { containers = { { name = "a", command = { "bash" },
       args = { "three" } } } })
@@ -124,9 +120,12 @@ describe("kubelua sim strategic merge patch", function()
 
   it("keeps only $retainKeys in a merged item, and deletes items by their key", function()
     local patch = patcher("retain")
-    local code, d = patch(template { volumes = { { name = "w",
+    -- a new item is taken as given: its directive is an unknown field
+    local code, d, headers = patch(template { volumes = { { name = "w",
       ["$retainKeys"] = { "name", "configMap" }, configMap = { name = "cm" } } } })
     assert.equal(200, code)
+    assert.equal('299 - "unknown field \\"spec.template.spec.volumes[0].$retainKeys\\""',
+      headers.warning)
     assert.same({ "w", "v" }, column(d.spec.template.spec.volumes, "name"))
     assert.same({ name = "v", emptyDir = {} }, d.spec.template.spec.volumes[2])
     -- the union's other member goes

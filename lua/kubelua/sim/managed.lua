@@ -92,9 +92,11 @@ local function key_text(item, keys, items)
 end
 
 -- Adds the leaf paths of value v at prefix to set (path → value text).
--- node, ext: v's schema node and extensions when the kind has a schema
--- (typed); name: its field's name.
-local function walk(set, prefix, v, custom, name, typed, node, ext)
+-- node, ext, always: v's schema node, extensions and whether it is a
+-- struct held by value, when the kind has a schema (typed); name: its
+-- field's name. A map, or a struct that may be absent (held by pointer),
+-- gets a "." of its own: without a schema, those the hand list names.
+local function walk(set, prefix, v, custom, name, typed, node, ext, always)
   if is_object(v) and (typed and atomic(node, ext) or not typed and not custom
       and atomic_fields[name]) then
     set[prefix] = encode(v)
@@ -103,10 +105,16 @@ local function walk(set, prefix, v, custom, name, typed, node, ext)
       set[prefix] = "{}"
       return
     end
-    if custom or map_fields[name] then set[prefix .. SEP .. "."] = "" end
+    local dot
+    if custom or not typed or not node then
+      dot = custom or map_fields[name]
+    else
+      dot = node.t == "map" or (node.t == "object" and not always)
+    end
+    if dot then set[prefix .. SEP .. "."] = "" end
     for k, x in pairs(v) do
-      local cn, ce = field(node, k)
-      walk(set, prefix .. SEP .. "f:" .. k, x, custom, k, typed, cn, ce)
+      local cn, ce, ca = field(node, k)
+      walk(set, prefix .. SEP .. "f:" .. k, x, custom, k, typed, cn, ce, ca)
     end
   elseif is_array(v) then
     local kind, keys = kind_of_list(typed, ext, custom, name)
@@ -129,8 +137,8 @@ local function walk(set, prefix, v, custom, name, typed, node, ext)
       local p = prefix .. SEP .. "k:" .. key_text(x, keys, items)
       set[p .. SEP .. "."] = ""
       for k, y in pairs(x) do
-        local cn, ce = field(items, k)
-        walk(set, p .. SEP .. "f:" .. k, y, custom, k, typed, cn, ce)
+        local cn, ce, ca = field(items, k)
+        walk(set, p .. SEP .. "f:" .. k, y, custom, k, typed, cn, ce, ca)
       end
     end
   elseif v ~= null then
@@ -145,13 +153,13 @@ function _M.leaves(obj, custom, part, node)
   local set = {}
   local typed = node ~= nil
   for k, v in pairs(obj) do
-    local cn, ce = field(node, k)
+    local cn, ce, ca = field(node, k)
     if k == "metadata" then
       if is_object(v) then
         for _, mk in ipairs { "labels", "annotations", "finalizers", "ownerReferences" } do
           if v[mk] ~= nil and v[mk] ~= null then
-            local mn, me = field(cn, mk)
-            walk(set, "f:metadata" .. SEP .. "f:" .. mk, v[mk], custom, mk, typed, mn, me)
+            local mn, me, ma = field(cn, mk)
+            walk(set, "f:metadata" .. SEP .. "f:" .. mk, v[mk], custom, mk, typed, mn, me, ma)
           end
         end
         if type(v.generateName) == "string" then
@@ -162,7 +170,7 @@ function _M.leaves(obj, custom, part, node)
       local want = part == "all" or (part == "status") == (k == "status")
       if want then
         if custom and is_object(v) and next(v) ~= nil then set["f:" .. k .. SEP .. "."] = "" end
-        walk(set, "f:" .. k, v, custom, k, typed, cn, ce)
+        walk(set, "f:" .. k, v, custom, k, typed, cn, ce, ca)
       end
     end
   end

@@ -263,13 +263,14 @@ local function ordered(merged, orig, order, key)
 end
 
 -- A patch value taken where the object has nothing to merge it into
--- (removeDirectives, nulls discarded): objects with "$patch" left out.
+-- (removeDirectives, nulls discarded): objects with "$patch" left out;
+-- other directives stay, for the decoder to name as unknown fields.
 local function undirected(v)
   if is_object(v) then
     if v["$patch"] ~= nil then return nil end
     local out = {}
     for k, x in pairs(v) do
-      if x ~= null and sub(k, 1, 1) ~= "$" then out[k] = undirected(x) end
+      if x ~= null then out[k] = undirected(x) end
     end
     return out
   elseif is_array(v) then

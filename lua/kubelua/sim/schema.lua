@@ -70,7 +70,12 @@ local function compile(s, name, schemas, memo)
         node.ext = node.ext or {}
         node.ext[k] = ext
       end
-      if p.default ~= nil and type(p.default) ~= "table" then
+      if type(p.default) == "table" then
+        -- a struct held by value, there even when zero (no "." of its own in
+        -- managedFields)
+        node.always = node.always or {}
+        node.always[k] = true
+      elseif p.default ~= nil then
         node.defaults = node.defaults or {} -- what a list map's key is when left out
         node.defaults[k] = p.default
       end
@@ -146,13 +151,16 @@ function _M.custom(s)
   return node
 end
 
--- The schema node of field k of node (nil: none) and the field's
--- extensions (kubelua.sim.schema's patch and apply extensions, or nil).
+-- The schema node of field k of node (nil: none), the field's extensions
+-- (kubelua.sim.schema's patch and apply extensions, or nil), and whether
+-- the field is a struct held by value (always there, even zero).
 function _M.field(node, k)
-  if not node then return nil, nil end
-  if node.t == "object" then return node.props[k], node.ext and node.ext[k] end
-  if node.t == "map" then return node.value, nil end
-  return nil, nil
+  if not node then return nil, nil, false end
+  if node.t == "object" then
+    return node.props[k], node.ext and node.ext[k], node.always and node.always[k] or false
+  end
+  if node.t == "map" then return node.value, nil, false end
+  return nil, nil, false
 end
 
 -- How server-side apply treats a list with extensions ext, as the real
