@@ -20,7 +20,7 @@ local util = require "kubelua.sim.util"
 local type, pairs, ipairs, next = type, pairs, ipairs, next
 local copy, equal = util.copy, util.equal
 local field, list_kind, atomic = schema.field, schema.list_kind, schema.atomic
-local concat, sort = table.concat, table.sort
+local concat, sort, tremove = table.concat, table.sort, table.remove
 local sub = string.sub
 local null, is_array, encode = json.null, json.is_array, json.encode
 
@@ -314,7 +314,7 @@ local function remove_one(obj, p)
     end
     if key == nil or cur[key] == nil then return end
     if last then
-      if is_array(cur) then table.remove(cur, key) else cur[key] = nil end
+      if is_array(cur) then tremove(cur, key) else cur[key] = nil end
     else
       cur = cur[key]
       chain[i + 1] = cur

@@ -1,8 +1,8 @@
 -- kubelua.sim.patch: the patch formats a Kubernetes API server accepts, on
 -- decoded JSON values (kubelua.json tables): JSON merge patch (RFC 7386),
--- JSON patch (RFC 6902) and strategic merge patch (lists of objects merged
--- by their key, "$patch" directives). Each function returns a new value and
--- never changes its inputs.
+-- JSON patch (RFC 6902) and strategic merge patch (the lists the kind's
+-- schema says to merge merged by their key, its directives followed). Each
+-- function returns a new value and never changes its inputs.
 
 local json = require "kubelua.json"
 local util = require "kubelua.sim.util"

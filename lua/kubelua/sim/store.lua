@@ -1561,7 +1561,7 @@ function Store:patch(res, ns, name, content_type, body, ctx)
   local e, err = self:get(res, ns, name)
   if not e then return nil, err end
   local obj
-  obj, err = patched(e.obj, ptype, body, res.builtin and schemalib.checker(res))
+  obj, err = patched(e.obj, ptype, body, res.builtin and schemalib.checker(res) or nil)
   if not obj then return nil, err end
   local md = obj.metadata
   if md.resourceVersion ~= nil and md.resourceVersion ~= e.obj.metadata.resourceVersion then
