@@ -48,6 +48,8 @@ static void usage_run(FILE *out) {
       "  --leader-election-id NAME        the Lease's name\n"
       "  --leader-election-namespace NS   its namespace (default: the pod's,\n"
       "                           else \"default\")\n"
+      "  --shard-ring NAME        put kube.controller's controllers on this\n"
+      "                           sharding ring (a Lease per replica)\n"
       "  --no-watch               reload the script on SIGHUP only, not when\n"
       "                           its files change\n"
       "  --watch-poll SECS        look at the script's files this often even\n"
@@ -178,6 +180,7 @@ typedef struct run_opts {
   const char *webhook_addr, *webhook_cert_dir;
   int leader_elect;
   const char *election_id, *election_ns;
+  const char *shard_ring;
 } run_opts_t;
 
 /* --kubeconfig and --context, for the connection made on first use, and
@@ -189,11 +192,12 @@ static int run_options(kl_rt_t *rt, const run_opts_t *o) {
     lua_settop(L, 0);
     return 1;
   }
-  lua_createtable(L, 0, 5);
+  lua_createtable(L, 0, 6);
   const char *strs[][2] = {{"kubeconfig", o->kubeconfig},
                            {"context", o->context},
                            {"leader_election_id", o->election_id},
-                           {"leader_election_namespace", o->election_ns}};
+                           {"leader_election_namespace", o->election_ns},
+                           {"shard_ring", o->shard_ring}};
   for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++) {
     if (!strs[i][1]) continue;
     lua_pushstring(L, strs[i][1]);
@@ -352,6 +356,7 @@ static const char *const run_valued[] = {"--kubeconfig",
                                          "--health-probe-bind-address",
                                          "--leader-election-id",
                                          "--leader-election-namespace",
+                                         "--shard-ring",
                                          "--shutdown-timeout",
                                          "--graceful-shutdown-timeout",
                                          "--hang-timeout",
@@ -438,6 +443,8 @@ static int run_script(int argc, char **argv) {
       ro.election_id = val;
     } else if (strcmp(opt, "--leader-election-namespace") == 0) {
       ro.election_ns = val;
+    } else if (strcmp(opt, "--shard-ring") == 0) {
+      ro.shard_ring = val;
     } else if (strcmp(opt, "--watch-poll") == 0) {
       char *end;
       watch_poll = strtod(val, &end);
@@ -479,7 +486,8 @@ static int run_script(int argc, char **argv) {
   if (status == 0 && sim) status = start_sim(rt);
   if (status == 0) status = serve_endpoints(rt, &ro, sim);
   if (status == 0) status = serve_webhooks(rt, &ro, sim);
-  if (status == 0 && (!sim || ro.leader_elect)) status = run_options(rt, &ro);
+  if (status == 0 && (!sim || ro.leader_elect || ro.shard_ring))
+    status = run_options(rt, &ro);
   if (status == 0)
     status =
         kl_rt_start_script(rt, script, nargs, argv, watch ? watch_poll : 0);

@@ -136,6 +136,10 @@ function _M._run_options(o)
   end
 end
 
+-- The ring that `kubelua run --shard-ring NAME` puts kube.controller's
+-- controllers on, or nil.
+function _M._shard_ring() return run_opts.shard_ring end
+
 function _M.connect(cfg)
   cfg = cfg or run_opts
   if type(cfg) ~= "table" then

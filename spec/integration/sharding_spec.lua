@@ -1,0 +1,201 @@
+-- Sharding across replicas: five `kubelua run` processes on one ring
+-- against one `kubelua sim`, with ConfigMaps created, changed and deleted
+-- all along while replicas join, are killed (SIGKILL) and stopped
+-- (SIGTERM). Every reconcile is recorded (replica, key, start, end, the
+-- version it saw): no key is reconciled by two replicas at overlapping
+-- times, every replica works, the sharder says each membership change,
+-- and a stopped replica leaves the ring.
+local support = require "spec.support"
+local helper = require "spec.integration.sim_helper"
+local procs = require "spec.integration.proc_helper"
+
+local ffi = require "ffi" -- kill(), declared by sim_helper
+local sleep, read_file, quote = helper.sleep, helper.read_file, helper.quote
+
+local LEASE = 2 -- seconds: the replicas' Lease duration
+
+-- Each replica records its reconciles in RECORD (one line each, appended
+-- at once).
+local SCRIPT = support.tempfile([[
+local kube = require "kubelua"
+local server, id, record = ...
+kube.connect{ server = server }
+local f = assert(io.open(record, "a"))
+f:setvbuf("line")
+kube.controller{
+  name = "sharded",
+  watches = { "v1", "configmaps", { namespace = "shard" } },
+  sharding = { ring = "cms", identity = id, lease_duration = ]] .. LEASE .. [[,
+               renew_deadline = 1.2, retry_period = 0.3 },
+  workers = 2,
+  reconcile = function(req, ctx)
+    local start = kube.now()
+    local obj = ctx.object
+    kube.sleep(0.05) -- long enough for an overlap to show, were there one
+    local seen = obj and obj.data and obj.data.v or "gone"
+    -- a finalizer, so that a deletion is a change the ring hands over too
+    local fin
+    if obj and obj.metadata.deletionTimestamp then
+      seen, fin = "gone", '{"metadata":{"finalizers":null}}'
+    elseif obj and not obj.metadata.finalizers then
+      fin = '{"metadata":{"finalizers":["shard.example.com/f"]}}'
+    end
+    if fin then
+      local _, err = kube.patch("v1", "configmaps", req.namespace, req.name, fin, "merge")
+      if err and not kube.is_not_found(err) then return nil, err end
+    end
+    f:write(string.format("%s %s %.6f %.6f %s\n", id, req.key, start, kube.now(), seen))
+  end,
+}
+]], ".lua")
+
+local function request(sim, method, path, body)
+  local code, obj = helper.api(sim, method, path, body)
+  return code, obj
+end
+
+local function cm(name, v)
+  return { apiVersion = "v1", kind = "ConfigMap",
+           metadata = { name = name, namespace = "shard" }, data = { v = tostring(v) } }
+end
+
+local function now()
+  local t = ffi.new("struct { long sec; long nsec; }")
+  ffi.C.clock_gettime(0, ffi.cast("void *", t))
+  return tonumber(t.sec) + tonumber(t.nsec) / 1e9
+end
+
+ffi.cdef [[ int clock_gettime(int clk, void *ts); ]]
+
+describe("sharding", function()
+  it("never reconciles a key on two replicas at once while replicas join, are killed "
+     .. "and stopped", function()
+    local sim = helper.start("--no-controllers")
+    local record = os.tmpname()
+    request(sim, "POST", "/api/v1/namespaces",
+            { apiVersion = "v1", kind = "Namespace", metadata = { name = "shard" } })
+    local replicas = {}
+    local function start(id)
+      replicas[id] = procs.start(quote(SCRIPT) .. " " .. sim.base .. " " .. id .. " "
+                                 .. quote(record))
+    end
+    for _, id in ipairs({ "a", "b", "c" }) do start(id) end
+    for _, id in ipairs({ "a", "b", "c" }) do procs.wait_log(replicas[id], "sharding: working") end
+
+    -- churn: up to 40 objects; each step creates, changes or deletes one
+    local changes = {} -- { key, version, at }
+    local version, names = {}, {}
+    local n = 0
+    math.randomseed(7)
+    local function step()
+      n = n + 1
+      local r = math.random()
+      local name
+      if #names == 0 or (#names < 40 and r < 0.3) then name = "o" .. n
+      else name = names[math.random(#names)] end
+      local key = "shard/" .. name
+      local at = now()
+      if not version[name] then
+        assert.equal(201, (request(sim, "POST", "/api/v1/namespaces/shard/configmaps", cm(name, n))))
+        names[#names + 1], version[name] = name, n
+      elseif r < 0.45 then
+        assert.equal(200, (request(sim, "DELETE", "/api/v1/namespaces/shard/configmaps/" .. name)))
+        for i, x in ipairs(names) do
+          if x == name then table.remove(names, i) break end
+        end
+        version[name] = math.huge
+      else
+        -- a merge patch: the sharder's label stays
+        local code = helper.request(sim, "PATCH", "/api/v1/namespaces/shard/configmaps/" .. name,
+          { body = { data = { v = tostring(n) } },
+            headers = { ["Content-Type"] = "application/merge-patch+json" } })
+        assert.equal(200, code)
+        version[name] = n
+      end
+      changes[#changes + 1] = { key = key, version = version[name], at = at }
+      sleep(0.03)
+    end
+    local killed_at
+    for s = 1, 400 do
+      step()
+      if s == 60 then start("d") start("e") end
+      if s == 150 then ffi.C.kill(replicas.b.pid, 9) killed_at = now() end
+      if s == 250 then ffi.C.kill(replicas.c.pid, 15) end
+      if s == 320 then start("f") end
+    end
+    local last_change = now()
+    local live = { "a", "d", "e", "f" }
+    local _ = last_change
+
+    -- reconciles, from the record
+    local function records()
+      local out = {}
+      for line in (read_file(record) or ""):gmatch("[^\n]+") do
+        local id, key, s, e, v = line:match("^(%S+) (%S+) (%S+) (%S+) (%S+)$")
+        out[#out + 1] = { id = id, key = key, start = tonumber(s), stop = tonumber(e),
+                          version = v == "gone" and math.huge or tonumber(v) }
+      end
+      return out
+    end
+    -- a change is reconciled once a reconcile that started after it saw it
+    -- or a later version
+    local function reconciled(rs, c)
+      for _, r in ipairs(rs) do
+        if r.key == c.key and r.start >= c.at and r.version >= c.version then return r end
+      end
+      return nil
+    end
+    local deadline = last_change + 5 + LEASE
+    local rs
+    repeat
+      sleep(0.2)
+      rs = records()
+      local all = true
+      for _, c in ipairs(changes) do
+        if not reconciled(rs, c) then all = false break end
+      end
+    until all or now() > deadline
+
+    -- no key on two replicas at overlapping times
+    local by_key = {}
+    for _, r in ipairs(rs) do
+      by_key[r.key] = by_key[r.key] or {}
+      table.insert(by_key[r.key], r)
+    end
+    local overlaps = {}
+    for key, list in pairs(by_key) do
+      table.sort(list, function(x, y) return x.start < y.start end)
+      for i = 2, #list do
+        for j = 1, i - 1 do
+          if list[j].id ~= list[i].id and list[j].stop > list[i].start then
+            overlaps[#overlaps + 1] = key .. ": " .. list[j].id .. " and " .. list[i].id
+          end
+        end
+      end
+    end
+    assert.same({}, overlaps)
+    assert.is_true(#rs > #changes / 2)
+    local by_replica = {}
+    for _, r in ipairs(rs) do by_replica[r.id] = true end
+    for _, id in ipairs({ "a", "b", "c", "d", "e", "f" }) do assert.is_true(by_replica[id], id) end
+    assert.is_number(killed_at)
+
+    local logs = {}
+    for _, id in ipairs(live) do
+      logs[id] = helper.stop(replicas[id])
+      assert.matches("sharding: left the ring replica=" .. id .. " ring=cms", logs[id])
+    end
+    local sharders, all = 0, ""
+    for _, id in ipairs({ "a", "b", "c", "d", "e", "f" }) do
+      local out = logs[id] or read_file(replicas[id].log) or ""
+      all = all .. out
+      sharders = sharders + procs.count(out, "sharding: sharding the ring")
+      os.remove(replicas[id].log)
+    end
+    assert.is_true(sharders >= 1)
+    assert.matches("sharding: ring changed joined=\"\" left=b members=a,c,d,e ring=cms size=4",
+                   all)
+    helper.stop(sim)
+    os.remove(record)
+  end)
+end)
