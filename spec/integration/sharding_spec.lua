@@ -3,8 +3,8 @@
 -- all along while replicas join, are killed (SIGKILL) and stopped
 -- (SIGTERM). Every reconcile is recorded (replica, key, start, end, the
 -- version it saw): no key is reconciled by two replicas at overlapping
--- times, every replica works, the sharder says each membership change,
--- and a stopped replica leaves the ring.
+-- times, every change is reconciled within 5 s plus the Lease duration,
+-- and at the end each replica caches exactly the objects labelled with it.
 local support = require "spec.support"
 local helper = require "spec.integration.sim_helper"
 local procs = require "spec.integration.proc_helper"
@@ -15,14 +15,14 @@ local sleep, read_file, quote = helper.sleep, helper.read_file, helper.quote
 local LEASE = 2 -- seconds: the replicas' Lease duration
 
 -- Each replica records its reconciles in RECORD (one line each, appended
--- at once).
+-- at once) and writes the keys it caches to RECORD.<replica> every 0.2 s.
 local SCRIPT = support.tempfile([[
 local kube = require "kubelua"
 local server, id, record = ...
 kube.connect{ server = server }
 local f = assert(io.open(record, "a"))
 f:setvbuf("line")
-kube.controller{
+local ctl = kube.controller{
   name = "sharded",
   watches = { "v1", "configmaps", { namespace = "shard" } },
   sharding = { ring = "cms", identity = id, lease_duration = ]] .. LEASE .. [[,
@@ -47,6 +47,17 @@ kube.controller{
     f:write(string.format("%s %s %.6f %.6f %s\n", id, req.key, start, kube.now(), seen))
   end,
 }
+kube.spawn(function()
+  while true do
+    local keys = ctl.informers[1]:list_keys()
+    table.sort(keys)
+    local c = assert(io.open(record .. "." .. id .. ".tmp", "w"))
+    c:write(table.concat(keys, "\n"), "\n")
+    c:close()
+    os.rename(record .. "." .. id .. ".tmp", record .. "." .. id)
+    kube.sleep(0.2)
+  end
+end)
 ]], ".lua")
 
 local function request(sim, method, path, body)
@@ -54,9 +65,13 @@ local function request(sim, method, path, body)
   return code, obj
 end
 
+-- Created with the controller's finalizer (as a mutating webhook would
+-- add it), so that a deletion is a change some replica sees, whenever it
+-- comes.
 local function cm(name, v)
   return { apiVersion = "v1", kind = "ConfigMap",
-           metadata = { name = name, namespace = "shard" }, data = { v = tostring(v) } }
+           metadata = { name = name, namespace = "shard", finalizers = { "shard.example.com/f" } },
+           data = { v = tostring(v) } }
 end
 
 local function now()
@@ -68,8 +83,8 @@ end
 ffi.cdef [[ int clock_gettime(int clk, void *ts); ]]
 
 describe("sharding", function()
-  it("never reconciles a key on two replicas at once while replicas join, are killed "
-     .. "and stopped", function()
+  it("never reconciles a key on two replicas at once, reconciles every change and caches "
+     .. "each replica's share, while replicas join, are killed and stopped", function()
     local sim = helper.start("--no-controllers")
     local record = os.tmpname()
     request(sim, "POST", "/api/v1/namespaces",
@@ -119,13 +134,12 @@ describe("sharding", function()
     for s = 1, 400 do
       step()
       if s == 60 then start("d") start("e") end
-      if s == 150 then ffi.C.kill(replicas.b.pid, 9) killed_at = now() end
-      if s == 250 then ffi.C.kill(replicas.c.pid, 15) end
-      if s == 320 then start("f") end
+      if s == 120 then ffi.C.kill(replicas.b.pid, 9) killed_at = now() end
+      if s == 300 then ffi.C.kill(replicas.c.pid, 15) end
+      if s == 340 then start("f") end
     end
     local last_change = now()
     local live = { "a", "d", "e", "f" }
-    local _ = last_change
 
     -- reconciles, from the record
     local function records()
@@ -174,11 +188,49 @@ describe("sharding", function()
       end
     end
     assert.same({}, overlaps)
+    -- every change reconciled, within 5 s plus the Lease duration
+    local late = {}
+    for _, c in ipairs(changes) do
+      local r = reconciled(rs, c)
+      if not r or r.stop - c.at > 5 + LEASE then
+        late[#late + 1] = c.key .. "@" .. c.version .. ": " .. (r and (r.stop - c.at) .. " s"
+          or "never")
+      end
+    end
+    assert.same({}, late)
     assert.is_true(#rs > #changes / 2)
     local by_replica = {}
     for _, r in ipairs(rs) do by_replica[r.id] = true end
     for _, id in ipairs({ "a", "b", "c", "d", "e", "f" }) do assert.is_true(by_replica[id], id) end
     assert.is_number(killed_at)
+
+    -- each replica caches exactly the objects labelled with it
+    local ok, why
+    for _ = 1, 100 do
+      local _, list = request(sim, "GET", "/api/v1/namespaces/shard/configmaps")
+      local want = {}
+      for _, id in ipairs(live) do want[id] = {} end
+      ok, why = true, nil
+      for _, o in ipairs(list.items) do
+        local who = o.metadata.labels and o.metadata.labels["shard.kubelua.io/cms"]
+        if not want[who] then
+          ok, why = false, o.metadata.name .. " is labelled " .. tostring(who)
+        else
+          table.insert(want[who], "shard/" .. o.metadata.name)
+        end
+      end
+      for _, id in ipairs(live) do
+        table.sort(want[id])
+        local cached = read_file(record .. "." .. id) or ""
+        local expect = table.concat(want[id], "\n") .. "\n"
+        if cached ~= expect then
+          ok, why = false, id .. " caches:\n" .. cached .. "its objects are:\n" .. expect
+        end
+      end
+      if ok then break end
+      sleep(0.1)
+    end
+    assert(ok, why)
 
     local logs = {}
     for _, id in ipairs(live) do
@@ -191,6 +243,7 @@ describe("sharding", function()
       all = all .. out
       sharders = sharders + procs.count(out, "sharding: sharding the ring")
       os.remove(replicas[id].log)
+      os.remove(record .. "." .. id)
     end
     assert.is_true(sharders >= 1)
     assert.matches("sharding: ring changed joined=\"\" left=b members=a,c,d,e ring=cms size=4",
