@@ -208,6 +208,8 @@ describe("kubelua --help", function()
   it("lists each command's own options", function()
     local _, out = sh(support.kubelua .. " run --help")
     assert.matches("\n  --health-probe-bind-address ADDR ", out, 1, true)
+    assert.matches("\n  --shard-ring NAME        put kube.controller's controllers on this\n", out,
+                   1, true)
     assert.equal("\n  -h, --help               this help\n", out:sub(-38))
     _, out = sh(support.kubelua .. " sim -h")
     assert.matches("\n  --bookmark-interval SECS how often a watch gets a bookmark (default 60)\n", out,

@@ -90,6 +90,20 @@ end
 ffi.cdef [[ int clock_gettime(int clk, void *ts); ]]
 
 describe("sharding", function()
+  it("puts a script's controllers on the ring that --shard-ring names", function()
+    local script = support.tempfile([[
+local kube = require "kubelua"
+kube.controller{ name = "c", watches = { "v1", "configmaps" }, reconcile = function() end }
+]], ".lua")
+    local p = procs.start("--sim --shard-ring cli " .. quote(script))
+    procs.wait_log(p, "sharding: ring changed")
+    local out = helper.stop(p)
+    assert.matches("INFO  sharding: working replica=[%w-]+ ring=cli\n", out)
+    assert.matches('INFO  sharding: ring changed joined=[%w-]+ left="" members=[%w-]+ ring=cli '
+                   .. "size=1\n", out)
+    os.remove(script)
+  end)
+
   it("never reconciles a key on two replicas at once, reconciles every change and caches "
      .. "each replica's share, while replicas join, are killed and stopped", function()
     local sim = helper.start("--no-controllers")
