@@ -253,22 +253,33 @@ function Ring:membership()
       log("warn", "sharding: cannot renew the lease", { ring = self.name,
         replica = self.identity, error = tostring(err) })
     end
-    -- stop at renew_deadline after the last renewal sent that succeeded
-    local left = self.last_ok and self.last_ok + self.renew_deadline - core.monotonic() or 0
-    if left <= 0 then self:set_working(false, "the lease was not renewed within the deadline") end
-    local wait = self.retry_period
-    if self.working and left < wait then wait = left end
-    core.sleep(wait > 0 and wait or 0.01)
-    if self.working and self.last_ok + self.renew_deadline <= core.monotonic() then
+    core.sleep(self.retry_period)
+  end
+end
+
+-- Seconds left before the renew deadline (<= 0: past it).
+function Ring:deadline_left()
+  if not self.last_ok then return 0 end
+  return self.last_ok + self.renew_deadline - core.monotonic()
+end
+
+-- The replica stops at renew_deadline after the last renewal sent that
+-- succeeded, even while a renewal hangs.
+function Ring:deadline()
+  while not self.stopping do
+    local left = self:deadline_left()
+    if self.working and left <= 0 then
       self:set_working(false, "the lease was not renewed within the deadline")
     end
+    core.sleep(left > 0.01 and left or self.retry_period)
   end
 end
 
 -- Whether a worker may run key now: the replica works, and key is not
 -- being handed over.
 function Ring:may_run(key)
-  return self.working and not self.stopping and not self.leaving[key]
+  return self.working and self:deadline_left() > 0 and not self.stopping
+    and not self.leaving[key]
 end
 
 function Ring:begin(key) self.active[key] = true end
@@ -467,6 +478,7 @@ end
 
 function Ring:start()
   core.spawn_system("shard " .. self.name, function() self:membership() end)
+  core.spawn_system("shard deadline " .. self.name, function() self:deadline() end)
   local le = leader.new{ name = self.name .. "-sharder", namespace = self.namespace,
     identity = self.identity, lease_duration = self.lease_duration,
     renew_deadline = self.renew_deadline, retry_period = self.retry_period,

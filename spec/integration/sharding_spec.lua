@@ -104,6 +104,23 @@ kube.controller{ name = "c", watches = { "v1", "configmaps" }, reconcile = funct
     os.remove(script)
   end)
 
+  it("stops working at its renew deadline while a renewal hangs", function()
+    local sim = helper.start("--no-controllers")
+    local record = os.tmpname()
+    local p = procs.start(quote(SCRIPT) .. " " .. sim.base .. " z " .. quote(record))
+    procs.wait_log(p, "sharding: working")
+    -- every answer a minute late: only the deadline, not the renewal's
+    -- failure, can stop it within wait_log's 10 s
+    request(sim, "POST", "/_sim/faults", { delay = 60 })
+    local out = procs.wait_log(p, "sharding: stopped working")
+    assert.matches("WARN  sharding: stopped working reason=\"the lease was not renewed within the "
+                   .. "deadline\" replica=z ring=cms\n", out)
+    ffi.C.kill(p.pid, 9)
+    request(sim, "POST", "/_sim/faults", { delay = 0 })
+    helper.stop(sim)
+    for _, f in ipairs({ p.log, record, record .. ".z" }) do os.remove(f) end
+  end)
+
   it("never reconciles a key on two replicas at once, reconciles every change and caches "
      .. "each replica's share, while replicas join, are killed and stopped", function()
     local sim = helper.start("--no-controllers")
