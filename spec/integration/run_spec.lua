@@ -188,6 +188,7 @@ describe("kubelua --help", function()
       run = "usage: kubelua run [options] SCRIPT.lua [args...] [-- args...]",
       sim = "usage: kubelua sim [--listen HOST:PORT] [options]",
       test = "usage: kubelua test [options] [busted options] [spec paths...]",
+      types = "usage: kubelua types [CRD.yaml...] [-o DIR]",
       version = "usage: kubelua version",
     }
     for cmd, first in pairs(firsts) do
@@ -201,8 +202,9 @@ describe("kubelua --help", function()
     assert.same({ "usage: kubelua run [options] SCRIPT.lua [args...] [-- args...]",
                   "       kubelua test [options] [busted options] [spec paths...]",
                   "       kubelua sim [--listen HOST:PORT] [options]",
+                  "       kubelua types [CRD.yaml...] [-o DIR]",
                   "       kubelua version", "",
-                  "`kubelua COMMAND --help` lists a command's options." }, first_lines(out, 6))
+                  "`kubelua COMMAND --help` lists a command's options." }, first_lines(out, 7))
   end)
 
   it("lists each command's own options", function()
