@@ -4,6 +4,7 @@
  *   kubelua test [options] [busted options] [paths]   run busted specs
  *   kubelua sim --listen HOST:PORT [options]  serve the API simulator
  *   kubelua types [CRD.yaml...] [-o DIR]      write editor types
+ *   kubelua new NAME [options]                write a controller project
  *   kubelua version
  *
  * Each command answers -h and --help with its own usage, on stdout.
@@ -27,6 +28,7 @@ static void usage(FILE *out) {
         "       kubelua test [options] [busted options] [spec paths...]\n"
         "       kubelua sim [--listen HOST:PORT] [options]\n"
         "       kubelua types [CRD.yaml...] [-o DIR]\n"
+        "       kubelua new NAME [--kind KIND --group G --version V]\n"
         "       kubelua version\n"
         "\n"
         "`kubelua COMMAND --help` lists a command's options.\n",
@@ -134,6 +136,24 @@ static void usage_types(FILE *out) {
         "\n"
         "options:\n"
         "  -o, --output DIR         where to write them (default ./types)\n"
+        "  -h, --help               this help\n",
+        out);
+}
+
+static void usage_new(FILE *out) {
+  fputs("usage: kubelua new NAME [--kind KIND --group G --version V]\n"
+        "\n"
+        "Writes a controller project into the new directory NAME: its\n"
+        "script, a spec that `kubelua test` runs, kustomize manifests\n"
+        "(deploy/), the editor types and their .luarc.json, and a README.\n"
+        "\n"
+        "options:\n"
+        "  --kind KIND              a custom resource to reconcile, with its\n"
+        "                           CustomResourceDefinition (else the\n"
+        "                           controller watches ConfigMaps); also\n"
+        "                           GROUP/VERSION/KIND\n"
+        "  --group G                its group (default example.com)\n"
+        "  --version V              its version (default v1alpha1)\n"
         "  -h, --help               this help\n",
         out);
 }
@@ -660,7 +680,7 @@ static int call_main(lua_State *L, const char *name, const char *mod, int argc,
   return 1;
 }
 
-/* A command whose Lua module does the work: kubelua sim and types.
+/* A command whose Lua module does the work: kubelua sim, types and new.
  * require(mod).main(args) -> true | nil, message[, "usage"]. With serve
  * (sim: main parses the options, listens and prints one line with the
  * address), the loop then runs until SIGINT or SIGTERM, and every failure
@@ -713,11 +733,9 @@ int main(int argc, char **argv) {
   static const struct {
     const char *name;
     usage_fn *usage;
-  } cmds[] = {{"run", usage_run},
-              {"test", usage_test},
-              {"sim", usage_sim},
-              {"types", usage_types},
-              {"version", usage_version}};
+  } cmds[] = {{"run", usage_run}, {"test", usage_test},
+              {"sim", usage_sim}, {"types", usage_types},
+              {"new", usage_new}, {"version", usage_version}};
   const char *cmd = argv[1];
   if (strcmp(cmd, "help") == 0 || is_help(cmd)) {
     for (size_t i = 0; argc > 2 && i < sizeof cmds / sizeof cmds[0]; i++) {
@@ -747,6 +765,9 @@ int main(int argc, char **argv) {
                            argv + 2);
   if (strcmp(cmd, "types") == 0)
     return run_lua_command("types", "kubelua.types", usage_types, 0, argc - 2,
+                           argv + 2);
+  if (strcmp(cmd, "new") == 0)
+    return run_lua_command("new", "kubelua.new", usage_new, 0, argc - 2,
                            argv + 2);
   return bad_usage(usage, "unknown command \"%s\"", cmd);
 }

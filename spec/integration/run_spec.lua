@@ -189,6 +189,7 @@ describe("kubelua --help", function()
       sim = "usage: kubelua sim [--listen HOST:PORT] [options]",
       test = "usage: kubelua test [options] [busted options] [spec paths...]",
       types = "usage: kubelua types [CRD.yaml...] [-o DIR]",
+      new = "usage: kubelua new NAME [--kind KIND --group G --version V]",
       version = "usage: kubelua version",
     }
     for cmd, first in pairs(firsts) do
@@ -203,8 +204,9 @@ describe("kubelua --help", function()
                   "       kubelua test [options] [busted options] [spec paths...]",
                   "       kubelua sim [--listen HOST:PORT] [options]",
                   "       kubelua types [CRD.yaml...] [-o DIR]",
+                  "       kubelua new NAME [--kind KIND --group G --version V]",
                   "       kubelua version", "",
-                  "`kubelua COMMAND --help` lists a command's options." }, first_lines(out, 7))
+                  "`kubelua COMMAND --help` lists a command's options." }, first_lines(out, 8))
   end)
 
   it("lists each command's own options", function()
