@@ -161,7 +161,7 @@ describe("kubelua.types", function()
     it("types a Pod's fields: arrays, required fields, enums, kinds", function()
       local pod, spec = parsed.classes["k8s.core.v1.Pod"], parsed.classes["k8s.core.v1.PodSpec"]
       assert.same({ ["apiVersion?"] = '"v1"', ["kind?"] = '"Pod"',
-        ["metadata?"] = "k8s.meta.v1.ObjectMeta", ["spec?"] = "k8s.core.v1.PodSpec",
+        metadata = "k8s.meta.v1.ObjectMeta", ["spec?"] = "k8s.core.v1.PodSpec",
         ["status?"] = "k8s.core.v1.PodStatus" }, pod)
       assert.equal("k8s.core.v1.Container[]", spec.containers)
       assert.is_nil(spec["containers?"])
@@ -293,7 +293,7 @@ spec:
 ---@class example.com.v1.Backup
 ---@field apiVersion? "example.com/v1"
 ---@field kind? "Backup"
----@field metadata? k8s.meta.v1.ObjectMeta
+---@field metadata k8s.meta.v1.ObjectMeta
 ---@field spec example.com.v1.Backup.spec
 ---@field status? example.com.v1.Backup.status
 
@@ -321,7 +321,7 @@ spec:
 ---@class example.com.v1beta1.Backup
 ---@field apiVersion? "example.com/v1beta1"
 ---@field kind? "Backup"
----@field metadata? k8s.meta.v1.ObjectMeta
+---@field metadata k8s.meta.v1.ObjectMeta
 ---@field [string] any
 ]], files["backups.example.com.lua"])
       local parsed = parse(files["backups.example.com.lua"], "backups.example.com.lua")

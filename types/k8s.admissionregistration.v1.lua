@@ -20,7 +20,7 @@
 ---@class k8s.admissionregistration.v1.MutatingWebhookConfiguration
 ---@field apiVersion? "admissionregistration.k8s.io/v1" # APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources
 ---@field kind? "MutatingWebhookConfiguration" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ObjectMeta # Standard object metadata; More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata.
+---@field metadata k8s.meta.v1.ObjectMeta # Standard object metadata; More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata.
 ---@field webhooks? k8s.admissionregistration.v1.MutatingWebhook[] # Webhooks is a list of webhooks and the affected resources and operations.
 
 --- MutatingWebhookConfigurationList is a list of MutatingWebhookConfiguration.
@@ -28,7 +28,7 @@
 ---@field apiVersion? "admissionregistration.k8s.io/v1" # APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources
 ---@field items k8s.admissionregistration.v1.MutatingWebhookConfiguration[] # List of MutatingWebhookConfiguration.
 ---@field kind? "MutatingWebhookConfigurationList" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ListMeta # Standard list metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
+---@field metadata k8s.meta.v1.ListMeta # Standard list metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
 
 --- RuleWithOperations is a tuple of Operations and Resources. It is recommended to make sure that all the tuple expansions are valid.
 ---@class k8s.admissionregistration.v1.RuleWithOperations
@@ -62,7 +62,7 @@
 ---@class k8s.admissionregistration.v1.ValidatingWebhookConfiguration
 ---@field apiVersion? "admissionregistration.k8s.io/v1" # APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources
 ---@field kind? "ValidatingWebhookConfiguration" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ObjectMeta # Standard object metadata; More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata.
+---@field metadata k8s.meta.v1.ObjectMeta # Standard object metadata; More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata.
 ---@field webhooks? k8s.admissionregistration.v1.ValidatingWebhook[] # Webhooks is a list of webhooks and the affected resources and operations.
 
 --- ValidatingWebhookConfigurationList is a list of ValidatingWebhookConfiguration.
@@ -70,7 +70,7 @@
 ---@field apiVersion? "admissionregistration.k8s.io/v1" # APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources
 ---@field items k8s.admissionregistration.v1.ValidatingWebhookConfiguration[] # List of ValidatingWebhookConfiguration.
 ---@field kind? "ValidatingWebhookConfigurationList" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ListMeta # Standard list metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
+---@field metadata k8s.meta.v1.ListMeta # Standard list metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
 
 --- WebhookClientConfig contains the information to make a TLS connection with the webhook
 ---@class k8s.admissionregistration.v1.WebhookClientConfig

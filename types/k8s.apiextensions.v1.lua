@@ -20,7 +20,7 @@
 ---@class k8s.apiextensions.v1.CustomResourceDefinition
 ---@field apiVersion? "apiextensions.k8s.io/v1" # APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources
 ---@field kind? "CustomResourceDefinition" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ObjectMeta # Standard object's metadata More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
+---@field metadata k8s.meta.v1.ObjectMeta # Standard object's metadata More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
 ---@field spec k8s.apiextensions.v1.CustomResourceDefinitionSpec # spec describes how the user wants the resources to appear
 ---@field status? k8s.apiextensions.v1.CustomResourceDefinitionStatus # status indicates the actual state of the CustomResourceDefinition
 
@@ -37,7 +37,7 @@
 ---@field apiVersion? "apiextensions.k8s.io/v1" # APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources
 ---@field items k8s.apiextensions.v1.CustomResourceDefinition[] # items list individual CustomResourceDefinition objects
 ---@field kind? "CustomResourceDefinitionList" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ListMeta # Standard object's metadata More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
+---@field metadata k8s.meta.v1.ListMeta # Standard object's metadata More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
 
 --- CustomResourceDefinitionNames indicates the names to serve this CustomResourceDefinition
 ---@class k8s.apiextensions.v1.CustomResourceDefinitionNames

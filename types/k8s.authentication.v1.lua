@@ -13,7 +13,7 @@
 ---@class k8s.authentication.v1.TokenRequest
 ---@field apiVersion? "authentication.k8s.io/v1" # APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources
 ---@field kind? "TokenRequest" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ObjectMeta # Standard object's metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
+---@field metadata k8s.meta.v1.ObjectMeta # Standard object's metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
 ---@field spec k8s.authentication.v1.TokenRequestSpec # Spec holds information about the request being evaluated
 ---@field status? k8s.authentication.v1.TokenRequestStatus # Status is filled in by the server and indicates whether the token can be authenticated.
 
@@ -32,7 +32,7 @@
 ---@class k8s.authentication.v1.TokenReview
 ---@field apiVersion? "authentication.k8s.io/v1" # APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources
 ---@field kind? "TokenReview" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ObjectMeta # Standard object's metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
+---@field metadata k8s.meta.v1.ObjectMeta # Standard object's metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
 ---@field spec k8s.authentication.v1.TokenReviewSpec # Spec holds information about the request being evaluated
 ---@field status? k8s.authentication.v1.TokenReviewStatus # Status is filled in by the server and indicates whether the request can be authenticated.
 

@@ -6,7 +6,7 @@
 ---@class k8s.authorization.v1.LocalSubjectAccessReview
 ---@field apiVersion? "authorization.k8s.io/v1" # APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources
 ---@field kind? "LocalSubjectAccessReview" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ObjectMeta # Standard list metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
+---@field metadata k8s.meta.v1.ObjectMeta # Standard list metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
 ---@field spec k8s.authorization.v1.SubjectAccessReviewSpec # Spec holds information about the request being evaluated. spec.namespace must be equal to the namespace you made the request against. If empty, it is defaulted.
 ---@field status? k8s.authorization.v1.SubjectAccessReviewStatus # Status is filled in by the server and indicates whether the request is allowed or not
 
@@ -41,7 +41,7 @@
 ---@class k8s.authorization.v1.SelfSubjectAccessReview
 ---@field apiVersion? "authorization.k8s.io/v1" # APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources
 ---@field kind? "SelfSubjectAccessReview" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ObjectMeta # Standard list metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
+---@field metadata k8s.meta.v1.ObjectMeta # Standard list metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
 ---@field spec k8s.authorization.v1.SelfSubjectAccessReviewSpec # Spec holds information about the request being evaluated. user and groups must be empty
 ---@field status? k8s.authorization.v1.SubjectAccessReviewStatus # Status is filled in by the server and indicates whether the request is allowed or not
 
@@ -54,7 +54,7 @@
 ---@class k8s.authorization.v1.SelfSubjectRulesReview
 ---@field apiVersion? "authorization.k8s.io/v1" # APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources
 ---@field kind? "SelfSubjectRulesReview" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ObjectMeta # Standard list metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
+---@field metadata k8s.meta.v1.ObjectMeta # Standard list metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
 ---@field spec k8s.authorization.v1.SelfSubjectRulesReviewSpec # Spec holds information about the request being evaluated.
 ---@field status? k8s.authorization.v1.SubjectRulesReviewStatus # Status is filled in by the server and indicates the set of actions a user can perform.
 
@@ -66,7 +66,7 @@
 ---@class k8s.authorization.v1.SubjectAccessReview
 ---@field apiVersion? "authorization.k8s.io/v1" # APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources
 ---@field kind? "SubjectAccessReview" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ObjectMeta # Standard list metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
+---@field metadata k8s.meta.v1.ObjectMeta # Standard list metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
 ---@field spec k8s.authorization.v1.SubjectAccessReviewSpec # Spec holds information about the request being evaluated
 ---@field status? k8s.authorization.v1.SubjectAccessReviewStatus # Status is filled in by the server and indicates whether the request is allowed or not
 

@@ -12,7 +12,7 @@
 ---@class k8s.autoscaling.v1.HorizontalPodAutoscaler
 ---@field apiVersion? "autoscaling/v1" # APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources
 ---@field kind? "HorizontalPodAutoscaler" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ObjectMeta # Standard object metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
+---@field metadata k8s.meta.v1.ObjectMeta # Standard object metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
 ---@field spec? k8s.autoscaling.v1.HorizontalPodAutoscalerSpec # behaviour of autoscaler. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#spec-and-status.
 ---@field status? k8s.autoscaling.v1.HorizontalPodAutoscalerStatus # current information about the autoscaler.
 
@@ -21,7 +21,7 @@
 ---@field apiVersion? "autoscaling/v1" # APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources
 ---@field items k8s.autoscaling.v1.HorizontalPodAutoscaler[] # list of horizontal pod autoscaler objects.
 ---@field kind? "HorizontalPodAutoscalerList" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ListMeta # Standard list metadata.
+---@field metadata k8s.meta.v1.ListMeta # Standard list metadata.
 
 --- specification of a horizontal pod autoscaler.
 ---@class k8s.autoscaling.v1.HorizontalPodAutoscalerSpec
@@ -42,7 +42,7 @@
 ---@class k8s.autoscaling.v1.Scale
 ---@field apiVersion? "autoscaling/v1" # APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources
 ---@field kind? "Scale" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ObjectMeta # Standard object metadata; More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata.
+---@field metadata k8s.meta.v1.ObjectMeta # Standard object metadata; More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata.
 ---@field spec? k8s.autoscaling.v1.ScaleSpec # defines the behavior of the scale. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#spec-and-status.
 ---@field status? k8s.autoscaling.v1.ScaleStatus # current status of the scale. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#spec-and-status. Read-only.
 

@@ -46,7 +46,7 @@
 ---@class k8s.autoscaling.v2.HorizontalPodAutoscaler
 ---@field apiVersion? "autoscaling/v2" # APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources
 ---@field kind? "HorizontalPodAutoscaler" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ObjectMeta # metadata is the standard object metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
+---@field metadata k8s.meta.v1.ObjectMeta # metadata is the standard object metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
 ---@field spec? k8s.autoscaling.v2.HorizontalPodAutoscalerSpec # spec is the specification for the behaviour of the autoscaler. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#spec-and-status.
 ---@field status? k8s.autoscaling.v2.HorizontalPodAutoscalerStatus # status is the current information about the autoscaler.
 
@@ -68,7 +68,7 @@
 ---@field apiVersion? "autoscaling/v2" # APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources
 ---@field items k8s.autoscaling.v2.HorizontalPodAutoscaler[] # items is the list of horizontal pod autoscaler objects.
 ---@field kind? "HorizontalPodAutoscalerList" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ListMeta # metadata is the standard list metadata.
+---@field metadata k8s.meta.v1.ListMeta # metadata is the standard list metadata.
 
 --- HorizontalPodAutoscalerSpec describes the desired functionality of the HorizontalPodAutoscaler.
 ---@class k8s.autoscaling.v2.HorizontalPodAutoscalerSpec

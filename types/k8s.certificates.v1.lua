@@ -12,7 +12,7 @@
 ---@class k8s.certificates.v1.CertificateSigningRequest
 ---@field apiVersion? "certificates.k8s.io/v1" # APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources
 ---@field kind? "CertificateSigningRequest" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ObjectMeta
+---@field metadata k8s.meta.v1.ObjectMeta
 ---@field spec k8s.certificates.v1.CertificateSigningRequestSpec # spec contains the certificate request, and is immutable after creation. Only the request, signerName, expirationSeconds, and usages fields can be set on creation. Other fields are derived by Kubernetes and cannot be modified by users.
 ---@field status? k8s.certificates.v1.CertificateSigningRequestStatus # status contains information about whether the request is approved or denied, and the certificate issued by the signer, or the failure condition indicating signer failure.
 
@@ -30,7 +30,7 @@
 ---@field apiVersion? "certificates.k8s.io/v1" # APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources
 ---@field items k8s.certificates.v1.CertificateSigningRequest[] # items is a collection of CertificateSigningRequest objects
 ---@field kind? "CertificateSigningRequestList" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ListMeta
+---@field metadata k8s.meta.v1.ListMeta
 
 --- CertificateSigningRequestSpec contains the certificate request.
 ---@class k8s.certificates.v1.CertificateSigningRequestSpec

@@ -48,7 +48,7 @@
 ---@class k8s.core.v1.Binding
 ---@field apiVersion? "v1" # APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources
 ---@field kind? "Binding" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ObjectMeta # Standard object's metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
+---@field metadata k8s.meta.v1.ObjectMeta # Standard object's metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
 ---@field target k8s.core.v1.ObjectReference # The target object that you want to bind to the standard object.
 
 --- Represents storage that is managed by an external CSI volume driver (Beta feature)
@@ -132,14 +132,14 @@
 ---@field apiVersion? "v1" # APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources
 ---@field conditions? k8s.core.v1.ComponentCondition[] # List of component conditions observed
 ---@field kind? "ComponentStatus" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ObjectMeta # Standard object's metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
+---@field metadata k8s.meta.v1.ObjectMeta # Standard object's metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
 
 --- Status of all the conditions for the component as a list of ComponentStatus objects. Deprecated: This API is deprecated in v1.19+
 ---@class k8s.core.v1.ComponentStatusList
 ---@field apiVersion? "v1" # APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources
 ---@field items k8s.core.v1.ComponentStatus[] # List of ComponentStatus objects.
 ---@field kind? "ComponentStatusList" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ListMeta # Standard list metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
+---@field metadata k8s.meta.v1.ListMeta # Standard list metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
 
 --- ConfigMap holds configuration data for pods to consume.
 ---@class k8s.core.v1.ConfigMap
@@ -148,7 +148,7 @@
 ---@field data? table<string, string> # Data contains the configuration data. Each key must consist of alphanumeric characters, '-', '_' or '.'. Values with non-UTF-8 byte sequences must use the BinaryData field. The keys stored in Data must not overlap with the keys in the BinaryData field, this is enforced during validation process.
 ---@field immutable? boolean # Immutable, if set to true, ensures that data stored in the ConfigMap cannot be updated (only object metadata can be modified). If not set to true, the field can be modified at any time. Defaulted to nil.
 ---@field kind? "ConfigMap" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ObjectMeta # Standard object's metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
+---@field metadata k8s.meta.v1.ObjectMeta # Standard object's metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
 
 --- ConfigMapEnvSource selects a ConfigMap to populate the environment variables with.
 ---
@@ -168,7 +168,7 @@
 ---@field apiVersion? "v1" # APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources
 ---@field items k8s.core.v1.ConfigMap[] # Items is the list of ConfigMaps.
 ---@field kind? "ConfigMapList" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ListMeta # More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
+---@field metadata k8s.meta.v1.ListMeta # More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
 
 --- ConfigMapNodeConfigSource contains the information to reference a ConfigMap as a config source for the Node. This API is deprecated since 1.22: https://git.k8s.io/enhancements/keps/sig-node/281-dynamic-kubelet-configuration
 ---@class k8s.core.v1.ConfigMapNodeConfigSource
@@ -341,7 +341,7 @@
 ---@class k8s.core.v1.Endpoints
 ---@field apiVersion? "v1" # APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources
 ---@field kind? "Endpoints" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ObjectMeta # Standard object's metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
+---@field metadata k8s.meta.v1.ObjectMeta # Standard object's metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
 ---@field subsets? k8s.core.v1.EndpointSubset[] # The set of all endpoints is the union of all subsets. Addresses are placed into subsets according to the IPs they share. A single address with multiple ports, some of which are ready and some of which are not (because they come from different containers) will result in the address being displayed in different subsets for the different ports. No address will appear in both Addresses and NotReadyAddresses in the same subset. Sets of addresses and ports that comprise a service.
 
 --- EndpointsList is a list of endpoints.
@@ -349,7 +349,7 @@
 ---@field apiVersion? "v1" # APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources
 ---@field items k8s.core.v1.Endpoints[] # List of endpoints.
 ---@field kind? "EndpointsList" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ListMeta # Standard list metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
+---@field metadata k8s.meta.v1.ListMeta # Standard list metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
 
 --- EnvFromSource represents the source of a set of ConfigMaps
 ---@class k8s.core.v1.EnvFromSource
@@ -427,7 +427,7 @@
 ---@field apiVersion? "v1" # APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources
 ---@field items k8s.core.v1.Event[] # List of events
 ---@field kind? "EventList" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ListMeta # Standard list metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
+---@field metadata k8s.meta.v1.ListMeta # Standard list metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
 
 --- EventSeries contain information on series of events, i.e. thing that was/is happening continuously for some time.
 ---@class k8s.core.v1.EventSeries
@@ -578,7 +578,7 @@
 ---@class k8s.core.v1.LimitRange
 ---@field apiVersion? "v1" # APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources
 ---@field kind? "LimitRange" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ObjectMeta # Standard object's metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
+---@field metadata k8s.meta.v1.ObjectMeta # Standard object's metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
 ---@field spec? k8s.core.v1.LimitRangeSpec # Spec defines the limits enforced. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#spec-and-status
 
 --- LimitRangeItem defines a min/max usage limit for any resource that matches on kind.
@@ -595,7 +595,7 @@
 ---@field apiVersion? "v1" # APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources
 ---@field items k8s.core.v1.LimitRange[] # Items is a list of LimitRange objects. More info: https://kubernetes.io/docs/concepts/configuration/manage-resources-containers/
 ---@field kind? "LimitRangeList" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ListMeta # Standard list metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
+---@field metadata k8s.meta.v1.ListMeta # Standard list metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
 
 --- LimitRangeSpec defines a min/max usage limit for resources that match on kind.
 ---@class k8s.core.v1.LimitRangeSpec
@@ -630,7 +630,7 @@
 ---@class k8s.core.v1.Namespace
 ---@field apiVersion? "v1" # APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources
 ---@field kind? "Namespace" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ObjectMeta # Standard object's metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
+---@field metadata k8s.meta.v1.ObjectMeta # Standard object's metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
 ---@field spec? k8s.core.v1.NamespaceSpec # Spec defines the behavior of the Namespace. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#spec-and-status
 ---@field status? k8s.core.v1.NamespaceStatus # Status describes the current status of a Namespace. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#spec-and-status
 
@@ -647,7 +647,7 @@
 ---@field apiVersion? "v1" # APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources
 ---@field items k8s.core.v1.Namespace[] # Items is the list of Namespace objects in the list. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/namespaces/
 ---@field kind? "NamespaceList" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ListMeta # Standard list metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
+---@field metadata k8s.meta.v1.ListMeta # Standard list metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
 
 --- NamespaceSpec describes the attributes on a Namespace.
 ---@class k8s.core.v1.NamespaceSpec
@@ -662,7 +662,7 @@
 ---@class k8s.core.v1.Node
 ---@field apiVersion? "v1" # APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources
 ---@field kind? "Node" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ObjectMeta # Standard object's metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
+---@field metadata k8s.meta.v1.ObjectMeta # Standard object's metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
 ---@field spec? k8s.core.v1.NodeSpec # Spec defines the behavior of a node. https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#spec-and-status
 ---@field status? k8s.core.v1.NodeStatus # Most recently observed status of the node. Populated by the system. Read-only. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#spec-and-status
 
@@ -705,7 +705,7 @@
 ---@field apiVersion? "v1" # APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources
 ---@field items k8s.core.v1.Node[] # List of nodes
 ---@field kind? "NodeList" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ListMeta # Standard list metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
+---@field metadata k8s.meta.v1.ListMeta # Standard list metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
 
 --- A node selector represents the union of the results of one or more label queries over a set of nodes; that is, it represents the OR of the selectors represented by the node selector terms.
 ---@class k8s.core.v1.NodeSelector
@@ -778,7 +778,7 @@
 ---@class k8s.core.v1.PersistentVolume
 ---@field apiVersion? "v1" # APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources
 ---@field kind? "PersistentVolume" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ObjectMeta # Standard object's metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
+---@field metadata k8s.meta.v1.ObjectMeta # Standard object's metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
 ---@field spec? k8s.core.v1.PersistentVolumeSpec # spec defines a specification of a persistent volume owned by the cluster. Provisioned by an administrator. More info: https://kubernetes.io/docs/concepts/storage/persistent-volumes#persistent-volumes
 ---@field status? k8s.core.v1.PersistentVolumeStatus # status represents the current information/status for the persistent volume. Populated by the system. Read-only. More info: https://kubernetes.io/docs/concepts/storage/persistent-volumes#persistent-volumes
 
@@ -786,7 +786,7 @@
 ---@class k8s.core.v1.PersistentVolumeClaim
 ---@field apiVersion? "v1" # APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources
 ---@field kind? "PersistentVolumeClaim" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ObjectMeta # Standard object's metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
+---@field metadata k8s.meta.v1.ObjectMeta # Standard object's metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
 ---@field spec? k8s.core.v1.PersistentVolumeClaimSpec # spec defines the desired characteristics of a volume requested by a pod author. More info: https://kubernetes.io/docs/concepts/storage/persistent-volumes#persistentvolumeclaims
 ---@field status? k8s.core.v1.PersistentVolumeClaimStatus # status represents the current information/status of a persistent volume claim. Read-only. More info: https://kubernetes.io/docs/concepts/storage/persistent-volumes#persistentvolumeclaims
 
@@ -804,7 +804,7 @@
 ---@field apiVersion? "v1" # APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources
 ---@field items k8s.core.v1.PersistentVolumeClaim[] # items is a list of persistent volume claims. More info: https://kubernetes.io/docs/concepts/storage/persistent-volumes#persistentvolumeclaims
 ---@field kind? "PersistentVolumeClaimList" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ListMeta # Standard list metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
+---@field metadata k8s.meta.v1.ListMeta # Standard list metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
 
 --- PersistentVolumeClaimSpec describes the common attributes of storage devices and allows a Source for provider-specific attributes
 ---@class k8s.core.v1.PersistentVolumeClaimSpec
@@ -841,7 +841,7 @@
 ---@field apiVersion? "v1" # APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources
 ---@field items k8s.core.v1.PersistentVolume[] # items is a list of persistent volumes. More info: https://kubernetes.io/docs/concepts/storage/persistent-volumes
 ---@field kind? "PersistentVolumeList" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ListMeta # Standard list metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
+---@field metadata k8s.meta.v1.ListMeta # Standard list metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
 
 --- PersistentVolumeSpec is the specification of a persistent volume.
 ---@class k8s.core.v1.PersistentVolumeSpec
@@ -891,7 +891,7 @@
 ---@class k8s.core.v1.Pod
 ---@field apiVersion? "v1" # APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources
 ---@field kind? "Pod" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ObjectMeta # Standard object's metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
+---@field metadata k8s.meta.v1.ObjectMeta # Standard object's metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
 ---@field spec? k8s.core.v1.PodSpec # Specification of the desired behavior of the pod. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#spec-and-status
 ---@field status? k8s.core.v1.PodStatus # Most recently observed status of the pod. This data may not be up to date. Populated by the system. Read-only. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#spec-and-status
 
@@ -943,7 +943,7 @@
 ---@field apiVersion? "v1" # APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources
 ---@field items k8s.core.v1.Pod[] # List of pods. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md
 ---@field kind? "PodList" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ListMeta # Standard list metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
+---@field metadata k8s.meta.v1.ListMeta # Standard list metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
 
 --- PodOS defines the OS parameters of a pod.
 ---@class k8s.core.v1.PodOS
@@ -1037,7 +1037,7 @@
 ---@class k8s.core.v1.PodTemplate
 ---@field apiVersion? "v1" # APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources
 ---@field kind? "PodTemplate" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ObjectMeta # Standard object's metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
+---@field metadata k8s.meta.v1.ObjectMeta # Standard object's metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
 ---@field template? k8s.core.v1.PodTemplateSpec # Template defines the pods that will be created from this pod template. https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#spec-and-status
 
 --- PodTemplateList is a list of PodTemplates.
@@ -1045,7 +1045,7 @@
 ---@field apiVersion? "v1" # APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources
 ---@field items k8s.core.v1.PodTemplate[] # List of pod templates
 ---@field kind? "PodTemplateList" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ListMeta # Standard list metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
+---@field metadata k8s.meta.v1.ListMeta # Standard list metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
 
 --- PodTemplateSpec describes the data a pod should have when created from a template
 ---@class k8s.core.v1.PodTemplateSpec
@@ -1121,7 +1121,7 @@
 ---@class k8s.core.v1.ReplicationController
 ---@field apiVersion? "v1" # APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources
 ---@field kind? "ReplicationController" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ObjectMeta # If the Labels of a ReplicationController are empty, they are defaulted to be the same as the Pod(s) that the replication controller manages. Standard object's metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
+---@field metadata k8s.meta.v1.ObjectMeta # If the Labels of a ReplicationController are empty, they are defaulted to be the same as the Pod(s) that the replication controller manages. Standard object's metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
 ---@field spec? k8s.core.v1.ReplicationControllerSpec # Spec defines the specification of the desired behavior of the replication controller. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#spec-and-status
 ---@field status? k8s.core.v1.ReplicationControllerStatus # Status is the most recently observed status of the replication controller. This data may be out of date by some window of time. Populated by the system. Read-only. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#spec-and-status
 
@@ -1138,7 +1138,7 @@
 ---@field apiVersion? "v1" # APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources
 ---@field items k8s.core.v1.ReplicationController[] # List of replication controllers. More info: https://kubernetes.io/docs/concepts/workloads/controllers/replicationcontroller
 ---@field kind? "ReplicationControllerList" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ListMeta # Standard list metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
+---@field metadata k8s.meta.v1.ListMeta # Standard list metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
 
 --- ReplicationControllerSpec is the specification of a replication controller.
 ---@class k8s.core.v1.ReplicationControllerSpec
@@ -1170,7 +1170,7 @@
 ---@class k8s.core.v1.ResourceQuota
 ---@field apiVersion? "v1" # APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources
 ---@field kind? "ResourceQuota" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ObjectMeta # Standard object's metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
+---@field metadata k8s.meta.v1.ObjectMeta # Standard object's metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
 ---@field spec? k8s.core.v1.ResourceQuotaSpec # Spec defines the desired quota. https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#spec-and-status
 ---@field status? k8s.core.v1.ResourceQuotaStatus # Status defines the actual enforced quota and its current usage. https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#spec-and-status
 
@@ -1179,7 +1179,7 @@
 ---@field apiVersion? "v1" # APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources
 ---@field items k8s.core.v1.ResourceQuota[] # Items is a list of ResourceQuota objects. More info: https://kubernetes.io/docs/concepts/policy/resource-quotas/
 ---@field kind? "ResourceQuotaList" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ListMeta # Standard list metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
+---@field metadata k8s.meta.v1.ListMeta # Standard list metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
 
 --- ResourceQuotaSpec defines the desired hard limits to enforce for Quota.
 ---@class k8s.core.v1.ResourceQuotaSpec
@@ -1252,7 +1252,7 @@
 ---@field data? table<string, string> # Data contains the secret data. Each key must consist of alphanumeric characters, '-', '_' or '.'. The serialized form of the secret data is a base64 encoded string, representing the arbitrary (possibly non-string) data value here. Described in https://tools.ietf.org/html/rfc4648#section-4
 ---@field immutable? boolean # Immutable, if set to true, ensures that data stored in the Secret cannot be updated (only object metadata can be modified). If not set to true, the field can be modified at any time. Defaulted to nil.
 ---@field kind? "Secret" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ObjectMeta # Standard object's metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
+---@field metadata k8s.meta.v1.ObjectMeta # Standard object's metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
 ---@field stringData? table<string, string> # stringData allows specifying non-binary secret data in string form. It is provided as a write-only input field for convenience. All keys and values are merged into the data field on write, overwriting any existing values. The stringData field is never output when reading from the API.
 ---@field type? string # Used to facilitate programmatic handling of secret data. More info: https://kubernetes.io/docs/concepts/configuration/secret/#secret-types
 
@@ -1274,7 +1274,7 @@
 ---@field apiVersion? "v1" # APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources
 ---@field items k8s.core.v1.Secret[] # Items is a list of secret objects. More info: https://kubernetes.io/docs/concepts/configuration/secret
 ---@field kind? "SecretList" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ListMeta # Standard list metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
+---@field metadata k8s.meta.v1.ListMeta # Standard list metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
 
 --- Adapts a secret into a projected volume.
 ---
@@ -1316,7 +1316,7 @@
 ---@class k8s.core.v1.Service
 ---@field apiVersion? "v1" # APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources
 ---@field kind? "Service" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ObjectMeta # Standard object's metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
+---@field metadata k8s.meta.v1.ObjectMeta # Standard object's metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
 ---@field spec? k8s.core.v1.ServiceSpec # Spec defines the behavior of a service. https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#spec-and-status
 ---@field status? k8s.core.v1.ServiceStatus # Most recently observed status of the service. Populated by the system. Read-only. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#spec-and-status
 
@@ -1326,7 +1326,7 @@
 ---@field automountServiceAccountToken? boolean # AutomountServiceAccountToken indicates whether pods running as this service account should have an API token automatically mounted. Can be overridden at the pod level.
 ---@field imagePullSecrets? k8s.core.v1.LocalObjectReference[] # ImagePullSecrets is a list of references to secrets in the same namespace to use for pulling any images in pods that reference this ServiceAccount. ImagePullSecrets are distinct from Secrets because Secrets can be mounted in the pod, but ImagePullSecrets are only accessed by the kubelet. More info: https://kubernetes.io/docs/concepts/containers/images/#specifying-imagepullsecrets-on-a-pod
 ---@field kind? "ServiceAccount" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ObjectMeta # Standard object's metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
+---@field metadata k8s.meta.v1.ObjectMeta # Standard object's metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
 ---@field secrets? k8s.core.v1.ObjectReference[] # Secrets is a list of the secrets in the same namespace that pods running using this ServiceAccount are allowed to use. Pods are only limited to this list if this service account has a "kubernetes.io/enforce-mountable-secrets" annotation set to "true". This field should not be used to find auto-generated service account token secrets for use outside of pods. Instead, tokens can be requested directly using the TokenRequest API, or service account token secrets can be manually created. More info: https://kubernetes.io/docs/concepts/configuration/secret
 
 --- ServiceAccountList is a list of ServiceAccount objects
@@ -1334,7 +1334,7 @@
 ---@field apiVersion? "v1" # APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources
 ---@field items k8s.core.v1.ServiceAccount[] # List of ServiceAccounts. More info: https://kubernetes.io/docs/tasks/configure-pod-container/configure-service-account/
 ---@field kind? "ServiceAccountList" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ListMeta # Standard list metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
+---@field metadata k8s.meta.v1.ListMeta # Standard list metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
 
 --- ServiceAccountTokenProjection represents a projected service account token volume. This projection can be used to insert a service account token into the pods runtime filesystem for use against APIs (Kubernetes API Server or otherwise).
 ---@class k8s.core.v1.ServiceAccountTokenProjection
@@ -1347,7 +1347,7 @@
 ---@field apiVersion? "v1" # APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources
 ---@field items k8s.core.v1.Service[] # List of services
 ---@field kind? "ServiceList" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ListMeta # Standard list metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
+---@field metadata k8s.meta.v1.ListMeta # Standard list metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
 
 --- ServicePort contains information on service's port.
 ---@class k8s.core.v1.ServicePort

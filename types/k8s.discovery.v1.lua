@@ -36,7 +36,7 @@
 ---@field apiVersion? "discovery.k8s.io/v1" # APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources
 ---@field endpoints k8s.discovery.v1.Endpoint[] # endpoints is a list of unique endpoints in this slice. Each slice may include a maximum of 1000 endpoints.
 ---@field kind? "EndpointSlice" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ObjectMeta # Standard object's metadata.
+---@field metadata k8s.meta.v1.ObjectMeta # Standard object's metadata.
 ---@field ports? k8s.discovery.v1.EndpointPort[] # ports specifies the list of network ports exposed by each endpoint in this slice. Each port must have a unique name. When ports is empty, it indicates that there are no defined ports. When a port is defined with a nil port value, it indicates "all ports". Each slice may include a maximum of 100 ports.
 
 --- EndpointSliceList represents a list of endpoint slices
@@ -44,7 +44,7 @@
 ---@field apiVersion? "discovery.k8s.io/v1" # APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources
 ---@field items k8s.discovery.v1.EndpointSlice[] # List of endpoint slices
 ---@field kind? "EndpointSliceList" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ListMeta # Standard list metadata.
+---@field metadata k8s.meta.v1.ListMeta # Standard list metadata.
 
 --- ForZone provides information about which zones should consume this endpoint.
 ---@class k8s.discovery.v1.ForZone

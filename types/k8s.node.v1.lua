@@ -11,7 +11,7 @@
 ---@field apiVersion? "node.k8s.io/v1" # APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources
 ---@field handler string # Handler specifies the underlying runtime and configuration that the CRI implementation will use to handle pods of this class. The possible values are specific to the node & CRI configuration. It is assumed that all handlers are available on every node, and handlers of the same name are equivalent on every node. For example, a handler called "runc" might specify that the runc OCI runtime (using native Linux containers) will be used to run the containers in a pod. The Handler must be lowercase, conform to the DNS Label (RFC 1123) requirements, and is immutable.
 ---@field kind? "RuntimeClass" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ObjectMeta # More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
+---@field metadata k8s.meta.v1.ObjectMeta # More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
 ---@field overhead? k8s.node.v1.Overhead # Overhead represents the resource overhead associated with running a pod for a given RuntimeClass. For more details, see https://kubernetes.io/docs/concepts/scheduling-eviction/pod-overhead/
 ---@field scheduling? k8s.node.v1.Scheduling # Scheduling holds the scheduling constraints to ensure that pods running with this RuntimeClass are scheduled to nodes that support it. If scheduling is nil, this RuntimeClass is assumed to be supported by all nodes.
 
@@ -20,7 +20,7 @@
 ---@field apiVersion? "node.k8s.io/v1" # APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources
 ---@field items k8s.node.v1.RuntimeClass[] # Items is a list of schema objects.
 ---@field kind? "RuntimeClassList" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ListMeta # Standard list metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
+---@field metadata k8s.meta.v1.ListMeta # Standard list metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
 
 --- Scheduling specifies the scheduling constraints for nodes supporting a RuntimeClass.
 ---@class k8s.node.v1.Scheduling

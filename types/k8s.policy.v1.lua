@@ -7,13 +7,13 @@
 ---@field apiVersion? "policy/v1" # APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources
 ---@field deleteOptions? k8s.meta.v1.DeleteOptions # DeleteOptions may be provided
 ---@field kind? "Eviction" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ObjectMeta # ObjectMeta describes the pod that is being evicted.
+---@field metadata k8s.meta.v1.ObjectMeta # ObjectMeta describes the pod that is being evicted.
 
 --- PodDisruptionBudget is an object to define the max disruption that can be caused to a collection of pods
 ---@class k8s.policy.v1.PodDisruptionBudget
 ---@field apiVersion? "policy/v1" # APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources
 ---@field kind? "PodDisruptionBudget" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ObjectMeta # Standard object's metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
+---@field metadata k8s.meta.v1.ObjectMeta # Standard object's metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
 ---@field spec? k8s.policy.v1.PodDisruptionBudgetSpec # Specification of the desired behavior of the PodDisruptionBudget.
 ---@field status? k8s.policy.v1.PodDisruptionBudgetStatus # Most recently observed status of the PodDisruptionBudget.
 
@@ -22,7 +22,7 @@
 ---@field apiVersion? "policy/v1" # APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources
 ---@field items k8s.policy.v1.PodDisruptionBudget[] # Items is a list of PodDisruptionBudgets
 ---@field kind? "PodDisruptionBudgetList" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ListMeta # Standard object's metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
+---@field metadata k8s.meta.v1.ListMeta # Standard object's metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
 
 --- PodDisruptionBudgetSpec is a description of a PodDisruptionBudget.
 ---@class k8s.policy.v1.PodDisruptionBudgetSpec

@@ -11,14 +11,14 @@
 ---@field aggregationRule? k8s.rbac.v1.AggregationRule # AggregationRule is an optional field that describes how to build the Rules for this ClusterRole. If AggregationRule is set, then the Rules are controller managed and direct changes to Rules will be stomped by the controller.
 ---@field apiVersion? "rbac.authorization.k8s.io/v1" # APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources
 ---@field kind? "ClusterRole" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ObjectMeta # Standard object's metadata.
+---@field metadata k8s.meta.v1.ObjectMeta # Standard object's metadata.
 ---@field rules? k8s.rbac.v1.PolicyRule[] # Rules holds all the PolicyRules for this ClusterRole
 
 --- ClusterRoleBinding references a ClusterRole, but not contain it.  It can reference a ClusterRole in the global namespace, and adds who information via Subject.
 ---@class k8s.rbac.v1.ClusterRoleBinding
 ---@field apiVersion? "rbac.authorization.k8s.io/v1" # APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources
 ---@field kind? "ClusterRoleBinding" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ObjectMeta # Standard object's metadata.
+---@field metadata k8s.meta.v1.ObjectMeta # Standard object's metadata.
 ---@field roleRef k8s.rbac.v1.RoleRef # RoleRef can only reference a ClusterRole in the global namespace. If the RoleRef cannot be resolved, the Authorizer must return an error.
 ---@field subjects? k8s.rbac.v1.Subject[] # Subjects holds references to the objects the role applies to.
 
@@ -27,14 +27,14 @@
 ---@field apiVersion? "rbac.authorization.k8s.io/v1" # APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources
 ---@field items k8s.rbac.v1.ClusterRoleBinding[] # Items is a list of ClusterRoleBindings
 ---@field kind? "ClusterRoleBindingList" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ListMeta # Standard object's metadata.
+---@field metadata k8s.meta.v1.ListMeta # Standard object's metadata.
 
 --- ClusterRoleList is a collection of ClusterRoles
 ---@class k8s.rbac.v1.ClusterRoleList
 ---@field apiVersion? "rbac.authorization.k8s.io/v1" # APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources
 ---@field items k8s.rbac.v1.ClusterRole[] # Items is a list of ClusterRoles
 ---@field kind? "ClusterRoleList" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ListMeta # Standard object's metadata.
+---@field metadata k8s.meta.v1.ListMeta # Standard object's metadata.
 
 --- PolicyRule holds information that describes a policy rule, but does not contain information about who the rule applies to or which namespace the rule applies to.
 ---@class k8s.rbac.v1.PolicyRule
@@ -48,14 +48,14 @@
 ---@class k8s.rbac.v1.Role
 ---@field apiVersion? "rbac.authorization.k8s.io/v1" # APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources
 ---@field kind? "Role" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ObjectMeta # Standard object's metadata.
+---@field metadata k8s.meta.v1.ObjectMeta # Standard object's metadata.
 ---@field rules? k8s.rbac.v1.PolicyRule[] # Rules holds all the PolicyRules for this Role
 
 --- RoleBinding references a role, but does not contain it.  It can reference a Role in the same namespace or a ClusterRole in the global namespace. It adds who information via Subjects and namespace information by which namespace it exists in.  RoleBindings in a given namespace only have effect in that namespace.
 ---@class k8s.rbac.v1.RoleBinding
 ---@field apiVersion? "rbac.authorization.k8s.io/v1" # APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources
 ---@field kind? "RoleBinding" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ObjectMeta # Standard object's metadata.
+---@field metadata k8s.meta.v1.ObjectMeta # Standard object's metadata.
 ---@field roleRef k8s.rbac.v1.RoleRef # RoleRef can reference a Role in the current namespace or a ClusterRole in the global namespace. If the RoleRef cannot be resolved, the Authorizer must return an error.
 ---@field subjects? k8s.rbac.v1.Subject[] # Subjects holds references to the objects the role applies to.
 
@@ -64,14 +64,14 @@
 ---@field apiVersion? "rbac.authorization.k8s.io/v1" # APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources
 ---@field items k8s.rbac.v1.RoleBinding[] # Items is a list of RoleBindings
 ---@field kind? "RoleBindingList" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ListMeta # Standard object's metadata.
+---@field metadata k8s.meta.v1.ListMeta # Standard object's metadata.
 
 --- RoleList is a collection of Roles
 ---@class k8s.rbac.v1.RoleList
 ---@field apiVersion? "rbac.authorization.k8s.io/v1" # APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources
 ---@field items k8s.rbac.v1.Role[] # Items is a list of Roles
 ---@field kind? "RoleList" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ListMeta # Standard object's metadata.
+---@field metadata k8s.meta.v1.ListMeta # Standard object's metadata.
 
 --- RoleRef contains information that points to the role being used
 ---@class k8s.rbac.v1.RoleRef

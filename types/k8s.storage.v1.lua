@@ -6,7 +6,7 @@
 ---@class k8s.storage.v1.CSIDriver
 ---@field apiVersion? "storage.k8s.io/v1" # APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources
 ---@field kind? "CSIDriver" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ObjectMeta # Standard object metadata. metadata.Name indicates the name of the CSI driver that this object refers to; it MUST be the same name returned by the CSI GetPluginName() call for that driver. The driver name must be 63 characters or less, beginning and ending with an alphanumeric character ([a-z0-9A-Z]) with dashes (-), dots (.), and alphanumerics between. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
+---@field metadata k8s.meta.v1.ObjectMeta # Standard object metadata. metadata.Name indicates the name of the CSI driver that this object refers to; it MUST be the same name returned by the CSI GetPluginName() call for that driver. The driver name must be 63 characters or less, beginning and ending with an alphanumeric character ([a-z0-9A-Z]) with dashes (-), dots (.), and alphanumerics between. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
 ---@field spec k8s.storage.v1.CSIDriverSpec # Specification of the CSI Driver.
 
 --- CSIDriverList is a collection of CSIDriver objects.
@@ -14,7 +14,7 @@
 ---@field apiVersion? "storage.k8s.io/v1" # APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources
 ---@field items k8s.storage.v1.CSIDriver[] # items is the list of CSIDriver
 ---@field kind? "CSIDriverList" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ListMeta # Standard list metadata More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
+---@field metadata k8s.meta.v1.ListMeta # Standard list metadata More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
 
 --- CSIDriverSpec is the specification of a CSIDriver.
 ---@class k8s.storage.v1.CSIDriverSpec
@@ -31,7 +31,7 @@
 ---@class k8s.storage.v1.CSINode
 ---@field apiVersion? "storage.k8s.io/v1" # APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources
 ---@field kind? "CSINode" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ObjectMeta # metadata.name must be the Kubernetes node name.
+---@field metadata k8s.meta.v1.ObjectMeta # metadata.name must be the Kubernetes node name.
 ---@field spec k8s.storage.v1.CSINodeSpec # spec is the specification of CSINode
 
 --- CSINodeDriver holds information about the specification of one CSI driver installed on a node
@@ -46,7 +46,7 @@
 ---@field apiVersion? "storage.k8s.io/v1" # APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources
 ---@field items k8s.storage.v1.CSINode[] # items is the list of CSINode
 ---@field kind? "CSINodeList" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ListMeta # Standard list metadata More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
+---@field metadata k8s.meta.v1.ListMeta # Standard list metadata More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
 
 --- CSINodeSpec holds information about the specification of all CSI drivers installed on a node
 ---@class k8s.storage.v1.CSINodeSpec
@@ -66,7 +66,7 @@
 ---@field capacity? k8s.resource.Quantity # Capacity is the value reported by the CSI driver in its GetCapacityResponse for a GetCapacityRequest with topology and parameters that match the previous fields. The semantic is currently (CSI spec 1.2) defined as: The available capacity, in bytes, of the storage that can be used to provision volumes. If not set, that information is currently unavailable.
 ---@field kind? "CSIStorageCapacity" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
 ---@field maximumVolumeSize? k8s.resource.Quantity # MaximumVolumeSize is the value reported by the CSI driver in its GetCapacityResponse for a GetCapacityRequest with topology and parameters that match the previous fields. This is defined since CSI spec 1.4.0 as the largest size that may be used in a CreateVolumeRequest.capacity_range.required_bytes field to create a volume with the same parameters as those in GetCapacityRequest. The corresponding value in the Kubernetes API is ResourceRequirements.Requests in a volume claim.
----@field metadata? k8s.meta.v1.ObjectMeta # Standard object's metadata. The name has no particular meaning. It must be be a DNS subdomain (dots allowed, 253 characters). To ensure that there are no conflicts with other CSI drivers on the cluster, the recommendation is to use csisc-<uuid>, a generated name, or a reverse-domain name which ends with the unique CSI driver name. Objects are namespaced. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
+---@field metadata k8s.meta.v1.ObjectMeta # Standard object's metadata. The name has no particular meaning. It must be be a DNS subdomain (dots allowed, 253 characters). To ensure that there are no conflicts with other CSI drivers on the cluster, the recommendation is to use csisc-<uuid>, a generated name, or a reverse-domain name which ends with the unique CSI driver name. Objects are namespaced. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
 ---@field nodeTopology? k8s.meta.v1.LabelSelector # NodeTopology defines which nodes have access to the storage for which capacity was reported. If not set, the storage is not accessible from any node in the cluster. If empty, the storage is accessible from all nodes. This field is immutable.
 ---@field storageClassName string # The name of the StorageClass that the reported capacity applies to. It must meet the same requirements as the name of a StorageClass object (non-empty, DNS subdomain). If that object no longer exists, the CSIStorageCapacity object is obsolete and should be removed by its creator. This field is immutable.
 
@@ -75,7 +75,7 @@
 ---@field apiVersion? "storage.k8s.io/v1" # APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources
 ---@field items k8s.storage.v1.CSIStorageCapacity[] # Items is the list of CSIStorageCapacity objects.
 ---@field kind? "CSIStorageCapacityList" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ListMeta # Standard list metadata More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
+---@field metadata k8s.meta.v1.ListMeta # Standard list metadata More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
 
 --- StorageClass describes the parameters for a class of storage for which PersistentVolumes can be dynamically provisioned.
 ---
@@ -85,7 +85,7 @@
 ---@field allowedTopologies? k8s.core.v1.TopologySelectorTerm[] # Restrict the node topologies where volumes can be dynamically provisioned. Each volume plugin defines its own supported topology specifications. An empty TopologySelectorTerm list means there is no topology restriction. This field is only honored by servers that enable the VolumeScheduling feature.
 ---@field apiVersion? "storage.k8s.io/v1" # APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources
 ---@field kind? "StorageClass" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ObjectMeta # Standard object's metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
+---@field metadata k8s.meta.v1.ObjectMeta # Standard object's metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
 ---@field mountOptions? string[] # Dynamically provisioned PersistentVolumes of this storage class are created with these mountOptions, e.g. ["ro", "soft"]. Not validated - mount of the PVs will simply fail if one is invalid.
 ---@field parameters? table<string, string> # Parameters holds the parameters for the provisioner that should create volumes of this storage class.
 ---@field provisioner string # Provisioner indicates the type of the provisioner.
@@ -97,7 +97,7 @@
 ---@field apiVersion? "storage.k8s.io/v1" # APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources
 ---@field items k8s.storage.v1.StorageClass[] # Items is the list of StorageClasses
 ---@field kind? "StorageClassList" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ListMeta # Standard list metadata More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
+---@field metadata k8s.meta.v1.ListMeta # Standard list metadata More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
 
 --- TokenRequest contains parameters of a service account token.
 ---@class k8s.storage.v1.TokenRequest
@@ -110,7 +110,7 @@
 ---@class k8s.storage.v1.VolumeAttachment
 ---@field apiVersion? "storage.k8s.io/v1" # APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources
 ---@field kind? "VolumeAttachment" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ObjectMeta # Standard object metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
+---@field metadata k8s.meta.v1.ObjectMeta # Standard object metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
 ---@field spec k8s.storage.v1.VolumeAttachmentSpec # Specification of the desired attach/detach volume behavior. Populated by the Kubernetes system.
 ---@field status? k8s.storage.v1.VolumeAttachmentStatus # Status of the VolumeAttachment request. Populated by the entity completing the attach or detach operation, i.e. the external-attacher.
 
@@ -119,7 +119,7 @@
 ---@field apiVersion? "storage.k8s.io/v1" # APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources
 ---@field items k8s.storage.v1.VolumeAttachment[] # Items is the list of VolumeAttachments
 ---@field kind? "VolumeAttachmentList" # Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds
----@field metadata? k8s.meta.v1.ListMeta # Standard list metadata More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
+---@field metadata k8s.meta.v1.ListMeta # Standard list metadata More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata
 
 --- VolumeAttachmentSource represents a volume that should be attached. Right now only PersistenVolumes can be attached via external attacher, in future we may allow also inline volumes in pods. Exactly one member can be set.
 ---@class k8s.storage.v1.VolumeAttachmentSource

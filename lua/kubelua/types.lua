@@ -17,7 +17,8 @@
 -- of its literals; int-or-string → integer|string; a Quantity → string|number
 -- (a number is accepted where a quantity is written); an object that keeps
 -- unknown fields (x-kubernetes-preserve-unknown-fields) → its fields and
--- [string] any. A required property is a field without `?`. Everything is
+-- [string] any. A required property is a field without `?` (and so is a
+-- kind's metadata, which every stored object has). Everything is
 -- written sorted, so the same schemas always give the same bytes.
 
 local json = require "kubelua.json"
@@ -134,14 +135,18 @@ local function doc_lines(out, description)
 end
 
 -- The annotations of class `class` from object schema s: its description,
--- ---@class and a ---@field per property. fixed maps a property to a type
--- that replaces its schema's (a kind's apiVersion, kind and metadata).
+-- ---@class and a ---@field per property. fixed, for a kind, maps a
+-- property to a type that replaces its schema's (apiVersion, kind and a
+-- custom resource's metadata); a kind's metadata is required, though no
+-- schema says so: every object a server returns has it, and one sent to
+-- it needs its name there.
 local function class_text(class, s, cx, fixed)
   local out = {}
   doc_lines(out, s.description)
   out[#out + 1] = "---@class " .. class
   local required = {}
   for _, r in ipairs(json.is_array(s.required) and s.required or {}) do required[r] = true end
+  if fixed then required.metadata = true end
   local props = is_object(s.properties) and s.properties or {}
   for _, name in ipairs(sorted_keys(props)) do
     local p = props[name]
