@@ -20,6 +20,7 @@
 
 local embed = require "kubelua.embed"
 local types = require "kubelua.types"
+local util = require "kubelua.sim.util"
 local yaml = require "kubelua.sim.yaml"
 
 local format, concat = string.format, table.concat
@@ -114,6 +115,7 @@ local SPEC = [=[
 -- {{NAME}}'s controller against the API simulator: `kubelua test`.
 local testing = require "kubelua.testing"
 {{?kind}}
+local util = require "kubelua.sim.util"
 local yaml = require "kubelua.sim.yaml"
 
 local GROUP_VERSION = "{{GROUP}}/{{VERSION}}"
@@ -383,12 +385,7 @@ local function parse(args)
       return nil, format("--kind %q must be a CamelCase kind: a capital letter, then letters"
         .. " and digits", o.kind)
     end
-    local labels_ok = #o.group <= 253 and o.group:find(".", 1, true)
-    for label in (o.group .. "."):gmatch("([^.]*)%.") do
-      labels_ok = labels_ok and (label:match("^[a-z0-9]$")
-        or label:match("^[a-z0-9][-a-z0-9]*[a-z0-9]$"))
-    end
-    if not labels_ok then
+    if util.check_subdomain(o.group) or not o.group:find(".", 1, true) then
       return nil, format("--group %q must be a DNS subdomain with a dot, as a"
         .. " CustomResourceDefinition's group is (example.com)", o.group)
     end

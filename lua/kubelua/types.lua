@@ -117,7 +117,7 @@ local function type_of(s, at, cx)
   end
   if ty ~= "object" then error(format("%s: unknown type %s", at, tostring(ty)), 0) end
   if is_object(s.properties) and next(s.properties) ~= nil then
-    cx.emit(at, s, at)
+    cx.emit(at, s)
     return at
   end
   if is_object(s.additionalProperties) then
