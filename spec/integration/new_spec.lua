@@ -120,7 +120,7 @@ describe("kubelua new", function()
   end)
 
   it("runs the project with kubelua run --sim", function()
-    local status, out = sh(kubelua .. " new demo >/dev/null && cd demo && (" .. kubelua
+    local status, out = sh(kubelua .. " new demo >/dev/null && cd demo && : >run.log && (" .. kubelua
       .. " run --sim controller.lua >run.log 2>&1 & pid=$!;"
       .. " i=0; until grep -q 'controller started' run.log; do i=$((i+1));"
       .. " [ $i -lt 600 ] && kill -0 $pid 2>/dev/null || break; sleep 0.1; done;"
