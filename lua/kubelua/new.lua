@@ -308,10 +308,15 @@ A Kubernetes controller written for kubelua: `controller.lua`.
     kubectl apply -k .                  # in the cluster: the kubelua image runs
                                         # controller.lua from a ConfigMap
 
-`types/` holds the editor types of every built-in kind (`k8s.core.v1.Pod`,
-...){{TYPESNOTE}}; `.luarc.json` points lua-language-server at them, so an
-editor completes object fields and flags misspelt ones. Write them again
-after changing the CRD with `kubelua types{{TYPESARGS}} -o types`.
+`types/` holds the editor types of the built-in kinds (`k8s.core.v1.Pod`,
+...), and `.luarc.json` points lua-language-server at them, so that an
+editor completes object fields and flags misspelt ones.
+{{?kind}}
+
+`types/{{PLURAL}}.{{GROUP}}.lua` holds those of {{KIND}} (`{{CLASS}}`);
+after a change of the CRD, write it again with
+`kubelua types deploy/crd.yaml -o types`.
+{{/}}
 ]=]
 
 local function plural_of(lower)
@@ -400,16 +405,13 @@ end
 
 -- The project's files: relative path → text.
 function _M.files(o)
-  local vars = { NAME = o.name, ANNOTATION = o.name .. ".kubelua.io/reconciled",
-    TYPESNOTE = "", TYPESARGS = "" }
+  local vars = { NAME = o.name, ANNOTATION = o.name .. ".kubelua.io/reconciled" }
   local files = {}
   if o.kind then
     local singular = o.kind:lower()
     vars.KIND, vars.GROUP, vars.VERSION = o.kind, o.group, o.version
     vars.SINGULAR, vars.PLURAL = singular, plural_of(singular)
     vars.CLASS = format("%s.%s.%s", o.group, o.version, o.kind)
-    vars.TYPESNOTE = format(" and of %s (`%s`)", o.kind, vars.CLASS)
-    vars.TYPESARGS = " deploy/crd.yaml"
     files["deploy/crd.yaml"] = render(CRD, vars)
   end
   files["controller.lua"] = render(CONTROLLER, vars)
