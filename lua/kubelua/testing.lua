@@ -363,7 +363,7 @@ end
 -- registers the script's webhooks (kube.webhook, kube.controller's
 -- webhooks) with the simulator in one call. It serves them over HTTPS on a
 -- loopback port with a certificate of a CA made for this harness, then
--- creates (or updates) objects — the deployment's
+-- applies objects (server-side, forced) — the deployment's
 -- ValidatingWebhookConfigurations, MutatingWebhookConfigurations and
 -- CustomResourceDefinitions (conversion webhooks), as a list of tables or
 -- a YAML file's path — with every clientConfig pointing at that server:
@@ -417,14 +417,7 @@ function Harness:webhooks(objects)
         end
         cc.caBundle = ca
       end
-      local md = obj.metadata
-      local had = kube.get(obj.apiVersion, obj.kind, nil, md.name)
-      if had then
-        md.resourceVersion = had.metadata.resourceVersion
-        self:update(obj)
-      else
-        self:create(obj)
-      end
+      self:apply(obj, { field_manager = "kubelua-test-webhooks", force = true })
     end
   end
   return "https://" .. addr

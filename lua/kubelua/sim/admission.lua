@@ -212,17 +212,18 @@ end
 
 -- Calls ----------------------------------------------------------------------------
 
--- The URL shown in messages, the URL called and the TLS options of w's
--- clientConfig; nil, why when there is none to call.
-function Admission:target(w, timeout)
-  local cc = is_object(w.clientConfig) and w.clientConfig or {}
-  local query = format("?timeout=%ds", timeout)
+-- The URL shown in messages, the URL called and the TLS options of a
+-- clientConfig cc (query added to the URL); nil, why when there is none
+-- to call.
+local function target(routes, cc, query)
+  cc = is_object(cc) and cc or {}
   local tls = {}
   if type(cc.caBundle) == "string" and cc.caBundle ~= "" then
     tls.ca = util.b64decode(cc.caBundle)
   end
   if type(cc.url) == "string" then
-    local u = cc.url .. (find(cc.url, "?", 1, true) and "&" .. query:sub(2) or query)
+    local u = cc.url
+    if query ~= "" then u = u .. (find(u, "?", 1, true) and "&" .. query:sub(2) or query) end
     return u, u, tls
   end
   local svc = is_object(cc.service) and cc.service
@@ -231,7 +232,7 @@ function Admission:target(w, timeout)
   local host = format("%s.%s.svc", tostring(svc.name), tostring(svc.namespace))
   local path = type(svc.path) == "string" and svc.path or ""
   local shown = format("https://%s:%d%s%s", host, port, path, query)
-  local addr = self.routes[format("%s/%s:%d", tostring(svc.namespace), tostring(svc.name), port)]
+  local addr = routes[format("%s/%s:%d", tostring(svc.namespace), tostring(svc.name), port)]
   if not addr then
     return nil, format('Post %q: no endpoints available for service "%s"', shown, svc.name)
   end
@@ -263,27 +264,35 @@ local function http_error(status, body)
     .. "information", status)
 end
 
+-- post(routes, cc, timeout, query, review) -> the answer's review (a
+-- table) | nil, why (as Go's rest client words it): POSTs a review to a
+-- webhook's clientConfig cc from the calling task, for at most timeout
+-- seconds. Shared by the admission and the conversion webhooks.
+function _M.post(routes, cc, timeout, query, review)
+  local shown, url, tls = target(routes, cc, query)
+  if not shown then return nil, url end
+  local r, msg, code = http.request { method = "POST", url = url, body = encode(review),
+    tls = tls, timeout = timeout, connect_timeout = timeout,
+    headers = { ["Content-Type"] = "application/json", Accept = "application/json, */*" } }
+  if not r then
+    return nil, format("Post %q: %s", shown, transport_error(tostring(msg), code,
+      url:match("^https?://([^/?]+)")))
+  end
+  if r.status < 200 or r.status > 299 then return nil, http_error(r.status, r.body) end
+  local out = decode(r.body)
+  if not is_object(out) then return nil, "the answer is not a JSON object" end
+  return out
+end
+
 -- call(w, request) -> the AdmissionReview's response | nil, the reason of
 -- an ErrCallingWebhook.
 function Admission:call(w, request)
   local timeout = type(w.timeoutSeconds) == "number" and w.timeoutSeconds or 10
-  local shown, url, tls = self:target(w, timeout)
-  if not shown then return nil, "failed to call webhook: " .. url end
-  local body = encode { apiVersion = "admission.k8s.io/v1", kind = "AdmissionReview",
-    request = request }
-  local r, msg, code = http.request { method = "POST", url = url, body = body, tls = tls,
-    timeout = timeout, connect_timeout = timeout,
-    headers = { ["Content-Type"] = "application/json", Accept = "application/json, */*" } }
-  if not r then
-    local addr = url:match("^https?://([^/?]+)")
-    return nil, format("failed to call webhook: Post %q: %s", shown,
-      transport_error(tostring(msg), code, addr))
-  end
-  if r.status < 200 or r.status > 299 then
-    return nil, "failed to call webhook: " .. http_error(r.status, r.body)
-  end
-  local review = decode(r.body)
-  local resp = is_object(review) and review.response
+  local review, why = _M.post(self.routes, w.clientConfig, timeout,
+    format("?timeout=%ds", timeout), { apiVersion = "admission.k8s.io/v1",
+      kind = "AdmissionReview", request = request })
+  if not review then return nil, "failed to call webhook: " .. why end
+  local resp = review.response
   if not is_object(resp) then
     return nil, "received invalid webhook response: webhook response was absent"
   end
@@ -295,7 +304,8 @@ function Admission:call(w, request)
 end
 
 -- The AdmissionReview request of a: in the version of resource `via`
--- (the matched one), with the object converted to it.
+-- (the matched one), with the object converted to it | nil, status when
+-- it cannot be.
 function Admission:request(a, via)
   local function as(obj)
     if obj == nil then return null end
@@ -303,7 +313,11 @@ function Admission:request(a, via)
     return self.convert(a.res, via, obj)
   end
   local res, sub = a.res, a.sub or ""
-  local obj, old = as(a.obj), as(a.old)
+  local obj, err = as(a.obj)
+  if not obj then return nil, err end
+  local old
+  old, err = as(a.old)
+  if not old then return nil, err end
   local r = { uid = util.uid(),
     kind = { group = via.group, version = via.version, kind = via.kind },
     resource = { group = via.group, version = via.version, resource = via.name },
@@ -339,7 +353,8 @@ function Admission:invoke(kind, h, via, a)
     end
     return nil, internal(msg)
   end
-  local request = self:request(a, via)
+  local request, err = self:request(a, via)
+  if not request then return nil, err end
   local resp, why = self:call(w, request)
   if not resp then return bad(why) end
   for _, m in ipairs(list(resp.warnings)) do
@@ -360,10 +375,13 @@ function Admission:invoke(kind, h, via, a)
     return nil, internal(format("admission webhook %q attempted to modify the object, which is "
       .. "not supported for this operation", name))
   end
-  local sent = request.object
-  local out, err = patchlib.json_patch(sent, ops)
+  local out
+  out, err = patchlib.json_patch(request.object, ops)
   if not out then return nil, internal("the JSON Patch could not be applied: " .. err) end
-  if via ~= a.res then out = self.convert(via, a.res, out) end
+  if via ~= a.res then
+    out, err = self.convert(via, a.res, out)
+    if not out then return nil, err end
+  end
   if equal(out, a.obj) then return true end
   a.obj = out
   return "changed"

@@ -22,6 +22,7 @@ local reviews = require "kubelua.sim.reviews"
 local controllers = require "kubelua.sim.controllers"
 local namespaces = require "kubelua.sim.namespaces"
 local admission = require "kubelua.sim.admission"
+local conversion = require "kubelua.sim.conversion"
 
 local type, pairs, ipairs, tostring, tonumber, setmetatable, pcall =
   type, pairs, ipairs, tostring, tonumber, setmetatable, pcall
@@ -72,6 +73,10 @@ function _M.new(opts)
   self.servers = {}
   self.routes = {} -- "ns/name:port" → "127.0.0.1:port": route_service
   self.store.admission = admission.new(self.store, self.routes, store.selector_string)
+  self.store.conversion = conversion.new(self.store, self.routes)
+  self.store.admission.convert = function(from, to, obj)
+    return self.store.conversion:convert(from, to, obj)
+  end
   return self
 end
 

@@ -1290,6 +1290,16 @@ local function admit(self, phase, op, res, obj, old, ctx)
   return a:admit(phase, op, res, obj, old, ctx)
 end
 
+-- A custom resource written over HTTP, about to be stored: converted into
+-- its CRD's other versions through its conversion webhook
+-- (kubelua.sim.conversion, set as store.conversion), which put then
+-- stores. true | nil, status. It may yield the request's task.
+local function convert_versions(self, res, obj, ctx)
+  local c = self.conversion
+  if not c or not ctx.admit or not res.mirrors then return true end
+  return c:prepare(res, obj)
+end
+
 -- create(res, ns, obj, ctx) -> entry | nil, status. ctx: user_agent,
 -- field_manager, dry_run, internal, trusted (a body the simulator made:
 -- no field validation).
@@ -1358,6 +1368,9 @@ function Store:create(res, ns, obj, ctx, operation, owned)
   end
   obj, err = admit(self, "validate", "CREATE", res, obj, nil, ctx)
   if not obj then return nil, err end
+  local ok
+  ok, err = convert_versions(self, res, obj, ctx)
+  if not ok then return nil, err end
   -- storage refuses a name in use only after validation (and a Service's
   -- allocations) passed
   if res.objects[obj_key(md.namespace, md.name)] then
@@ -1439,6 +1452,9 @@ function Store:commit(res, e, obj, ctx)
     obj, err = admit(self, "validate", "UPDATE", res, obj, old, ctx)
     if not obj then return nil, err end
     md = obj.metadata
+    local ok
+    ok, err = convert_versions(self, res, obj, ctx)
+    if not ok then return nil, err end
     -- the webhooks took time: a change made meanwhile wins
     if res.objects[e.key] ~= e then return nil, stale(res, omd.name) end
   end
@@ -2357,7 +2373,10 @@ function Store:link_versions(crd)
   for _, r in ipairs(served) do
     local gv = r.gv
     r.as_version = function(obj)
-      local o = copy(obj)
+      -- through the CRD's conversion webhook (kubelua.sim.conversion)
+      local o = self.conversion and self.conversion:stored_form(obj, r)
+      if o then return o end
+      o = copy(obj)
       o.apiVersion = gv
       return o
     end
