@@ -6,6 +6,7 @@
 local kube = require "kubelua"
 local testing = require "kubelua.testing"
 local core = require "kubelua.core"
+local http = require "kubelua.http"
 
 local calls = {} -- { "path OPERATION name" } in the order the webhooks saw them
 
@@ -64,6 +65,11 @@ describe("simulator admission webhooks", function()
       record("/seen", req)
       req.object.data.seen = req.object.data.trail or "nothing"
     end }
+    kube.webhook{ path = "/note", validate = function(req)
+      calls[#calls + 1] = "/note " .. req.operation .. " " .. req.name .. " "
+        .. tostring(req.subResource)
+      return true
+    end }
     kube.webhook{ path = "/slow", validate = function()
       kube.sleep(30)
       return true
@@ -78,11 +84,15 @@ describe("simulator admission webhooks", function()
 
   it("refuses a write a validating webhook denies, in kube-apiserver's words", function()
     t:webhooks{ config("Validating", "check", { hook("check.example.com", "/check") }) }
+    local made = t:create(cm("ok", { msg = "fine" }))
+    assert.matches("^%d+$", made.metadata.resourceVersion)
+    assert.equal(made.metadata.resourceVersion,
+      t:get("v1", "configmaps", "demo", "ok").metadata.resourceVersion)
     local obj, err = kube.create(cm("x", { msg = "" }))
     assert.same({ code = 403, reason = "Forbidden", message = 'admission webhook '
       .. '"check.example.com" denied the request: data.msg must not be empty' }, refused(obj, err))
     assert.is_nil(t:get("v1", "configmaps", "demo", "x"))
-    assert.same({ "/check CREATE x" }, calls)
+    assert.same({ "/check CREATE ok", "/check CREATE x" }, calls)
   end)
 
   it("calls mutating webhooks by configuration name, then validating ones on the result",
@@ -231,6 +241,48 @@ describe("simulator admission webhooks", function()
       assert.is_not_nil(t:get("v1", "configmaps", "demo", "x"))
       assert.same({ "/check DELETE x" }, calls)
     end)
+
+  it("calls a webhook for a subresource only when a rule names it", function()
+    local schema = { openAPIV3Schema = { type = "object",
+      ["x-kubernetes-preserve-unknown-fields"] = true } }
+    t:create{ apiVersion = "apiextensions.k8s.io/v1", kind = "CustomResourceDefinition",
+      metadata = { name = "widgets.example.com" }, spec = { group = "example.com",
+        scope = "Namespaced", names = { plural = "widgets", singular = "widget", kind = "Widget" },
+        versions = { { name = "v1", served = true, storage = true, schema = schema,
+          subresources = { status = {} } } } } }
+    t:eventually(function() return t:list("example.com/v1", "widgets", "demo") end)
+    local function rule(resources)
+      return { rules = { { operations = { "*" }, apiGroups = { "example.com" },
+        apiVersions = { "v1" }, resources = resources } } }
+    end
+    t:webhooks{ config("Validating", "notes", {
+      hook("main.example.com", "/note", rule{ "widgets" }),
+      hook("status.example.com", "/note", rule{ "widgets/status" }),
+      hook("all.example.com", "/note", rule{ "*/*" }),
+    }) }
+    local w = t:create{ apiVersion = "example.com/v1", kind = "Widget",
+      metadata = { name = "w", namespace = "demo" }, spec = { size = 1 } }
+    w.status = { ready = true }
+    assert(kube.update(w, { subresource = "status" }))
+    assert.same({ "/note CREATE w nil", "/note CREATE w nil", "/note UPDATE w status",
+      "/note UPDATE w status" }, calls)
+  end)
+
+  it("mutates a server-side apply's object", function()
+    t:webhooks{ config("Mutating", "m", { hook("a.example.com", "/append-a") }) }
+    t:apply(cm("x"))
+    local obj = cm("x", { k = "w" })
+    assert.equal("aa", t:apply(obj).data.trail)
+  end)
+
+  it("passes a webhook's warnings to the client", function()
+    t:webhooks{ config("Validating", "check", { hook("check.example.com", "/check") }) }
+    local r = assert(http.request{ method = "POST", url = kube.server()
+      .. "/api/v1/namespaces/demo/configmaps", headers = { ["Content-Type"] = "application/json" },
+      body = kube.json.encode(cm("x", { warn = "be careful" })) })
+    assert.equal(201, r.status)
+    assert.equal('299 - "be careful"', r.headers.warning)
+  end)
 
   it("never asks webhooks about their own configurations", function()
     t:webhooks{ config("Validating", "all", { hook("all.example.com", "/check", { rules = { {

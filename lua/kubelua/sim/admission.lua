@@ -428,8 +428,9 @@ function Admission:validate(a)
   return true
 end
 
--- admit(phase, op, res, obj, old, ctx) -> the object (the mutating
--- webhooks' result in phase "mutate"; old for a DELETE) | nil, status.
+-- admit(phase, op, res, obj, old, ctx) -> the object (a new one, the
+-- mutating webhooks' result, in phase "mutate"; obj itself in phase
+-- "validate"; old for a DELETE) | nil, status.
 -- ctx: the request's (user, dry_run, subresource, field_manager, warnings).
 function Admission:admit(phase, op, res, obj, old, ctx)
   local s = self.store
@@ -451,7 +452,7 @@ function Admission:admit(phase, op, res, obj, old, ctx)
     ok, st = self:validate(a)
   end
   if not ok then return nil, st end
-  if obj == nil then return old end
+  if phase ~= "mutate" or obj == nil then return obj or old end
   return a.obj
 end
 

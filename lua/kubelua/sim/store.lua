@@ -1857,7 +1857,10 @@ function Store:apply(res, ns, name, body, ctx)
     end
   end
   obj.kind, obj.apiVersion = res.kind, res.api_version
-  local err = check_decoding(res, obj) or validate(res, obj)
+  local err
+  obj, err = admit(self, "mutate", "UPDATE", res, obj, e.obj, ctx)
+  if not obj then return nil, err end
+  err = check_decoding(res, obj) or validate(res, obj)
   if err then return nil, err end
   -- commit with ownership of exactly the applied fields
   local saved = ctx.field_manager
