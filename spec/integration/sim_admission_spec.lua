@@ -9,6 +9,7 @@ local core = require "kubelua.core"
 local http = require "kubelua.http"
 
 local calls = {} -- { "path OPERATION name" } in the order the webhooks saw them
+local scales = {} -- what /scale saw of each request
 
 local function record(path, req)
   calls[#calls + 1] = path .. " " .. req.operation .. " " .. tostring(req.name)
@@ -69,6 +70,11 @@ describe("simulator admission webhooks", function()
       calls[#calls + 1] = "/note " .. req.operation .. " " .. req.name .. " "
         .. tostring(req.subResource)
       return true
+    end }
+    kube.webhook{ path = "/scale", validate = function(req)
+      scales[#scales + 1] = { req.kind.kind, req.kind.group, req.resource.resource,
+        req.subResource, req.object.spec.replicas, req.oldObject.spec.replicas }
+      return req.object.spec.replicas <= 3, "at most 3 replicas"
     end }
     kube.webhook{ path = "/slow", validate = function()
       kube.sleep(30)
@@ -266,6 +272,31 @@ describe("simulator admission webhooks", function()
     assert(kube.update(w, { subresource = "status" }))
     assert.same({ "/note CREATE w nil", "/note CREATE w nil", "/note UPDATE w status",
       "/note UPDATE w status" }, calls)
+  end)
+
+  it("sends the Scale of a scale subresource write", function()
+    scales = {}
+    t:webhooks{ config("Validating", "scale", { hook("scale.example.com", "/scale", {
+      rules = { { operations = { "UPDATE" }, apiGroups = { "apps" }, apiVersions = { "v1" },
+        resources = { "deployments/scale" } } } }) }) }
+    t:create{ apiVersion = "apps/v1", kind = "Deployment", metadata = { name = "d",
+      namespace = "demo" }, spec = { replicas = 1, selector = { matchLabels = { app = "d" } },
+      template = { metadata = { labels = { app = "d" } }, spec = { containers = { {
+        name = "c", image = "nginx" } } } } } }
+    local function scale(n)
+      return http.request{ method = "PATCH", url = kube.server()
+        .. "/apis/apps/v1/namespaces/demo/deployments/d/scale",
+        headers = { ["Content-Type"] = "application/merge-patch+json" },
+        body = '{"spec":{"replicas":' .. n .. '}}' }
+    end
+    assert.equal(200, scale(2).status)
+    local r = scale(5)
+    assert.equal(403, r.status)
+    assert.equal('admission webhook "scale.example.com" denied the request: at most 3 replicas',
+      kube.json.decode(r.body).message)
+    assert.equal(2, t:get("apps/v1", "deployments", "demo", "d").spec.replicas)
+    assert.same({ { "Scale", "autoscaling", "deployments", "scale", 2, 1 },
+      { "Scale", "autoscaling", "deployments", "scale", 5, 2 } }, scales)
   end)
 
   it("mutates a server-side apply's object", function()

@@ -46,6 +46,8 @@ local Admission = {}
 Admission.__index = Admission
 
 local REG = "admissionregistration.k8s.io/v1"
+-- the kind of the scale subresource's objects, whatever the resource
+local SCALE = { group = "autoscaling", version = "v1", kind = "Scale" }
 
 local function is_object(v) return type(v) == "table" and not is_array(v) end
 local function list(v) return is_array(v) and v or {} end
@@ -309,7 +311,7 @@ end
 function Admission:request(a, via)
   local function as(obj)
     if obj == nil then return null end
-    if via == a.res then return obj end
+    if via == a.res or a.sub == "scale" then return obj end
     return self.convert(a.res, via, obj)
   end
   local res, sub = a.res, a.sub or ""
@@ -319,9 +321,11 @@ function Admission:request(a, via)
   old, err = as(a.old)
   if not old then return nil, err end
   local r = { uid = util.uid(),
-    kind = { group = via.group, version = via.version, kind = via.kind },
+    kind = a.sub == "scale" and SCALE or { group = via.group, version = via.version,
+      kind = via.kind },
     resource = { group = via.group, version = via.version, resource = via.name },
-    requestKind = { group = res.group, version = res.version, kind = res.kind },
+    requestKind = a.sub == "scale" and SCALE or { group = res.group, version = res.version,
+      kind = res.kind },
     requestResource = { group = res.group, version = res.version, resource = res.name },
     name = a.name, namespace = a.ns, operation = a.op,
     userInfo = { username = a.user, groups = array(a.user == "admin"

@@ -1743,6 +1743,9 @@ function Store:scale(res, ns, name, verb, content_type, body, ctx)
   end
   err = scale_type_error(sc)
   if err then return nil, err end
+  -- the admission webhooks see the Scale, as the real server sends it
+  sc, err = admit(self, "mutate", "UPDATE", res, sc, cur, ctx)
+  if not sc then return nil, err end
   local md = is_object(sc.metadata) and sc.metadata or {}
   local spec = is_object(sc.spec) and sc.spec or {}
   local replicas = spec.replicas ~= null and spec.replicas or 0
@@ -1764,10 +1767,18 @@ function Store:scale(res, ns, name, verb, content_type, body, ctx)
   if rv ~= nil and rv ~= "" and rv ~= e.obj.metadata.resourceVersion then
     return nil, stale(res, name)
   end
+  local admitted = ctx.admit
+  if admitted and self.admission then
+    sc, err = admit(self, "validate", "UPDATE", res, sc, cur, ctx)
+    if not sc then return nil, err end
+    if res.objects[e.key] ~= e then return nil, stale(res, name) end
+  end
   local obj = copy(e.obj)
   path_set(obj, res.scale_paths and res.scale_paths.spec or { "spec", "replicas" }, replicas)
   local ne
+  ctx.admit = false -- the webhooks were asked about the Scale
   ne, err = self:commit(res, e, obj, ctx)
+  ctx.admit = admitted
   if not ne then return nil, err end
   return to_scale(res, ne.obj)
 end
