@@ -379,6 +379,26 @@ describe("examples/queue/controller.lua", function()
   end)
 end)
 
+describe("examples/greeting-operator/controller.lua -- --demo", function()
+  -- The README's command. It creates a Greeting just after the CRD, while
+  -- discovery may still say NoKindMatch, and ends on an emptied index,
+  -- which the server returns without data.
+  it("installs its CRD, greets, updates, cleans up and stops", function()
+    local status, out = sh("timeout 60 " .. support.kubelua
+      .. " run --sim examples/greeting-operator/controller.lua -- --demo")
+    assert.equal(0, status, out)
+    local at = 1
+    for _, line in ipairs({ 'INFO  scene: ready configmap="Hello, world"\n',
+                            'INFO  scene: updated configmap="Hello again"\n',
+                            "INFO  scene: deleted, the index is empty; stopping\n" }) do
+      local i = out:find(line, at, true)
+      assert(i, "no " .. line .. " in order in:\n" .. out)
+      at = i
+    end
+    assert.is_nil(out:find("ERROR", 1, true))
+  end)
+end)
+
 describe("examples/mirror/controller.lua", function()
   it("mirrors, updates and deletes copies against the simulator, then stops", function()
     local status, out = sh(support.kubelua .. " run --sim examples/mirror/controller.lua")
