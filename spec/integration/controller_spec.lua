@@ -209,14 +209,14 @@ describe("controller API", function()
       assert.is_true(eventually(function() return ctl.informers[2]:get("b1/one-greeting") end))
 
       -- a ConfigMap controlled by something else does not enqueue anything
-      kube.sleep(0.1) -- the recreation's own events settle first
+      t:settle() -- the recreation's own events and reconciles first
       n = #calls
       local stranger = cm("b1", "stranger", {})
       stranger.metadata.ownerReferences = json.array { { apiVersion = "apps/v1", kind = "Greeting",
         name = "one", uid = "x", controller = true } }
       assert(kube.create(stranger))
       assert.is_true(eventually(function() return ctl.informers[2]:get("b1/stranger") end))
-      kube.sleep(0.05)
+      t:settle()
       assert.equal(n, #calls)
     end)
 
