@@ -21,6 +21,8 @@ local protobuf = require "kubelua.sim.protobuf"
 local reviews = require "kubelua.sim.reviews"
 local controllers = require "kubelua.sim.controllers"
 local namespaces = require "kubelua.sim.namespaces"
+local admission = require "kubelua.sim.admission"
+local conversion = require "kubelua.sim.conversion"
 
 local type, pairs, ipairs, tostring, tonumber, setmetatable, pcall =
   type, pairs, ipairs, tostring, tonumber, setmetatable, pcall
@@ -69,7 +71,28 @@ function _M.new(opts)
   self.watch_check = opts.watch_check or 1
   self.watch_handlers = 0 -- watch requests being served
   self.servers = {}
+  self.routes = {} -- "ns/name:port" → "127.0.0.1:port": route_service
+  self.store.admission = admission.new(self.store, self.routes, store.selector_string)
+  self.store.conversion = conversion.new(self.store, self.routes)
+  self.store.admission.convert = function(from, to, obj)
+    return self.store.conversion:convert(from, to, obj)
+  end
   return self
+end
+
+-- route_service(namespace, name, port, address): the webhooks whose
+-- clientConfig names Service namespace/name on port (default 443) are
+-- called at address, which must be a loopback "127.0.0.1:PORT" or
+-- "[::1]:PORT" (the script's webhook server in a spec): the simulator
+-- sends nothing off loopback. address nil: the route goes.
+function Sim:route_service(namespace, name, port, address)
+  port = port or 443
+  if address ~= nil and not (type(address) == "string"
+      and (address:match("^127%.%d+%.%d+%.%d+:%d+$") or address:match("^%[::1%]:%d+$"))) then
+    error(format("sim: route_service: address must be a loopback host:port (127.0.0.1:PORT), "
+      .. "got %s", type(address) == "string" and format("%q", address) or type(address)), 2)
+  end
+  self.routes[format("%s/%s:%d", namespace, name, port)] = address
 end
 
 -- Responses -------------------------------------------------------------------
@@ -360,10 +383,11 @@ local function query_params(req)
   return req:params() or {}
 end
 
-local function ctx_of(req, params, r)
+-- A request's context for the store: its writes are admitted (admit).
+local function ctx_of(req, params, r, user)
   return { user_agent = req:header("User-Agent"), field_manager = params.fieldManager,
     dry_run = params.dryRun == "All", force = params.force == "true", subresource = r.sub,
-    field_validation = params.fieldValidation }
+    field_validation = params.fieldValidation, admit = true, user = user }
 end
 
 local function verb_of(method, r, params)
@@ -422,7 +446,7 @@ function Sim:serve_resource(req, r, user)
     if not has_verb(entry.verbs, verb) then return reply_status(req, method_not_allowed()) end
   end
   local s = self.store
-  local ctx = ctx_of(req, params, r)
+  local ctx = ctx_of(req, params, r, user)
   if review then
     local obj, err = body_object(res, req)
     if not obj then return reply_status(req, err) end

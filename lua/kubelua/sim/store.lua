@@ -1286,6 +1286,27 @@ local function defaults(res, obj)
   end
 end
 
+-- The admission webhooks' word on a write that came over HTTP (ctx.admit;
+-- the simulator's own changes are not admitted): kubelua.sim.admission,
+-- which the simulator sets as store.admission. Phase "mutate" -> the
+-- object as the mutating webhooks leave it; "validate" -> obj (old for a
+-- DELETE); nil, status when one refuses. It may yield the request's task.
+local function admit(self, phase, op, res, obj, old, ctx)
+  local a = self.admission
+  if not a or not ctx.admit then return obj or old end
+  return a:admit(phase, op, res, obj, old, ctx)
+end
+
+-- A custom resource written over HTTP, about to be stored: converted into
+-- its CRD's other versions through its conversion webhook
+-- (kubelua.sim.conversion, set as store.conversion), which put then
+-- stores. true | nil, status. It may yield the request's task.
+local function convert_versions(self, res, obj, ctx)
+  local c = self.conversion
+  if not c or not ctx.admit or not res.mirrors then return true end
+  return c:prepare(res, obj)
+end
+
 -- create(res, ns, obj, ctx) -> entry | nil, status. ctx: user_agent,
 -- field_manager, dry_run, internal, trusted (a body the simulator made:
 -- no field validation).
@@ -1310,6 +1331,11 @@ function Store:create(res, ns, obj, ctx, operation, owned)
   else
     md.namespace = nil
   end
+  obj, err = admit(self, "mutate", "CREATE", res, obj, nil, ctx)
+  if not obj then return nil, err end
+  obj.kind, obj.apiVersion = res.kind, res.api_version
+  if not is_object(obj.metadata) then obj.metadata = {} end
+  md = obj.metadata
   if (md.name == nil or md.name == "") and type(md.generateName) == "string"
       and md.generateName ~= "" then
     md.name = md.generateName .. util.random_suffix()
@@ -1347,6 +1373,11 @@ function Store:create(res, ns, obj, ctx, operation, owned)
     err = allocate_service(res, obj, nil, ctx.internal)
     if err then return nil, err end
   end
+  obj, err = admit(self, "validate", "CREATE", res, obj, nil, ctx)
+  if not obj then return nil, err end
+  local ok
+  ok, err = convert_versions(self, res, obj, ctx)
+  if not ok then return nil, err end
   -- storage refuses a name in use only after validation (and a Service's
   -- allocations) passed
   if res.objects[obj_key(md.namespace, md.name)] then
@@ -1423,6 +1454,17 @@ function Store:commit(res, e, obj, ctx)
   if (res.generation or not res.builtin) and not equal(spec_of(obj), spec_of(old)) then
     md.generation = (omd.generation or 0) + 1
   end
+  if ctx.admit and self.admission then
+    local err
+    obj, err = admit(self, "validate", "UPDATE", res, obj, old, ctx)
+    if not obj then return nil, err end
+    md = obj.metadata
+    local ok
+    ok, err = convert_versions(self, res, obj, ctx)
+    if not ok then return nil, err end
+    -- the webhooks took time: a change made meanwhile wins
+    if res.objects[e.key] ~= e then return nil, stale(res, omd.name) end
+  end
   md.resourceVersion = omd.resourceVersion
   -- An update that changes nothing is no change: same resourceVersion, no event.
   local without = copy(obj)
@@ -1483,6 +1525,8 @@ function Store:update(res, ns, name, obj, ctx)
       reason = "FieldValueInvalid",
       message = "Invalid value: 0x0: must be specified for an update" } })
   end
+  obj, err = admit(self, "mutate", "UPDATE", res, obj, e.obj, ctx)
+  if not obj then return nil, err end
   err = validate(res, obj)
   if err then return nil, err end
   return self:commit(res, e, obj, ctx)
@@ -1567,6 +1611,8 @@ function Store:patch(res, ns, name, content_type, body, ctx)
   if md.resourceVersion ~= nil and md.resourceVersion ~= e.obj.metadata.resourceVersion then
     return nil, stale(res, name)
   end
+  obj, err = admit(self, "mutate", "UPDATE", res, obj, e.obj, ctx)
+  if not obj then return nil, err end
   local cerr = check_decoding(res, obj)
     or field_validation(res, obj, ctx)
   if cerr then return nil, cerr end
@@ -1711,6 +1757,9 @@ function Store:scale(res, ns, name, verb, content_type, body, ctx)
   end
   err = scale_type_error(sc)
   if err then return nil, err end
+  -- the admission webhooks see the Scale, as the real server sends it
+  sc, err = admit(self, "mutate", "UPDATE", res, sc, cur, ctx)
+  if not sc then return nil, err end
   local md = is_object(sc.metadata) and sc.metadata or {}
   local spec = is_object(sc.spec) and sc.spec or {}
   local replicas = spec.replicas ~= null and spec.replicas or 0
@@ -1732,10 +1781,18 @@ function Store:scale(res, ns, name, verb, content_type, body, ctx)
   if rv ~= nil and rv ~= "" and rv ~= e.obj.metadata.resourceVersion then
     return nil, stale(res, name)
   end
+  local admitted = ctx.admit
+  if admitted and self.admission then
+    sc, err = admit(self, "validate", "UPDATE", res, sc, cur, ctx)
+    if not sc then return nil, err end
+    if res.objects[e.key] ~= e then return nil, stale(res, name) end
+  end
   local obj = copy(e.obj)
   path_set(obj, res.scale_paths and res.scale_paths.spec or { "spec", "replicas" }, replicas)
   local ne
+  ctx.admit = false -- the webhooks were asked about the Scale
   ne, err = self:commit(res, e, obj, ctx)
+  ctx.admit = admitted
   if not ne then return nil, err end
   return to_scale(res, ne.obj)
 end
@@ -1830,7 +1887,10 @@ function Store:apply(res, ns, name, body, ctx)
   end
   managed.remove(obj, gone)
   obj.kind, obj.apiVersion = res.kind, res.api_version
-  local err = check_decoding(res, obj) or validate(res, obj)
+  local err
+  obj, err = admit(self, "mutate", "UPDATE", res, obj, e.obj, ctx)
+  if not obj then return nil, err end
+  err = check_decoding(res, obj) or validate(res, obj)
   if err then return nil, err end
   -- commit with ownership of exactly the applied fields
   local saved = ctx.field_manager
@@ -1855,7 +1915,7 @@ end
 function Store:commit_apply(res, e, obj, ctx, owned)
   local old = e.obj
   local r, err = self:commit(res, e, obj, { apply = true, subresource = ctx.subresource,
-    dry_run = ctx.dry_run })
+    dry_run = ctx.dry_run, admit = ctx.admit, user = ctx.user, warnings = ctx.warnings })
   if not r then return r, err end
   local op = { manager = ctx.field_manager, operation = "Apply",
     api_version = res.api_version, time = util.timestamp(), subresource = ctx.subresource,
@@ -1943,6 +2003,15 @@ function Store:delete(res, ns, name, opts, ctx)
     return nil, conflict(by_kind, name, format("the ResourceVersion in the precondition (%s) "
       .. "does not match the ResourceVersion in record (%s). The object might have been modified",
       pre.resourceVersion, old.metadata.resourceVersion))
+  end
+  if ctx.admit and self.admission then
+    for _, phase in ipairs { "mutate", "validate" } do
+      local ok, aerr = admit(self, phase, "DELETE", res, nil, old, ctx)
+      if not ok then return nil, aerr end
+    end
+    e, err = self:get(res, ns, name) -- as it is once the webhooks have answered
+    if not e then return nil, err end
+    old = e.obj
   end
   if namespace_held(res, old) then
     -- the namespace registry: Terminating until the namespace controller
@@ -2312,7 +2381,10 @@ function Store:link_versions(crd)
   for _, r in ipairs(served) do
     local gv = r.gv
     r.as_version = function(obj)
-      local o = copy(obj)
+      -- through the CRD's conversion webhook (kubelua.sim.conversion)
+      local o = self.conversion and self.conversion:stored_form(obj, r)
+      if o then return o end
+      o = copy(obj)
       o.apiVersion = gv
       return o
     end
@@ -2359,6 +2431,7 @@ function Store:establish(name)
 end
 
 _M.item_json = item_json
+_M.selector_string = selector_string
 _M.obj_key = obj_key
 _M.not_found = not_found
 _M.bad_request = bad_request
