@@ -55,6 +55,8 @@ describe("examples/greeting-operator", function()
     t:create(greeting("hello", "one"))
     local g = t:eventually(function() return ready("hello") end)
     local since = g.status.conditions[1].lastTransitionTime
+    t:settle() -- the operator's last status write is in, so the update is not a Conflict
+    g = t:get(GV, "greetings", "demo", "hello")
     g.spec.message = "two"
     t:update(g)
     g = t:eventually(function()
@@ -76,6 +78,8 @@ describe("examples/greeting-operator", function()
     local c = g.status.conditions[1]
     assert.same({ "False", "InvalidSpec" }, { c.status, c.reason })
     assert.is_nil(t:get("v1", "configmaps", "demo", "empty-greeting"))
+    t:settle()
+    g = t:get(GV, "greetings", "demo", "empty")
     g.spec.message = "fixed"
     t:update(g)
     t:eventually(function() return ready("empty") end)
@@ -155,6 +159,7 @@ describe("examples/greeting-operator's webhooks #sim", function()
     assert.same({ message = "Hello", from = "kubelua" },
       t:create(greeting("hello", "Hello")).spec)
     t:eventually(function() return ready("hello") end)
+    t:settle()
     local g = t:get(GV, "greetings", "demo", "hello")
     g.spec.from = "me"
     assert.equal("me", t:update(g).spec.from)
