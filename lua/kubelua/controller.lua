@@ -71,7 +71,7 @@ local PREDICATE_KEYS = { generation_changed = true, labels_changed = true,
 -- The keys kube.controller{} takes: any other raises, naming the nearest.
 local KEYS = { name = true, watches = true, owns = true, watches_mapped = true,
                predicates = true, workers = true, rate_limiter = true, reconcile = true,
-               timers = true, sharding = true }
+               timers = true, sharding = true, webhooks = true }
 local TIMER_KEYS = { every = true, fn = true, idle = true }
 
 -- Raises at the caller of kube.controller: level counts misuse, the

@@ -170,6 +170,26 @@ describe("kube.webhook", function()
     end)
   end)
 
+  describe("in kube.controller{}", function()
+    it("serves the webhooks its webhooks key lists", function()
+      local t = require("kubelua.testing").start{}
+      local ctl = kube.controller{ name = "hooked", watches = { "v1", "ConfigMap" },
+        reconcile = function() end,
+        webhooks = { { path = "/hooked", validate = function(req)
+          if req.object.spec.message == "no" then return false, "hooked says no" end
+          return true
+        end } } }
+      assert.equal("hooked", ctl.name)
+      assert.same({ apiVersion = "admission.k8s.io/v1", kind = "AdmissionReview",
+        response = { uid = "u-c1", allowed = false,
+          status = { code = 403, reason = "Forbidden", message = "hooked says no" } } },
+        review("/hooked", admission("u-c1", greeting("no"))))
+      assert.same({ uid = "u-c2", allowed = true, status = { code = 200 } },
+        review("/hooked", admission("u-c2", greeting("yes"))).response)
+      t:stop()
+    end)
+  end)
+
   describe("mutate", function()
     it("answers the RFC 6902 patch of the change, base64, patchType JSONPatch", function()
       local obj = greeting("hi")
