@@ -21,6 +21,8 @@ local protobuf = require "kubelua.sim.protobuf"
 local reviews = require "kubelua.sim.reviews"
 local controllers = require "kubelua.sim.controllers"
 local namespaces = require "kubelua.sim.namespaces"
+local admission = require "kubelua.sim.admission"
+local conversion = require "kubelua.sim.conversion"
 
 local type, pairs, ipairs, tostring, tonumber, setmetatable, pcall =
   type, pairs, ipairs, tostring, tonumber, setmetatable, pcall
@@ -71,7 +73,28 @@ function _M.new(opts)
   self.watch_check = opts.watch_check or 1
   self.watch_handlers = 0 -- watch requests being served
   self.servers = {}
+  self.routes = {} -- "ns/name:port" → "127.0.0.1:port": route_service
+  self.store.admission = admission.new(self.store, self.routes, store.selector_string)
+  self.store.conversion = conversion.new(self.store, self.routes)
+  self.store.admission.convert = function(from, to, obj)
+    return self.store.conversion:convert(from, to, obj)
+  end
   return self
+end
+
+-- route_service(namespace, name, port, address): the webhooks whose
+-- clientConfig names Service namespace/name on port (default 443) are
+-- called at address, which must be a loopback "127.0.0.1:PORT" or
+-- "[::1]:PORT" (the script's webhook server in a spec): the simulator
+-- sends nothing off loopback. address nil: the route goes.
+function Sim:route_service(namespace, name, port, address)
+  port = port or 443
+  if address ~= nil and not (type(address) == "string"
+      and (address:match("^127%.%d+%.%d+%.%d+:%d+$") or address:match("^%[::1%]:%d+$"))) then
+    error(format("sim: route_service: address must be a loopback host:port (127.0.0.1:PORT), "
+      .. "got %s", type(address) == "string" and format("%q", address) or type(address)), 2)
+  end
+  self.routes[format("%s/%s:%d", namespace, name, port)] = address
 end
 
 -- Responses -------------------------------------------------------------------
@@ -362,10 +385,11 @@ local function query_params(req)
   return req:params() or {}
 end
 
-local function ctx_of(req, params, r)
+-- A request's context for the store: its writes are admitted (admit).
+local function ctx_of(req, params, r, user)
   return { user_agent = req:header("User-Agent"), field_manager = params.fieldManager,
     dry_run = params.dryRun == "All", force = params.force == "true", subresource = r.sub,
-    field_validation = params.fieldValidation }
+    field_validation = params.fieldValidation, admit = true, user = user }
 end
 
 local function verb_of(method, r, params)
@@ -424,7 +448,7 @@ function Sim:serve_resource(req, r, user)
     if not has_verb(entry.verbs, verb) then return reply_status(req, method_not_allowed()) end
   end
   local s = self.store
-  local ctx = ctx_of(req, params, r)
+  local ctx = ctx_of(req, params, r, user)
   if review then
     local obj, err = body_object(res, req)
     if not obj then return reply_status(req, err) end
@@ -986,6 +1010,9 @@ end
 -- may hold several); namespaces are created as needed. Returns the
 -- number of objects or nil, message.
 function Sim:load(dir)
+  local d = io.open(dir .. "/.")
+  if not d then return nil, dir .. ": not a readable directory" end
+  d:close()
   local p = io.popen("ls -1 '" .. dir:gsub("'", "'\\''") .. "' 2>/dev/null")
   local names = {}
   for line in p:lines() do
@@ -1060,6 +1087,18 @@ end
 --             [--bookmark-interval S] [--no-controllers]
 --             [--no-controller NAME]... [--nodes N]
 -- Returns true once listening (the loop then serves), or nil, message.
+-- The host and port of "HOST:PORT" ("[::1]:PORT" for IPv6), or nil.
+function _M.host_port(s)
+  local host, port = s:match("^%[?([^%]]*)%]?:(%d+)$")
+  return host, tonumber(port)
+end
+
+-- The URL of a server listening on host and port (over TLS when tls).
+function _M.url(host, port, tls)
+  local shown = host:find(":") and "[" .. host .. "]" or host
+  return format("%s://%s:%d", tls and "https" or "http", shown, port)
+end
+
 function _M.main(args)
   local opts = { users = {} }
   local listen = "127.0.0.1:6443"
@@ -1111,7 +1150,7 @@ function _M.main(args)
     i = i + 2
     ::continue::
   end
-  local host, port = listen:match("^%[?([^%]]*)%]?:(%d+)$")
+  local host, port = _M.host_port(listen)
   if not host then return nil, "--listen needs HOST:PORT, got " .. listen end
   if (tls_cert == nil) ~= (tls_key == nil) then
     return nil, "--tls-cert and --tls-key go together"
@@ -1124,9 +1163,7 @@ function _M.main(args)
   local srv, err = sim:listen { host = host, port = tonumber(port), tls_cert = tls_cert,
     tls_key = tls_key }
   if not srv then return nil, err end
-  local shown = host:find(":") and "[" .. host .. "]" or host
-  io.stdout:write(format("kubelua sim: listening on %s://%s:%d\n", tls_cert and "https" or "http",
-    shown, srv:port()))
+  io.stdout:write("kubelua sim: listening on " .. _M.url(host, srv:port(), tls_cert) .. "\n")
   io.stdout:flush()
   _M.current = sim
   return true
