@@ -76,6 +76,16 @@ describe("simulator admission webhooks", function()
         req.subResource, req.object.spec.replicas, req.oldObject.spec.replicas }
       return req.object.spec.replicas <= 3, "at most 3 replicas"
     end }
+    -- the first time it is asked about ConfigMap "raced", another client
+    -- changes that ConfigMap before the webhook answers
+    kube.webhook{ path = "/race", validate = function(req)
+      calls[#calls + 1] = "/race " .. req.operation .. " " .. tostring(req.object.data.k)
+      if req.name == "raced" and #calls == 1 then
+        assert(kube.patch("v1", "configmaps", "demo", "raced",
+          { data = { other = req.object.data.k .. "!" } }))
+      end
+      return true
+    end }
     kube.webhook{ path = "/slow", validate = function()
       kube.sleep(30)
       return true
@@ -84,7 +94,10 @@ describe("simulator admission webhooks", function()
 
   before_each(function()
     calls = {}
-    t = testing.start{ namespaces = { "demo", "webhooks" }, controllers = { root_ca = false } }
+    -- no Deployment controller: the Scale spec counts its webhook calls, and
+    -- a status write between them would make the scale be admitted again
+    t = testing.start{ namespaces = { "demo", "webhooks" },
+      controllers = { root_ca = false, deployment = false } }
   end)
   after_each(function() t:stop() end)
 
@@ -297,6 +310,27 @@ describe("simulator admission webhooks", function()
     assert.equal(2, t:get("apps/v1", "deployments", "demo", "d").spec.replicas)
     assert.same({ { "Scale", "autoscaling", "deployments", "scale", 2, 1 },
       { "Scale", "autoscaling", "deployments", "scale", 5, 2 } }, scales)
+  end)
+
+  it("tries a patch again when the object changed while the webhooks were asked", function()
+    t:create(cm("raced"))
+    t:webhooks{ config("Validating", "race", { hook("race.example.com", "/race",
+      { rules = { { operations = { "UPDATE" }, apiGroups = { "" }, apiVersions = { "v1" },
+        resources = { "configmaps" } } } }) }) }
+    local obj = assert(kube.patch("v1", "configmaps", "demo", "raced", { data = { k = "w" } }))
+    assert.same({ k = "w", other = "w!" }, obj.data)
+    -- asked about the patch, then the other client's patch, then the patch again
+    assert.same({ "/race UPDATE w", "/race UPDATE v", "/race UPDATE w" }, calls)
+    -- a patch that names the resourceVersion it read is not tried again
+    calls = {}
+    local rv = obj.metadata.resourceVersion
+    local none, err = kube.patch("v1", "configmaps", "demo", "raced",
+      { metadata = { resourceVersion = rv }, data = { k = "z" } })
+    assert.is_nil(none)
+    assert.same({ 409, "Conflict", 'Operation cannot be fulfilled on configmaps "raced": the '
+      .. "object has been modified; please apply your changes to the latest version and try "
+      .. "again" }, { err.code, err.reason, err.message })
+    assert.same({ "/race UPDATE z", "/race UPDATE w" }, calls)
   end)
 
   it("mutates a server-side apply's object", function()

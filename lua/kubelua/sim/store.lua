@@ -1465,8 +1465,9 @@ function Store:commit(res, e, obj, ctx)
     local ok
     ok, err = convert_versions(self, res, obj, ctx)
     if not ok then return nil, err end
-    -- the webhooks took time: a change made meanwhile wins
-    if res.objects[e.key] ~= e then return nil, stale(res, omd.name) end
+    -- the webhooks took time: a change made meanwhile wins ("raced": a
+    -- write without a resourceVersion of its own is tried again)
+    if res.objects[e.key] ~= e then return nil, stale(res, omd.name), "raced" end
   end
   md.resourceVersion = omd.resourceVersion
   -- An update that changes nothing is no change: same resourceVersion, no event.
@@ -1593,7 +1594,34 @@ local function patched(doc, ptype, body, node)
 end
 
 -- patch(res, ns, name, content_type, body, ctx) -> entry, created | nil, status
+-- Tries a patch again, on the object as it is now, while it loses the race
+-- with another write that came in as the admission webhooks were asked, as
+-- kube-apiserver's GuaranteedUpdate does; unless the patch names a
+-- resourceVersion, which is then a precondition that failed.
+local RETRIES = 5
+
+local function retried(body, fn)
+  local pinned = type(body) == "string" and find(body, '"resourceVersion"', 1, true)
+  for _ = 1, RETRIES do
+    local r, err, more = fn() -- more: "raced", or a create's created
+    if r ~= nil or more ~= "raced" or pinned then return r, err, more end
+  end
+  return fn()
+end
+
 function Store:patch(res, ns, name, content_type, body, ctx)
+  return retried(body, function()
+    return self:patch_once(res, ns, name, content_type, body, ctx)
+  end)
+end
+
+function Store:scale(res, ns, name, verb, content_type, body, ctx)
+  return retried(body, function()
+    return self:scale_once(res, ns, name, verb, content_type, body, ctx)
+  end)
+end
+
+function Store:patch_once(res, ns, name, content_type, body, ctx)
   ctx = ctx or {}
   local ptype = patch_type(content_type)
   if not ptype or (ptype == "strategic" and not res.builtin) then
@@ -1738,7 +1766,7 @@ end
 -- status: "get", "update" (body: a Scale) or "patch" (body: a patch of
 -- the Scale, of content_type). A Scale that names a resourceVersion is
 -- applied to that version only; replicas below 0 are invalid.
-function Store:scale(res, ns, name, verb, content_type, body, ctx)
+function Store:scale_once(res, ns, name, verb, content_type, body, ctx)
   local e, err = self:get(res, ns, name)
   if not e then return nil, err end
   local cur = to_scale(res, e.obj)
@@ -1788,15 +1816,15 @@ function Store:scale(res, ns, name, verb, content_type, body, ctx)
   if admitted and self.admission then
     sc, err = admit(self, "validate", "UPDATE", res, sc, cur, ctx)
     if not sc then return nil, err end
-    if res.objects[e.key] ~= e then return nil, stale(res, name) end
+    if res.objects[e.key] ~= e then return nil, stale(res, name), "raced" end
   end
   local obj = copy(e.obj)
   path_set(obj, res.scale_paths and res.scale_paths.spec or { "spec", "replicas" }, replicas)
-  local ne
+  local ne, raced
   ctx.admit = false -- the webhooks were asked about the Scale
-  ne, err = self:commit(res, e, obj, ctx)
+  ne, err, raced = self:commit(res, e, obj, ctx)
   ctx.admit = admitted
-  if not ne then return nil, err end
+  if not ne then return nil, err, raced end
   return to_scale(res, ne.obj)
 end
 
