@@ -143,7 +143,9 @@ static void hbuf_free(hbuf *b) {
   b->off = b->len = b->cap = 0;
 }
 
-static char *hbuf_data(const hbuf *b) { return b->p + b->off; }
+/* The live bytes; NULL for a buffer that never held any (no offset is
+ * added to a null pointer: UBSan's pointer-overflow check). */
+static char *hbuf_data(const hbuf *b) { return b->p ? b->p + b->off : NULL; }
 
 /* ---- types ---- */
 
@@ -200,11 +202,13 @@ struct h2s {
   int reason;      /* what the owner hears when the stream closes */
   int refused;     /* the status answered instead of the request */
   int host, ready, pulled, eof, cut, deferred;
-  int complete;     /* the client's side ended (END_STREAM) */
-  int expired;      /* reset by the server while the request arrived */
-  size_t body_held; /* its part of c->h2_body */
-  double wprogress; /* out last became non-empty, or nghttp2 took some */
-  double started;   /* its HEADERS arrived */
+  int complete;        /* the client's side ended (END_STREAM) */
+  int expired;         /* reset by the server while the request arrived */
+  size_t body_held;    /* its part of c->h2_body */
+  size_t lingered;     /* bytes the client sent after the refusal */
+  double linger_since; /* the refusal's last frame went out; 0: not yet */
+  double wprogress;    /* out last became non-empty, or nghttp2 took some */
+  double started;      /* its HEADERS arrived */
 };
 
 struct conn {
@@ -1363,15 +1367,36 @@ static void h2_request(h2s *s) {
   }
 }
 
+/* Asks the client of a refused stream to stop sending (h2_on_frame_send):
+ * RST_STREAM NO_ERROR. */
+static void h2_linger_end(h2s *s) {
+  s->expired = 1;
+  nghttp2_submit_rst_stream(s->c->h2, NGHTTP2_FLAG_NONE, s->id,
+                            NGHTTP2_NO_ERROR);
+  conn_kick(s->c);
+}
+
+/* The client sent len more bytes on a refused stream; they are dropped. */
+static void h2_linger(h2s *s, size_t len) {
+  s->lingered += len;
+  if (s->linger_since > 0 && !s->expired && s->lingered > HTTPD_LINGER_BYTES)
+    h2_linger_end(s);
+}
+
 static int h2_on_data(nghttp2_session *ss, uint8_t flags, int32_t id,
                       const uint8_t *data, size_t len, void *ud) {
   conn *c = ud;
   (void)flags;
   h2s *s = nghttp2_session_get_stream_user_data(ss, id);
-  if (!s || !s->req) return 0; /* refused: the rest is dropped */
+  if (!s) return 0;
+  if (!s->req) { /* refused: the rest is dropped */
+    if (s->refused) h2_linger(s, len);
+    return 0;
+  }
   kl_httpd_req_t *r = s->req;
   if (r->body_len + len > c->h->o.max_body_bytes) {
     h2_error(s, 413);
+    h2_linger(s, len);
     return 0;
   }
   /* Bodies are read whole before the handler sees them: the streams of one
@@ -1435,19 +1460,26 @@ static int h2_on_stream_close(nghttp2_session *ss, int32_t id, uint32_t code,
 }
 
 /* A stream answered before its request came whole (an early 413 or 431,
- * h2_error): once the response's last frame is out, RST_STREAM NO_ERROR
- * asks the client to stop sending the rest (RFC 9113, 8.1) rather than
- * leave the stream open until the read timeout. */
+ * h2_error): once the response's last frame is out, the stream lingers as
+ * an HTTP/1.1 connection does, so that the client reads the answer (curl
+ * stops its upload when it sees it; a client reset while it still sends
+ * may report a stream error instead). What the client still sends is
+ * dropped; a client that goes on past HTTPD_LINGER_BYTES, or for
+ * HTTPD_LINGER_TIMEOUT, is asked to stop with RST_STREAM NO_ERROR (RFC
+ * 9113, 8.1). */
 static int h2_on_frame_send(nghttp2_session *ss, const nghttp2_frame *f,
                             void *ud) {
-  (void)ud;
+  conn *c = ud;
   int32_t id = f->hd.stream_id;
   if (!(f->hd.flags & NGHTTP2_FLAG_END_STREAM) ||
       (f->hd.type != NGHTTP2_DATA && f->hd.type != NGHTTP2_HEADERS))
     return 0;
   h2s *s = nghttp2_session_get_stream_user_data(ss, id);
-  if (s && s->refused && !nghttp2_session_get_stream_remote_close(ss, id))
-    nghttp2_submit_rst_stream(ss, NGHTTP2_FLAG_NONE, id, NGHTTP2_NO_ERROR);
+  if (!s || !s->refused || s->expired ||
+      nghttp2_session_get_stream_remote_close(ss, id))
+    return 0;
+  s->linger_since = now(c->h);
+  if (s->lingered > HTTPD_LINGER_BYTES) h2_linger_end(s);
   return 0;
 }
 
@@ -1598,8 +1630,9 @@ static double conn_deadline(conn *c) {
                   a response waiting for its window write_timeout */
     for (const h2s *s = c->streams; s; s = s->next) {
       if (s->expired) continue;
-      if (!s->complete && s->started + o->read_timeout < d)
-        d = s->started + o->read_timeout;
+      double rd = s->linger_since > 0 ? s->linger_since + HTTPD_LINGER_TIMEOUT
+                                      : s->started + o->read_timeout;
+      if (!s->complete && rd < d) d = rd;
       if (s->out.len && s->wprogress + o->write_timeout < d)
         d = s->wprogress + o->write_timeout;
     }
@@ -1976,12 +2009,21 @@ static void conn_on_defer(kl_defer_t *d) {
 /* Resets (CANCEL; on_stream_close frees them) the streams whose requests
  * did not arrive whole within read_timeout of their HEADERS, and those
  * whose unsent bytes found no room in the client's window for
- * write_timeout; returns how many. */
+ * write_timeout; a refused stream still sent to HTTPD_LINGER_TIMEOUT after
+ * its answer, with NO_ERROR (h2_on_frame_send). Returns how many. */
 static int h2_expire(conn *c, double tnow) {
   const kl_httpd_opts_t *o = &c->h->o;
   int n = 0;
   for (h2s *s = c->streams; s; s = s->next) {
     if (s->expired) continue;
+    if (!s->complete && s->linger_since > 0) {
+      if (s->linger_since + HTTPD_LINGER_TIMEOUT > tnow) continue;
+      kl_log(KL_LOG_DEBUG, "httpd: %s: stream %d: still sending after %d",
+             c->peer, (int)s->id, s->refused);
+      h2_linger_end(s);
+      n++;
+      continue;
+    }
     int rd = !s->complete && s->started + o->read_timeout <= tnow;
     int wr = s->out.len && s->wprogress + o->write_timeout <= tnow;
     if (!rd && !wr) continue;
@@ -2036,36 +2078,43 @@ static void conn_on_timer(kl_timer_t *t, void *ud) {
   h_leave(h);
 }
 
-static void conn_new(kl_httpd_t *h, int fd, const struct sockaddr_storage *ss) {
+/* "ip:port" or "[ip6]:port" of an accepted socket's peer into out. */
+static void peer_name(const struct sockaddr_storage *ss, char *out, size_t n) {
+  char ip[INET6_ADDRSTRLEN] = "?";
+  if (ss->ss_family == AF_INET) {
+    const struct sockaddr_in *a = (const struct sockaddr_in *)(const void *)ss;
+    inet_ntop(AF_INET, &a->sin_addr, ip, sizeof ip);
+    snprintf(out, n, "%s:%d", ip, ntohs(a->sin_port));
+  } else {
+    const struct sockaddr_in6 *a =
+        (const struct sockaddr_in6 *)(const void *)ss;
+    inet_ntop(AF_INET6, &a->sin6_addr, ip, sizeof ip);
+    snprintf(out, n, "[%s]:%d", ip, ntohs(a->sin6_port));
+  }
+}
+
+/* A connection on fd, with TLS when the server has it and tls is set.
+ * Returns NULL (fd closed) when TLS cannot start. */
+static conn *conn_new(kl_httpd_t *h, int fd, const char *peer, int tls) {
   conn *c = kl_xcalloc(1, sizeof *c);
   c->h = h;
   c->fd = fd;
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  char ip[INET6_ADDRSTRLEN] = "?";
-  if (ss->ss_family == AF_INET) {
-    const struct sockaddr_in *a = (const struct sockaddr_in *)(const void *)ss;
-    inet_ntop(AF_INET, &a->sin_addr, ip, sizeof ip);
-    snprintf(c->peer, sizeof c->peer, "%s:%d", ip, ntohs(a->sin_port));
-  } else {
-    const struct sockaddr_in6 *a =
-        (const struct sockaddr_in6 *)(const void *)ss;
-    inet_ntop(AF_INET6, &a->sin6_addr, ip, sizeof ip);
-    snprintf(c->peer, sizeof c->peer, "[%s]:%d", ip, ntohs(a->sin6_port));
-  }
+  snprintf(c->peer, sizeof c->peer, "%s", peer);
   kl_defer_init(&c->defer, conn_on_defer);
   kl_timer_init(&c->timer, conn_on_timer, c);
   ev_io_init(&c->io, conn_on_io, fd, EV_READ);
   c->io.data = c;
   c->events = EV_READ;
   c->started = c->idle_since = now(h);
-  if (h->ssl_ctx) {
+  if (h->ssl_ctx && tls) {
     c->ssl = SSL_new(h->ssl_ctx);
     if (!c->ssl) {
       kl_log(KL_LOG_ERROR, "httpd: SSL_new failed");
       close(fd);
       free(c);
-      return;
+      return NULL;
     }
     SSL_set_fd(c->ssl, fd);
     SSL_set_accept_state(c->ssl);
@@ -2076,6 +2125,7 @@ static void conn_new(kl_httpd_t *h, int fd, const struct sockaddr_storage *ss) {
   h->accepted++;
   ev_io_start(h->ev, &c->io);
   conn_arm(c);
+  return c;
 }
 
 /* ---- the listener ---- */
@@ -2125,7 +2175,9 @@ static void on_accept(struct ev_loop *ev, ev_io *w, int revents) {
       kl_timers_start(kl_loop_timers(h->loop), &h->accept_timer, t + 0.1);
       break;
     }
-    conn_new(h, fd, &ss);
+    char peer[INET6_ADDRSTRLEN + 8];
+    peer_name(&ss, peer, sizeof peer);
+    conn_new(h, fd, peer, 1);
   }
   h_leave(h);
 }
@@ -2306,8 +2358,8 @@ kl_httpd_t *kl_httpd_new(kl_loop_t *loop, const kl_httpd_opts_t *opts,
   if (opts->tls_cert_file) {
     h->ssl_ctx = tls_ctx_new(opts, err, errlen);
     if (!h->ssl_ctx) goto fail;
-    h->h2cb = h2_callbacks_new();
   }
+  h->h2cb = h2_callbacks_new(); /* TLS by ALPN, or kl_httpd_serve_fd */
   h->lfd = listen_on(opts->host, opts->port, err, errlen);
   if (h->lfd < 0) goto fail;
   struct sockaddr_storage ss;
@@ -2374,6 +2426,13 @@ void kl_httpd_free(kl_httpd_t *h) {
   nghttp2_session_callbacks_del(h->h2cb);
   error_pages_free(h);
   free(h);
+}
+
+int kl_httpd_serve_fd(kl_httpd_t *h, int fd, const char *peer, int h2) {
+  if (fd < 0 || h->free_pending || h->freeing) return KL_EINVAL;
+  conn *c = conn_new(h, fd, peer ? peer : "fd", 0);
+  if (c && h2) h2_start(c);
+  return 0;
 }
 
 int kl_httpd_port(const kl_httpd_t *h) { return h->port; }

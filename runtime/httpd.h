@@ -117,6 +117,14 @@ kl_httpd_t *kl_httpd_new(kl_loop_t *loop, const kl_httpd_opts_t *opts,
  * once and frees the rest when that callback returns. NULL is a no-op. */
 void kl_httpd_free(kl_httpd_t *h);
 
+/* Serves fd, a connected non-blocking stream socket, as a connection the
+ * listener accepted but without TLS (a socket handed over, the two ends of
+ * a socketpair in the fuzz targets); peer names it in logs (NULL: "fd").
+ * h2: the client speaks HTTP/2 from its first byte (prior knowledge, RFC
+ * 9113 3.3), else HTTP/1.1. The server owns fd from this call on, and
+ * closes it with the connection. Returns 0, or KL_EINVAL (fd < 0, a server
+ * being freed; fd is then the caller's). */
+int kl_httpd_serve_fd(kl_httpd_t *h, int fd, const char *peer, int h2);
 /* The bound port (the ephemeral one when opts.port was 0). */
 int kl_httpd_port(const kl_httpd_t *h);
 /* The listening socket (non-blocking), or -1 once it is closed. */

@@ -136,6 +136,21 @@ static inline const char *kl_scan_special(const char *p, const char *end) {
   return p;
 }
 
+/* The last byte of [p, end) that is c, or NULL. */
+static inline const char *kl_scan_last(const char *p, const char *end, char c) {
+#if KL_SIMD
+  __m128i k = _mm_set1_epi8(c);
+  for (; end - p >= 16; end -= 16) {
+    unsigned m = (unsigned)_mm_movemask_epi8(
+        _mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)(end - 16)), k));
+    if (m) return end - 16 + (31 - __builtin_clz(m));
+  }
+#endif
+  while (end > p)
+    if (*--end == c) return end;
+  return NULL;
+}
+
 /* --- Byte classes and the checks of whole-text readers --- */
 
 static const uint8_t kl_json_ws_tab[256] = {

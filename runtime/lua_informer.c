@@ -615,8 +615,10 @@ static void watch_unauthorized(kl_reflector_t *r, void *ud) {
 }
 
 /* opts.watch = {url =, label_selector =, field_selector =, headers =
- * {name = value}, tls = {…}, creds = C, watch_list = bool, backoff_initial
- * = seconds}: a reflector lists and watches url and feeds the cache; creds
+ * {name = value}, watch_accept = value, tls = {…}, creds = C, watch_list =
+ * bool, backoff_initial = seconds}: a reflector lists and watches url and
+ * feeds the cache; watch_accept is the watches' Accept when it differs
+ * from the lists' (headers.Accept: a metadata-only informer's); creds
  * (kubelua.kubeconfig's) gives the bearer token of each request, so
  * rotated tokens are picked up; watch_list streams the lists
  * (sendInitialEvents), falling back to list+watch when the server does
@@ -646,6 +648,10 @@ static void start_watch(lua_State *L, linf_t *li, int idx,
       (lua_type(L, -1) != LUA_TNUMBER || !(lua_tonumber(L, -1) > 0)))
     kl_lua_error(L, fn, "opts.watch.backoff_initial must be a positive number");
   ro.backoff_initial = lua_tonumber(L, -1);
+  lua_getfield(L, idx, "watch_accept");
+  if (!lua_isnil(L, -1) && lua_type(L, -1) != LUA_TSTRING)
+    kl_lua_error(L, fn, "opts.watch.watch_accept must be a string");
+  ro.watch_accept = lua_tostring(L, -1);
   if (!ro.url) kl_lua_error(L, fn, "opts.watch.url is required");
   lua_getfield(L, idx, "headers");
   if (lua_type(L, -1) == LUA_TTABLE) {

@@ -731,6 +731,22 @@ static int core_spawn_system(lua_State *L) {
   return n;
 }
 
+/* core.system(fn, ...) -> fn's results: calls fn at once with the system's
+ * generation (0) as the one code runs for, so that what it makes (a
+ * server, a timer, a task) belongs to no script generation and survives a
+ * reload, as what the runtime starts before the script does. An error in
+ * fn is raised again, the caller's generation restored. */
+static int core_system(lua_State *L) {
+  kl_rt_t *rt = up_rt(L);
+  check_function(L, 1, "core.system");
+  kl_gen_scope_t saved;
+  kl_rt_gen_enter(rt, 0, &saved);
+  int rc = lua_pcall(L, lua_gettop(L) - 1, LUA_MULTRET, 0);
+  kl_rt_gen_leave(rt, &saved);
+  if (rc != 0) return lua_error(L);
+  return lua_gettop(L);
+}
+
 static int deliver_nothing(kl_task_t *t, lua_State *co, void *op) {
   (void)t;
   (void)co;
@@ -1324,6 +1340,7 @@ static const luaL_Reg core_funcs[] = {
     {"traceback", core_traceback},
     {"on_stop", core_on_stop},
     {"spawn_system", core_spawn_system},
+    {"system", core_system},
     {"in_task", core_in_task},
     {"log_level", core_log_level},
     {NULL, NULL},

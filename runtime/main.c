@@ -3,6 +3,8 @@
  *   kubelua run [options] SCRIPT.lua [args] [-- args]   run a script
  *   kubelua test [options] [busted options] [paths]   run busted specs
  *   kubelua sim --listen HOST:PORT [options]  serve the API simulator
+ *   kubelua types [CRD.yaml...] [-o DIR]      write editor types
+ *   kubelua new NAME [options]                write a controller project
  *   kubelua version
  *
  * Each command answers -h and --help with its own usage, on stdout.
@@ -14,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <luajit.h>
 
@@ -25,6 +28,8 @@ static void usage(FILE *out) {
   fputs("usage: kubelua run [options] SCRIPT.lua [args...] [-- args...]\n"
         "       kubelua test [options] [busted options] [spec paths...]\n"
         "       kubelua sim [--listen HOST:PORT] [options]\n"
+        "       kubelua types [CRD.yaml...] [-o DIR]\n"
+        "       kubelua new NAME [--kind KIND --group G --version V]\n"
         "       kubelua version\n"
         "\n"
         "`kubelua COMMAND --help` lists a command's options.\n",
@@ -40,7 +45,17 @@ static void usage_run(FILE *out) {
       "script (as ... and arg).\n"
       "\n"
       "options:\n"
-      "  --sim                    serve the API from an in-process simulator\n"
+      "  --sim                    serve the API from an in-process simulator;\n"
+      "                           its URL and kubeconfig are logged at start\n"
+      "  --sim-listen HOST:PORT   where it serves (default 127.0.0.1:0, an\n"
+      "                           ephemeral port)\n"
+      "  --sim-kubeconfig PATH    the kubeconfig written for kubectl (default\n"
+      "                           kubelua-sim-PID.kubeconfig in "
+      "$XDG_RUNTIME_DIR\n"
+      "                           or /tmp, removed at exit)\n"
+      "  --sim-load DIR           create the JSON and YAML objects in DIR "
+      "first\n"
+      "  --sim-nodes N            its fake Nodes (default 3)\n"
       "  --kubeconfig PATH        the kubeconfig file (else KUBECONFIG, the\n"
       "                           pod's service account, ~/.kube/config)\n"
       "  --context NAME           the kubeconfig context to use\n"
@@ -48,6 +63,8 @@ static void usage_run(FILE *out) {
       "  --leader-election-id NAME        the Lease's name\n"
       "  --leader-election-namespace NS   its namespace (default: the pod's,\n"
       "                           else \"default\")\n"
+      "  --shard-ring NAME        put kube.controller's controllers on this\n"
+      "                           sharding ring (a Lease per replica)\n"
       "  --no-watch               reload the script on SIGHUP only, not when\n"
       "                           its files change\n"
       "  --watch-poll SECS        look at the script's files this often even\n"
@@ -114,9 +131,46 @@ static void usage_sim(FILE *out) {
         "(default 60)\n"
         "  --no-controllers         serve the API server alone: no garbage\n"
         "                           collector, namespace controller, root CA\n"
-        "                           or default ServiceAccount publisher\n"
+        "                           or default ServiceAccount publisher, no\n"
+        "                           Nodes, scheduler, kubelets or workloads\n"
         "  --no-controller NAME     turn one off: gc, namespace, root_ca,\n"
-        "                           service_account\n"
+        "                           service_account, nodes, scheduler,\n"
+        "                           kubelet, replicaset, deployment, job,\n"
+        "                           statefulset, daemonset\n"
+        "  --nodes N                fake Nodes to run Pods on (default 3)\n"
+        "  -h, --help               this help\n",
+        out);
+}
+
+static void usage_types(FILE *out) {
+  fputs("usage: kubelua types [CRD.yaml...] [-o DIR]\n"
+        "\n"
+        "Writes LuaLS annotation files (---@class, ---@field), the types that\n"
+        "lua-language-server completes and checks objects with: without a\n"
+        "file, of every built-in kind (k8s.core.v1.Pod, ...); else of the\n"
+        "custom resources the CustomResourceDefinitions in the files define\n"
+        "(<group>.<version>.<Kind>), from each version's openAPIV3Schema.\n"
+        "\n"
+        "options:\n"
+        "  -o, --output DIR         where to write them (default ./types)\n"
+        "  -h, --help               this help\n",
+        out);
+}
+
+static void usage_new(FILE *out) {
+  fputs("usage: kubelua new NAME [--kind KIND --group G --version V]\n"
+        "\n"
+        "Writes a controller project into the new directory NAME: its\n"
+        "script, a spec that `kubelua test` runs, kustomize manifests\n"
+        "(deploy/), the editor types and their .luarc.json, and a README.\n"
+        "\n"
+        "options:\n"
+        "  --kind KIND              a custom resource to reconcile, with its\n"
+        "                           CustomResourceDefinition (else the\n"
+        "                           controller watches ConfigMaps); also\n"
+        "                           GROUP/VERSION/KIND\n"
+        "  --group G                its group (default example.com)\n"
+        "  --version V              its version (default v1alpha1)\n"
         "  -h, --help               this help\n",
         out);
 }
@@ -147,20 +201,6 @@ static int is_help(const char *arg) {
   return strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0;
 }
 
-/* --sim: an API simulator in this process, the script's connection
- * pointed at it. */
-static int start_sim(kl_rt_t *rt) {
-  lua_State *L = kl_rt_lua(rt);
-  static const char code[] = "require('kubelua').start_sim()";
-  if (luaL_loadbuffer(L, code, sizeof code - 1, "=--sim") != 0 ||
-      lua_pcall(L, 0, 0, 0) != 0) {
-    fprintf(stderr, "kubelua: --sim: %s\n", lua_tostring(L, -1));
-    lua_settop(L, 0);
-    return 1;
-  }
-  return 0;
-}
-
 /* Pushes require(mod)[fn]. Returns 0, or 1 with the error message pushed
  * (the stack otherwise as it was). */
 static int push_module_fn(lua_State *L, const char *mod, const char *fn) {
@@ -178,7 +218,50 @@ typedef struct run_opts {
   const char *webhook_addr, *webhook_cert_dir;
   int leader_elect;
   const char *election_id, *election_ns;
+  const char *shard_ring;
+  const char *sim_listen, *sim_kubeconfig, *sim_load; /* NULL: the default */
+  char sim_default_kubeconfig[4096]; /* "" or the default, removed at exit */
+  const char *sim_nodes;             /* NULL: the simulator's default */
 } run_opts_t;
+
+/* Sets each {name, value} of fields whose value is not NULL in the table
+ * at the top of L's stack. */
+static void set_strings(lua_State *L, const char *fields[][2], size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    if (!fields[i][1]) continue;
+    lua_pushstring(L, fields[i][1]);
+    lua_setfield(L, -2, fields[i][0]);
+  }
+}
+
+/* --sim: an API simulator in this process (kube.start_sim with
+ * --sim-listen, --sim-kubeconfig, --sim-load and --sim-nodes), the
+ * script's connection pointed at it. */
+static int start_sim(kl_rt_t *rt, const run_opts_t *o) {
+  lua_State *L = kl_rt_lua(rt);
+  int status = 1;
+  if (push_module_fn(L, "kubelua", "start_sim")) goto out;
+  lua_createtable(L, 0, 5);
+  const char *strs[][2] = {{"listen", o->sim_listen},
+                           {"kubeconfig", o->sim_kubeconfig},
+                           {"load", o->sim_load}};
+  set_strings(L, strs, sizeof strs / sizeof strs[0]);
+  if (o->sim_nodes) { /* checked: a whole number */
+    lua_pushinteger(L, (lua_Integer)strtol(o->sim_nodes, NULL, 10));
+    lua_setfield(L, -2, "nodes");
+  }
+  if (!o->sim_kubeconfig) {
+    lua_pushstring(L, o->sim_default_kubeconfig);
+    lua_setfield(L, -2, "kubeconfig");
+  }
+  lua_pushboolean(L, 1);
+  lua_setfield(L, -2, "announce");
+  if (lua_pcall(L, 1, 0, 0) == 0) status = 0;
+out:
+  if (status) fprintf(stderr, "kubelua: --sim: %s\n", lua_tostring(L, -1));
+  lua_settop(L, 0);
+  return status;
+}
 
 /* --kubeconfig and --context, for the connection made on first use, and
  * leader election. */
@@ -189,16 +272,13 @@ static int run_options(kl_rt_t *rt, const run_opts_t *o) {
     lua_settop(L, 0);
     return 1;
   }
-  lua_createtable(L, 0, 5);
+  lua_createtable(L, 0, 6);
   const char *strs[][2] = {{"kubeconfig", o->kubeconfig},
                            {"context", o->context},
                            {"leader_election_id", o->election_id},
-                           {"leader_election_namespace", o->election_ns}};
-  for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++) {
-    if (!strs[i][1]) continue;
-    lua_pushstring(L, strs[i][1]);
-    lua_setfield(L, -2, strs[i][0]);
-  }
+                           {"leader_election_namespace", o->election_ns},
+                           {"shard_ring", o->shard_ring}};
+  set_strings(L, strs, sizeof strs / sizeof strs[0]);
   lua_pushboolean(L, o->leader_elect);
   lua_setfield(L, -2, "leader_elect");
   if (lua_pcall(L, 1, 0, 0) != 0) {
@@ -352,12 +432,17 @@ static const char *const run_valued[] = {"--kubeconfig",
                                          "--health-probe-bind-address",
                                          "--leader-election-id",
                                          "--leader-election-namespace",
+                                         "--shard-ring",
                                          "--shutdown-timeout",
                                          "--graceful-shutdown-timeout",
                                          "--hang-timeout",
                                          "--watch-poll",
                                          "--webhook-bind-address",
                                          "--webhook-cert-dir",
+                                         "--sim-listen",
+                                         "--sim-kubeconfig",
+                                         "--sim-load",
+                                         "--sim-nodes",
                                          "--log-level",
                                          "--v",
                                          "--log-format",
@@ -434,10 +519,27 @@ static int run_script(int argc, char **argv) {
       ro.webhook_addr = val;
     } else if (strcmp(opt, "--webhook-cert-dir") == 0) {
       ro.webhook_cert_dir = val;
+    } else if (strcmp(opt, "--sim-listen") == 0) {
+      ro.sim_listen = val;
+    } else if (strcmp(opt, "--sim-kubeconfig") == 0) {
+      ro.sim_kubeconfig = val;
+    } else if (strcmp(opt, "--sim-load") == 0) {
+      ro.sim_load = val;
     } else if (strcmp(opt, "--leader-election-id") == 0) {
       ro.election_id = val;
     } else if (strcmp(opt, "--leader-election-namespace") == 0) {
       ro.election_ns = val;
+    } else if (strcmp(opt, "--shard-ring") == 0) {
+      ro.shard_ring = val;
+    } else if (strcmp(opt, "--sim-nodes") == 0) {
+      char *end;
+      long n = strtol(val, &end, 10);
+      if (*end || end == val || n < 0 || n > 250)
+        return bad_usage(usage_run,
+                         "--sim-nodes needs a whole number of Nodes from 0 "
+                         "to 250, got \"%s\"",
+                         val);
+      ro.sim_nodes = val;
     } else if (strcmp(opt, "--watch-poll") == 0) {
       char *end;
       watch_poll = strtod(val, &end);
@@ -455,6 +557,25 @@ static int run_script(int argc, char **argv) {
     }
   }
   if (!script) return bad_usage(usage_run, "%s", "run needs a script");
+  if (!sim &&
+      (ro.sim_listen || ro.sim_kubeconfig || ro.sim_load || ro.sim_nodes))
+    return bad_usage(usage_run, "%s",
+                     ro.sim_listen       ? "--sim-listen needs --sim"
+                     : ro.sim_kubeconfig ? "--sim-kubeconfig needs --sim"
+                     : ro.sim_load       ? "--sim-load needs --sim"
+                                         : "--sim-nodes needs --sim");
+  if (sim && !ro.sim_kubeconfig) {
+    /* a file of this process's, where kubectl can be pointed at */
+    const char *dir = getenv("XDG_RUNTIME_DIR");
+    int n =
+        snprintf(ro.sim_default_kubeconfig, sizeof ro.sim_default_kubeconfig,
+                 "%s/kubelua-sim-%ld.kubeconfig", dir && *dir ? dir : "/tmp",
+                 (long)getpid());
+    if (n < 0 || (size_t)n >= sizeof ro.sim_default_kubeconfig)
+      return bad_usage(usage_run, "%s",
+                       "XDG_RUNTIME_DIR is too long for the simulator's "
+                       "kubeconfig (give --sim-kubeconfig PATH)");
+  }
   if (ro.leader_elect && !ro.election_id)
     return bad_usage(usage_run, "%s",
                      "--leader-elect needs --leader-election-id NAME");
@@ -476,16 +597,18 @@ static int run_script(int argc, char **argv) {
     fprintf(stderr, "kubelua: cannot start the watchdog thread\n");
     status = 1;
   }
-  if (status == 0 && sim) status = start_sim(rt);
+  if (status == 0 && sim) status = start_sim(rt, &ro);
   if (status == 0) status = serve_endpoints(rt, &ro, sim);
   if (status == 0) status = serve_webhooks(rt, &ro, sim);
-  if (status == 0 && (!sim || ro.leader_elect)) status = run_options(rt, &ro);
+  if (status == 0 && (!sim || ro.leader_elect || ro.shard_ring))
+    status = run_options(rt, &ro);
   if (status == 0)
     status =
         kl_rt_start_script(rt, script, nargs, argv, watch ? watch_poll : 0);
   if (status == 0) status = kl_rt_loop_until_stopped(rt);
   kl_rt_free(rt);
   kl_loop_free(loop);
+  if (*ro.sim_default_kubeconfig) remove(ro.sim_default_kubeconfig);
   return status;
 }
 
@@ -619,14 +742,43 @@ static int run_tests(int argc, char **argv) {
   return status;
 }
 
-/* Serves the API simulator (lua/kubelua/sim) until SIGINT or SIGTERM. Its
- * main parses the options, listens and prints one line with the address. */
-static int run_sim(int argc, char **argv) {
-  for (int i = 0; i < argc; i++) {
-    if (is_help(argv[i])) {
-      usage_sim(stdout);
-      return 0;
+/* Whether an argument before "--" asks for help (-h, --help). */
+static int asks_help(int argc, char **argv) {
+  for (int i = 0; i < argc && strcmp(argv[i], "--") != 0; i++)
+    if (is_help(argv[i])) return 1;
+  return 0;
+}
+
+/* Calls require(mod).main(args), args being argv's arguments, with its
+ * three results left on the stack: true | nil, message[, "usage"].
+ * Returns 0, or 1 after saying why it failed ("kubelua NAME: ..."). */
+static int call_main(lua_State *L, const char *name, const char *mod, int argc,
+                     char **argv) {
+  if (push_module_fn(L, mod, "main") == 0) {
+    lua_createtable(L, argc, 0);
+    for (int i = 0; i < argc; i++) {
+      lua_pushstring(L, argv[i]);
+      lua_rawseti(L, -2, i + 1);
     }
+    if (lua_pcall(L, 1, 3, 0) == 0) return 0;
+  }
+  fprintf(stderr, "kubelua %s: %s\n", name, lua_tostring(L, -1));
+  return 1;
+}
+
+/* A command whose Lua module does the work: kubelua sim, types and new.
+ * require(mod).main(args) -> true | nil, message[, "usage"]. With serve
+ * (sim: main parses the options, listens and prints one line with the
+ * address), the loop then runs until SIGINT or SIGTERM, and every failure
+ * of main is a usage error; else only those that say "usage" are. A usage
+ * error is answered with the usage on stderr and status 2, any other
+ * failure with its message and status 1. */
+static int run_lua_command(const char *name, const char *mod,
+                           usage_fn *usage_of, int serve, int argc,
+                           char **argv) {
+  if (asks_help(argc, argv)) {
+    usage_of(stdout);
+    return 0;
   }
   kl_loop_t *loop = kl_loop_new(NULL);
   kl_rt_t *rt = loop ? kl_rt_new(loop) : NULL;
@@ -637,31 +789,20 @@ static int run_sim(int argc, char **argv) {
   }
   lua_State *L = kl_rt_lua(rt);
   int status = 1;
-  lua_getglobal(L, "require");
-  lua_pushliteral(L, "kubelua.sim");
-  if (lua_pcall(L, 1, 1, 0) != 0) {
-    fprintf(stderr, "kubelua sim: %s\n", lua_tostring(L, -1));
-    goto out;
-  }
-  lua_getfield(L, -1, "main");
-  lua_createtable(L, argc, 0);
-  for (int i = 0; i < argc; i++) {
-    lua_pushstring(L, argv[i]);
-    lua_rawseti(L, -2, i + 1);
-  }
-  if (lua_pcall(L, 1, 2, 0) != 0) {
-    fprintf(stderr, "kubelua sim: %s\n", lua_tostring(L, -1));
-    goto out;
-  }
-  if (!lua_toboolean(L, -2)) {
-    fprintf(stderr, "kubelua sim: %s\n", lua_tostring(L, -1));
-    usage_sim(stderr);
-    status = 2;
+  if (call_main(L, name, mod, argc, argv)) goto out;
+  if (!lua_toboolean(L, -3)) {
+    fprintf(stderr, "kubelua %s: %s\n", name, lua_tostring(L, -2));
+    if (serve ||
+        (lua_isstring(L, -1) && strcmp(lua_tostring(L, -1), "usage") == 0)) {
+      usage_of(stderr);
+      status = 2;
+    }
     goto out;
   }
   lua_settop(L, 0);
-  status = kl_rt_loop_until_stopped(rt);
+  status = serve ? kl_rt_loop_until_stopped(rt) : 0;
 out:
+  lua_settop(L, 0);
   kl_rt_free(rt);
   kl_loop_free(loop);
   return status;
@@ -678,10 +819,9 @@ int main(int argc, char **argv) {
   static const struct {
     const char *name;
     usage_fn *usage;
-  } cmds[] = {{"run", usage_run},
-              {"test", usage_test},
-              {"sim", usage_sim},
-              {"version", usage_version}};
+  } cmds[] = {{"run", usage_run}, {"test", usage_test},
+              {"sim", usage_sim}, {"types", usage_types},
+              {"new", usage_new}, {"version", usage_version}};
   const char *cmd = argv[1];
   if (strcmp(cmd, "help") == 0 || is_help(cmd)) {
     for (size_t i = 0; argc > 2 && i < sizeof cmds / sizeof cmds[0]; i++) {
@@ -706,6 +846,14 @@ int main(int argc, char **argv) {
   }
   if (strcmp(cmd, "run") == 0) return run_script(argc - 2, argv + 2);
   if (strcmp(cmd, "test") == 0) return run_tests(argc - 2, argv + 2);
-  if (strcmp(cmd, "sim") == 0) return run_sim(argc - 2, argv + 2);
+  if (strcmp(cmd, "sim") == 0)
+    return run_lua_command("sim", "kubelua.sim", usage_sim, 1, argc - 2,
+                           argv + 2);
+  if (strcmp(cmd, "types") == 0)
+    return run_lua_command("types", "kubelua.types", usage_types, 0, argc - 2,
+                           argv + 2);
+  if (strcmp(cmd, "new") == 0)
+    return run_lua_command("new", "kubelua.new", usage_new, 0, argc - 2,
+                           argv + 2);
   return bad_usage(usage, "unknown command \"%s\"", cmd);
 }

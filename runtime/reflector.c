@@ -126,6 +126,7 @@ struct kl_reflector {
   char *name, *url, *label_selector, *field_selector;
   char *api_version, *kind; /* expected of events; NULL: not checked */
   char **headers;           /* NULL-terminated copies */
+  char *watch_accept; /* "Accept: …" of watches; NULL: headers' Accept */
   const kl_http_tls_t *tls;
   double (*rand)(void *ud);
   void *rand_ud;
@@ -1303,13 +1304,16 @@ static void on_live(kl_timer_t *t, void *ud) {
 }
 
 /* The fixed headers plus the credential's line, in hdrs (nheaders + 2
- * slots) and line (cap bytes). Returns 0, or the auth callback's error with
- * its message in err. */
-static int request_headers(kl_reflector_t *r, const char **hdrs, char *line,
-                           size_t cap, char *err, size_t errlen) {
+ * slots) and line (cap bytes); a watch's Accept is watch_accept when there
+ * is one. Returns 0, or the auth callback's error with its message in err. */
+static int request_headers(kl_reflector_t *r, bool watch, const char **hdrs,
+                           char *line, size_t cap, char *err, size_t errlen) {
   size_t n = 0;
-  for (; n < r->nheaders; n++)
-    hdrs[n] = r->headers[n];
+  for (; n < r->nheaders; n++) {
+    bool accept = strncasecmp(r->headers[n], "Accept:", 7) == 0;
+    hdrs[n] =
+        watch && accept && r->watch_accept ? r->watch_accept : r->headers[n];
+  }
   hdrs[n] = NULL;
   if (!r->auth) return 0;
   line[0] = '\0';
@@ -1328,7 +1332,7 @@ static void request_start(kl_reflector_t *r, bool watch, const char *url) {
   char err[256] = "";
   char line[AUTH_MAX];
   const char **hdrs = kl_xcalloc(r->nheaders + 2, sizeof *hdrs);
-  int rc = request_headers(r, hdrs, line, sizeof line, err, sizeof err);
+  int rc = request_headers(r, watch, hdrs, line, sizeof line, err, sizeof err);
   o.url = url;
   o.headers = hdrs;
   if (!watch) o.idle_timeout = KL_REFLECTOR_LIST_IDLE;
@@ -1392,6 +1396,13 @@ kl_reflector_t *kl_reflector_new(kl_loop_t *loop, kl_http_t *http,
     }
     accept |= strncasecmp(*h, "Accept:", 7) == 0;
   }
+  if (o->watch_accept &&
+      (!o->watch_accept[0] || strpbrk(o->watch_accept, "\r\n") || !accept)) {
+    snprintf(err, errlen,
+             "reflector: watch_accept needs an Accept header for lists "
+             "and must be one value");
+    return NULL;
+  }
   kl_reflector_t *r = kl_xcalloc(1, sizeof *r);
   r->loop = loop;
   r->http = http;
@@ -1410,6 +1421,11 @@ kl_reflector_t *kl_reflector_new(kl_loop_t *loop, kl_http_t *http,
   for (size_t i = 0; i < nh; i++)
     r->headers[i] = kl_xstrdup(o->headers[i]);
   if (!accept) r->headers[nh++] = kl_xstrdup("Accept: application/json");
+  if (o->watch_accept) {
+    size_t len = strlen("Accept: ") + strlen(o->watch_accept) + 1;
+    r->watch_accept = kl_xmalloc(len);
+    snprintf(r->watch_accept, len, "Accept: %s", o->watch_accept);
+  }
   r->nheaders = nh;
   r->auth = o->auth;
   r->on_unauthorized = o->on_unauthorized;
@@ -1479,6 +1495,7 @@ void kl_reflector_free(kl_reflector_t *r) {
   for (char **h = r->headers; *h; h++)
     free(*h);
   free(r->headers);
+  free(r->watch_accept);
   free(r->ebody);
   free(r->name);
   free(r->url);

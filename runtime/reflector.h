@@ -89,6 +89,11 @@ typedef struct kl_reflector_opts {
   /* "Name: value" lines, NULL-terminated (Authorization, …); copied. An
    * "Accept: application/json" is added unless one is given. */
   const char *const *headers;
+  /* The Accept value of watch requests when it differs from the lists'
+   * (a metadata-only informer lists as=PartialObjectMetadataList and
+   * watches as=PartialObjectMetadata); copied; headers must then hold the
+   * lists' Accept. NULL: watches send the headers' Accept. */
+  const char *watch_accept;
   const kl_http_tls_t *tls; /* borrowed; must outlive the reflector */
   /* The heap for every deadline and the clock read through it; NULL: the
    * loop's heap. Backoff waits, the initial-events timeout and watch

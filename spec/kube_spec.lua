@@ -174,6 +174,39 @@ describe("kubelua", function()
     end)
   end)
 
+  describe("core.system", function()
+    local generation = require "kubelua.generation"
+
+    it("calls fn at once as the system's generation, whose task a reload does not end",
+      function()
+        local probe = {}
+        package.loaded["system_probe"] = probe
+        local path = support.tempfile([[
+          local core = require "kubelua.core"
+          local probe = require "system_probe"
+          probe.gen = core.generation()
+          probe.got = { core.system(function(a, b)
+            core.spawn(function() core.sleep(0.05) probe.slept = core.generation() end)
+            return core.generation(), a + b
+          end, 1, 2) }
+          probe.after = core.generation()
+          probe.err = select(2, pcall(core.system, error, "no", 0))
+          probe.after_err = core.generation()
+        ]], ".lua")
+        assert(generation.load(path))
+        generation.unload()
+        os.remove(path)
+        package.loaded["system_probe"] = nil
+        assert.is_true(probe.gen > 0)
+        assert.same({ 0, 3 }, probe.got)
+        assert.equal(probe.gen, probe.after)
+        assert.equal("no", probe.err)
+        assert.equal(probe.gen, probe.after_err)
+        assert.is_true(support.eventually(function() return probe.slept ~= nil end))
+        assert.equal(0, probe.slept)
+      end)
+  end)
+
   describe("sleep", function()
     it("wakes sleepers in deadline order", function()
       local order = {}

@@ -31,7 +31,9 @@ describe("kubelua.sim.util", function()
     local reqs = assert(util.parse_label_selector("n>2,m< -5"))
     assert.same({ { key = "n", op = ">", value = 2 }, { key = "m", op = "<", value = -5 } }, reqs)
     assert.equal(9223372036854775807, util.parse_label_selector("n>9223372036854775807")[1].value)
-    for _, v in ipairs({ "nAn", "inf", "0x10", "1e3", "1.5", "", "9223372036854775808" }) do
+    assert.equal(-9223372036854775808, util.parse_label_selector("n<-9223372036854775808")[1].value)
+    for _, v in ipairs({ "nAn", "inf", "0x10", "1e3", "1.5", "", "9223372036854775808",
+      "-9223372036854775809" }) do
       local none, err = util.parse_label_selector("A>" .. v)
       assert.is_nil(none, v)
       assert.equal("unable to parse requirement: found 'A>" .. v .. "', expected: in, notin, "

@@ -6,10 +6,19 @@
 --     out of it before the Greeting goes,
 --   * reports status.observedGeneration and a Ready condition.
 --
+-- With --webhooks (the webhook overlay, webhook/, passes it) it also
+-- serves kube-apiserver's webhooks for Greetings: a validating one that
+-- refuses an empty spec.message (422, a cause naming the field), a
+-- mutating one that defaults spec.from, and the conversion between
+-- v1alpha1 (spec.text) and v1 (spec.message).
+--
 --   kubelua run --sim examples/greeting-operator/controller.lua -- --demo
 --   kubelua run examples/greeting-operator/controller.lua     (kubeconfig;
 --                                     kubectl apply -f deploy/01-crd.yaml first)
 local kube = require "kubelua"
+
+local options = {}
+for _, a in ipairs(arg) do options[a] = true end
 
 local GROUP_VERSION = "example.kubelua.io/v1"
 local FINALIZER = "example.kubelua.io/index"
@@ -57,6 +66,37 @@ local function ensure_configmap(g)
   return kube.update(have)
 end
 
+if options["--webhooks"] then
+  kube.webhook{ path = "/validate-greeting", validate = function(req)
+    local spec = req.object.spec
+    local message = type(spec) == "table" and spec.message
+    if type(message) ~= "string" or message == "" then
+      return false, { { field = "spec.message", type = "Required",
+                        detail = "a greeting needs a message" } }
+    end
+    return true
+  end }
+
+  kube.webhook{ path = "/mutate-greeting", mutate = function(req)
+    local spec = req.object.spec
+    if type(spec) == "table" and spec.from == nil then spec.from = "kubelua" end
+  end }
+
+  -- v1alpha1's spec.text is v1's spec.message
+  kube.webhook{ path = "/convert", convert = function(obj, to)
+    local spec = type(obj.spec) == "table" and obj.spec or {}
+    if to == GROUP_VERSION then
+      spec.message, spec.text = spec.text, nil
+    elseif to == "example.kubelua.io/v1alpha1" then
+      spec.text, spec.message = spec.message, nil
+    else
+      return nil, "cannot convert a Greeting to " .. to
+    end
+    obj.spec = spec
+    return obj
+  end }
+end
+
 kube.controller{
   name = "greeting-operator",
   watches = { GROUP_VERSION, "Greeting" },
@@ -100,7 +140,7 @@ kube.controller{
 
 -- --demo (with --sim): install the CRD, create a Greeting, change it,
 -- delete it, and stop once the index is empty again.
-if arg[1] ~= "--demo" then return end
+if not options["--demo"] then return end
 kube.spawn(function()
   local crd = assert(io.open((arg[0]:match("^(.*)/") or ".") .. "/deploy/01-crd.yaml")):read("*a")
   local yaml = require "kubelua.sim.yaml"
@@ -117,9 +157,15 @@ kube.spawn(function()
   local function get(res, name)
     return (kube.get(res == "greetings" and GROUP_VERSION or "v1", res, "demo", name))
   end
-  assert(kube.create{ apiVersion = GROUP_VERSION, kind = "Greeting",
-                      metadata = { name = "hello", namespace = "demo" },
-                      spec = { message = "Hello, world" } })
+  -- the new kind is served once its CRD is Established, and discovery
+  -- looks again at most once a second: until then a create is NoKindMatch
+  eventually(function()
+    local ok, err = kube.create{ apiVersion = GROUP_VERSION, kind = "Greeting",
+                                 metadata = { name = "hello", namespace = "demo" },
+                                 spec = { message = "Hello, world" } }
+    if err and not kube.is_no_match(err) then error(err) end
+    return ok
+  end)
   eventually(function()
     local g = get("greetings", "hello")
     return kube.is_condition_true(g, "Ready")
@@ -136,7 +182,8 @@ kube.spawn(function()
   kube.log.info("scene: updated", { configmap = get("configmaps", "hello-greeting").data.message })
   assert(kube.delete(GROUP_VERSION, "greetings", "demo", "hello"))
   eventually(function()
-    return get("greetings", "hello") == nil and get("configmaps", INDEX).data.hello == nil
+    -- an emptied index has no data at all: the server omits an empty map
+    return get("greetings", "hello") == nil and (get("configmaps", INDEX).data or {}).hello == nil
   end)
   kube.log.info("scene: deleted, the index is empty; stopping")
   kube.stop()

@@ -13,6 +13,7 @@
 --     reconcile = function(req, ctx) … end,   -- req = {namespace, name, key}
 --     webhooks = { { path = "/validate", validate = fn } },  -- kube.webhook specs
 --     timers = { { every = 60, idle = 10, fn = function(obj, ctx) … end } },
+--     sharding = { ring = "NAME" },      -- or `kubelua run --shard-ring NAME`
 --   }
 --
 -- A key kube.controller{} does not take raises, naming the nearest valid
@@ -26,6 +27,12 @@
 -- (see object_timers below).
 -- ctx.object in reconcile is the watched object from the cache (nil when
 -- it is gone): no ctl.informers[1]:get(req.key) needed.
+-- sharding puts the watched and owned kinds on a ring of replicas
+-- (kubelua.sharding): their informers select this replica's label, a key
+-- runs only while the replica's Lease is fresh, and an object marked for
+-- draining is handed over once its running reconcile ends. Options besides
+-- ring: namespace (of the Leases), identity, lease_duration,
+-- renew_deadline, retry_period.
 --
 -- One workqueue named after the controller. The watched object's events
 -- enqueue its key; an owned object's events enqueue the key of its
@@ -49,6 +56,7 @@ local setmetatable, getmetatable = setmetatable, getmetatable
 local format = string.format
 local strict = require "kubelua.strict"
 local generation = require "kubelua.generation"
+local sharding = require "kubelua.sharding"
 local core = require "kubelua.core"
 
 local _M = {}
@@ -86,6 +94,8 @@ local PREDICATE_KEYS = { generation_changed = true, labels_changed = true,
 ---@field rate_limiter? table the workqueue's (see kube.workqueue)
 ---@field reconcile fun(req: kube.req, ctx: kube.ctx): any
 ---@field timers? kube.Timer[] per-object timers
+---@field sharding? table {ring = NAME}: this replica works only on its share of the ring's objects
+---@field webhooks? table[] kube.webhook specs served with the controller
 ---@usage
 --- kube.controller{
 ---   name = "greeter",
@@ -96,7 +106,7 @@ local PREDICATE_KEYS = { generation_changed = true, labels_changed = true,
 ---@type table<string, boolean>
 local KEYS = { name = true, watches = true, owns = true, watches_mapped = true,
                predicates = true, workers = true, rate_limiter = true, reconcile = true,
-               timers = true }
+               timers = true, sharding = true, webhooks = true }
 ---A per-object timer of kube.controller{}: fn(obj, ctx) runs every
 ---seconds for each cached object of the watched kind while it exists,
 ---serialized with its reconcile; stopped at deletion and reload.
@@ -180,6 +190,10 @@ local function check(spec)
       end
       if not is_informer(m[1]) then check_spec("watches_mapped[" .. i .. "][1]", m[1]) end
     end
+  end
+  local sh = spec.sharding
+  if sh ~= nil and (type(sh) ~= "table" or type(sh.ring) ~= "string") then
+    misuse(strict.type_error("sharding", "a table { ring = NAME }", spec.sharding))
   end
   if spec.webhooks ~= nil and (type(spec.webhooks) ~= "table" or getmetatable(spec.webhooks)) then
     misuse("webhooks must be a list of kube.webhook specs")
@@ -425,17 +439,34 @@ function _M.new(spec)
   kube._note_queue(q)
   local av, what = spec.watches[1], spec.watches[2]
 
+  local shard = spec.sharding or (kube._shard_ring() and { ring = kube._shard_ring() })
+  local ring
+  if shard then
+    local ok, r = pcall(sharding.ring, shard)
+    if not ok then misuse(tostring(r):gsub("^[^:]*:%d+: ", ""), 3) end
+    ring = r
+  end
+  -- a kind of the ring: this replica's objects only
+  local function on_ring(s)
+    if not ring then return s end
+    local o = {}
+    for k, v in pairs(s[3] or {}) do o[k] = v end
+    o.label_selector = ring:selector(o.label_selector)
+    ring:add_kind(s[1], s[2], s[3])
+    return { s[1], s[2], o }
+  end
+
   local function informer(s)
     local inf, err = kube.informer(s[1], s[2], s[3])
     if not inf then misuse(err) end
     return inf
   end
   local ctl = { name = name, queue = q, informers = {}, started = false }
-  local primary = informer(spec.watches)
+  local primary = informer(on_ring(spec.watches))
   ctl.informers[1] = primary
   local owned, mapped = {}, {}
   for i, s in ipairs(spec.owns or {}) do
-    owned[i] = informer(s)
+    owned[i] = informer(on_ring(s))
     ctl.informers[#ctl.informers + 1] = owned[i]
   end
   for i, m in ipairs(spec.watches_mapped or {}) do
@@ -446,9 +477,11 @@ function _M.new(spec)
   local reconcile = spec.reconcile
   local filter = predicate(spec.predicates)
 
+  local function requeue(key) q:add(key) end
   local function handlers(owner_group, owner_kind, namespaced)
     local note = kube.note_trigger
     local function primary_event(ev)
+      if ring and not ring:accepts(ev, av, what, requeue) then return end
       if filter == nil or filter(ev) then
         note(q, ev.key, ev.type .. " " .. ev.key)
         q:add(ev.key)
@@ -473,13 +506,16 @@ function _M.new(spec)
         end
       end
     end
-    local function owned_event(ev)
+    local function owned_event(ev, i)
       local why = ev.type .. " owned " .. ev.key
+      local s = spec.owns[i]
+      if ring and not ring:accepts(ev, s[1], s[2]) then return end
       if ev.type == "update" then enqueue_owner(ev.old, why) end
       enqueue_owner(ev.object, why)
     end
-    for _, inf in ipairs(owned) do
-      inf:add_handler{ add = owned_event, update = owned_event, delete = owned_event }
+    for i, inf in ipairs(owned) do
+      local function event(ev) return owned_event(ev, i) end
+      inf:add_handler{ add = event, update = event, delete = event }
     end
 
     for i, inf in ipairs(mapped) do
@@ -514,6 +550,19 @@ function _M.new(spec)
     if spec.timers then
       busy[key] = true
       ctx._after = unbusy
+    end
+    if ring then
+      -- the replica's Lease is fresh and the key is not being handed over
+      while not ring:may_run(key) do
+        if ring.leaving[key] or kube.stopping() or dead[gen] then return end
+        kube.sleep(0.05)
+      end
+      ring:begin(key)
+      local after = ctx._after
+      ctx._after = function(k)
+        if after then after(k) end
+        ring:finish(k)
+      end
     end
     ctx._cache = primary
     return reconcile({ namespace = ctx.namespace, name = ctx.name, key = key }, ctx)

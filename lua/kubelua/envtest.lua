@@ -141,12 +141,21 @@ local function run(dir, name, path, args)
   end
 end
 
+-- Runs openssl with each list of arguments in turn; true, or nil, message.
+local function run_all(dir, openssl, steps)
+  for _, args in ipairs(steps) do
+    local ok, err = run(dir, "openssl", openssl, args)
+    if not ok then return nil, err end
+  end
+  return true
+end
+
 local OPENSSL_CNF = [[
 [req]
 distinguished_name = dn
 prompt = no
 [dn]
-CN = kubelua-envtest
+CN = %s
 [ca]
 basicConstraints = critical,CA:TRUE
 keyUsage = critical,keyCertSign,cRLSign,digitalSignature
@@ -157,20 +166,21 @@ extendedKeyUsage = serverAuth
 subjectAltName = @alt
 [alt]
 IP.1 = 127.0.0.1
-DNS.1 = localhost
-DNS.2 = kubernetes
-DNS.3 = kubernetes.default
-DNS.4 = kubernetes.default.svc
+%s
 ]]
 
--- The CA, the serving certificate and the service-account key pair, with
--- openssl (P-256 keys: quick to make).
-local function make_certs(dir)
+-- serving_certs(dir, cn, dns_names) -> true | nil, message: a CA
+-- (dir/ca.crt, ca.key) and a serving certificate it signed (server.crt,
+-- server.key) for 127.0.0.1 and the DNS names, made with openssl (P-256
+-- keys: quick to make).
+function _M.serving_certs(dir, cn, dns_names)
   local openssl = look_path("openssl", getenv("PATH"))
   if not openssl then
     return nil, "envtest: openssl not found in PATH=" .. (getenv("PATH") or "")
   end
-  local ok, err = write_file(dir .. "/openssl.cnf", OPENSSL_CNF)
+  local alt = {}
+  for i, name in ipairs(dns_names) do alt[i] = format("DNS.%d = %s", i, name) end
+  local ok, err = write_file(dir .. "/openssl.cnf", format(OPENSSL_CNF, cn, concat(alt, "\n")))
   if not ok then return nil, "envtest: " .. err end
   local ec = { "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "2" }
   local function req(extra)
@@ -180,20 +190,27 @@ local function make_certs(dir)
     return args
   end
   local steps = {
-    req{ "-extensions", "ca", "-subj", "/CN=kubelua-envtest-ca",
+    req{ "-extensions", "ca", "-subj", "/CN=" .. cn .. "-ca",
          "-keyout", dir .. "/ca.key", "-out", dir .. "/ca.crt" },
-    req{ "-extensions", "server", "-subj", "/CN=kube-apiserver",
+    req{ "-extensions", "server", "-subj", "/CN=" .. cn,
          "-CA", dir .. "/ca.crt", "-CAkey", dir .. "/ca.key",
          "-keyout", dir .. "/server.key", "-out", dir .. "/server.crt" },
+  }
+  return run_all(dir, openssl, steps)
+end
+
+-- The CA, the serving certificate and the service-account key pair.
+local function make_certs(dir)
+  local ok, err = _M.serving_certs(dir, "kube-apiserver", { "localhost", "kubernetes",
+    "kubernetes.default", "kubernetes.default.svc" })
+  if not ok then return nil, err end
+  local openssl = look_path("openssl", getenv("PATH"))
+  local steps = {
     { "genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256",
       "-out", dir .. "/sa.key" },
     { "pkey", "-in", dir .. "/sa.key", "-pubout", "-out", dir .. "/sa.pub" },
   }
-  for _, args in ipairs(steps) do
-    ok, err = run(dir, "openssl", openssl, args)
-    if not ok then return nil, err end
-  end
-  return true
+  return run_all(dir, openssl, steps)
 end
 
 -- 32 hex digits from the kernel's random source.

@@ -151,6 +151,10 @@ function _M._run_options(o)
   end
 end
 
+-- The ring that `kubelua run --shard-ring NAME` puts kube.controller's
+-- controllers on, or nil.
+function _M._shard_ring() return run_opts.shard_ring end
+
 ---Names the API server to talk to: {server = URL, token, tls, namespace},
 ---or finds it as controller-runtime does from {kubeconfig = PATH, context
 ---= NAME} or nothing (--kubeconfig, KUBECONFIG, in-cluster, ~/.kube/config).
@@ -218,18 +222,51 @@ function _M.connection()
            tls = conn.tls, authorization = authorization }
 end
 
--- kube.start_sim([opts]) -> sim: an API simulator in this process on a
--- loopback port, and the connection pointed at it (kubelua run --sim).
----Starts an API simulator in this process on a loopback port and points
----the connection at it (what `kubelua run --sim` does).
----@param opts? table the simulator's options
+local START_SIM = { listen = true, load = true, kubeconfig = true, announce = true }
+
+---Starts an API simulator in this process and points the connection at
+---it (what `kubelua run --sim` does). opts: the simulator's own
+---(kubelua.sim.new), and listen ("HOST:PORT"; default 127.0.0.1 on an
+---ephemeral port), load (a directory whose objects it starts with),
+---kubeconfig (a path to write a kubeconfig for it to, e.g. for kubectl),
+---announce (log its URL and the kubeconfig's path in one info line).
+---Raises when it cannot start.
+---@param opts? table the simulator's options and the above
 ---@return table sim
----@usage local sim = kube.start_sim()
+---@usage local sim = kube.start_sim{ listen = "127.0.0.1:6443", kubeconfig = "/tmp/kc" }
 function _M.start_sim(opts)
-  local sim = require("kubelua.sim").new(opts)
-  local srv = assert(sim:listen{ host = "127.0.0.1", port = 0 })
-  _M.connect{ server = "http://127.0.0.1:" .. srv:port() }
+  opts = opts or {}
+  local simlib = require "kubelua.sim"
+  local sim_opts = {}
+  for k, v in pairs(opts) do
+    if not START_SIM[k] then sim_opts[k] = v end
+  end
+  local host, port = simlib.host_port(opts.listen or "127.0.0.1:0")
+  if not host then error("--sim-listen needs HOST:PORT, got " .. opts.listen, 0) end
+  local sim = simlib.new(sim_opts)
+  if opts.load then
+    local n, err = sim:load(opts.load)
+    if not n then error("--sim-load: " .. err, 0) end
+  end
+  local srv, err = sim:listen{ host = host, port = port }
+  if not srv then error("--sim-listen " .. opts.listen .. ": " .. err, 0) end
+  local url = simlib.url(host, srv:port())
+  if opts.kubeconfig then
+    local f, ferr = io.open(opts.kubeconfig, "wb")
+    if not f then error("--sim-kubeconfig: " .. ferr, 0) end
+    f:write(json.encode { apiVersion = "v1", kind = "Config",
+      clusters = { { name = "kubelua-sim", cluster = { server = url } } },
+      users = { { name = "kubelua-sim", user = {} } },
+      contexts = { { name = "kubelua-sim", context = { cluster = "kubelua-sim",
+        user = "kubelua-sim", namespace = "default" } } },
+      ["current-context"] = "kubelua-sim" }, "\n")
+    f:close()
+  end
+  _M.connect{ server = url }
   _M.sim = sim
+  if opts.announce then
+    log.info("simulator listening", { url = url, kubeconfig = opts.kubeconfig })
+  end
   return sim
 end
 
@@ -300,28 +337,39 @@ metrics.readiness("informers", function()
   return false, "not synced: " .. concat(waiting, ", ")
 end)
 
+-- What a metadata-only informer asks for (client-go's metadata client,
+-- controller-runtime's OnlyMetadata): lists as PartialObjectMetadataList,
+-- watches as PartialObjectMetadata, whose objects are kind
+-- PartialObjectMetadata of meta.k8s.io/v1 holding only the metadata.
+local METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+local METADATA_WATCH = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+
 -- The informer of one watch: the same arguments give the same one. kind
 -- (when known) is written into list items, which carry none.
 local function shared_informer(api_version, resource, opts, kind)
+  local meta = opts.metadata_only == true
   local id = table.concat({ conn.server, api_version, resource, opts.namespace or "",
-    opts.label_selector or "", opts.field_selector or "" }, "\0")
+    opts.label_selector or "", opts.field_selector or "", meta and "metadata" or "" }, "\0")
   local inf = informers[id]
   if inf then return use_informer(id, inf) end
   -- credentials that change (token files, exec plugins) are asked before
   -- each list and watch; a fixed token goes in the headers
-  local headers = { Accept = "application/json",
+  local headers = { Accept = meta and METADATA_LIST or "application/json",
                     Authorization = conn.token and "Bearer " .. conn.token or nil }
   local group_kind = resource -- list items carry no kind; the watch names it
+  local item_av = kind and api_version
+  if meta then item_av, kind = "meta.k8s.io/v1", "PartialObjectMetadata" end
   inf = informer.new{
-    name = api_version .. "/" .. group_kind .. (opts.namespace and "@" .. opts.namespace or ""),
+    name = (meta and "metadata:" or "") .. api_version .. "/" .. group_kind
+      .. (opts.namespace and "@" .. opts.namespace or ""),
     resync = opts.resync, indexers = opts.indexers, transform = opts.transform,
     keep_managed_fields = opts.keep_managed_fields,
     plain_objects = opts.plain_objects, compress_min_objects = opts.compress_min_objects,
-    api_version = kind and api_version, kind = kind,
+    api_version = item_av, kind = kind,
     watch = { url = collection_url(api_version, resource, opts.namespace),
               label_selector = opts.label_selector, field_selector = opts.field_selector,
-              headers = headers, tls = conn.tls, creds = conn.creds,
-              watch_list = opts.watch_list ~= false },
+              headers = headers, watch_accept = meta and METADATA_WATCH or nil,
+              tls = conn.tls, creds = conn.creds, watch_list = opts.watch_list ~= false },
   }
   informers[id] = inf
   return use_informer(id, inf)
@@ -394,7 +442,7 @@ end
 local INFORMER_KEYS = { namespace = true, namespaces = true, label_selector = true,
   field_selector = true, resync = true, indexers = true, transform = true,
   keep_managed_fields = true, watch_list = true, plain_objects = true,
-  compress_min_objects = true }
+  compress_min_objects = true, metadata_only = true }
 
 -- kube.informer(api_version, kind_or_resource, opts) -> a shared informer:
 -- the same arguments give the same informer (one watch, one cache).
@@ -405,8 +453,11 @@ local INFORMER_KEYS = { namespace = true, namespaces = true, label_selector = tr
 -- namespaces, label_selector, field_selector, resync, indexers, transform,
 -- keep_managed_fields, watch_list (default true: stream the initial list as
 -- watch events, sendInitialEvents, as client-go does from 1.35; a server
--- that refuses it gets list+watch; false: always list+watch). An unknown
--- key raises, naming the nearest valid one.
+-- that refuses it gets list+watch; false: always list+watch),
+-- metadata_only (true: list and watch PartialObjectMetadata, so the cache
+-- holds each object's metadata alone, kind PartialObjectMetadata of
+-- meta.k8s.io/v1: for a controller that reads only labels, annotations
+-- and owners). An unknown key raises, naming the nearest valid one.
 --
 -- opts.namespaces = {"a", "b"} watches each namespace and returns one
 -- object spanning them (kubelua.informer_group). A Kind is resolved at once
@@ -439,6 +490,10 @@ function _M.informer(api_version, resource, opts)
   strict.keys(opts, INFORMER_KEYS, "kube.informer opts", 2)
   local namespaces = opts.namespaces
   if namespaces ~= nil then check_namespaces(namespaces, opts.namespace) end
+  if opts.metadata_only ~= nil and type(opts.metadata_only) ~= "boolean" then
+    error("kube.informer: " .. strict.type_error("opts.metadata_only", "a boolean",
+                                                opts.metadata_only), 2)
+  end
   connected("kube.informer")
   -- Discovery gives the plural of a Kind, and the Kind of a plural (for
   -- list items, which carry none, so a cached object has its apiVersion
@@ -458,7 +513,8 @@ function _M.informer(api_version, resource, opts)
 
   local id = table.concat({ conn.server, core.generation(), api_version, resource,
     opts.namespace or "", opts.label_selector or "", opts.field_selector or "",
-    namespaces and table.concat(namespaces, ",") or "" }, "\0")
+    namespaces and table.concat(namespaces, ",") or "", opts.metadata_only and "metadata" or "" },
+    "\0")
   local found = by_spec[id]
   if found then return found end
 

@@ -79,17 +79,21 @@ local function uuid4()
     .. "-" .. h:sub(21)
 end
 
--- The identity default: the pod's name (HOSTNAME in a pod) and a UUID, as
--- client-go makes it, unique per process even where hosts share a name.
-local function default_identity()
+-- The pod's name (HOSTNAME in a pod), else the kernel's host name.
+local function host_name()
   local host = os.getenv("HOSTNAME")
   if not host or host == "" then
     local f = io.open("/proc/sys/kernel/hostname")
     host = f and f:read("*l") or "kubelua"
     if f then f:close() end
   end
-  return host .. "_" .. uuid4()
+  return host
 end
+_M.host_name = host_name
+
+-- The identity default: the host name and a UUID, as client-go makes it,
+-- unique per process even where hosts share a name.
+local function default_identity() return host_name() .. "_" .. uuid4() end
 
 local function check_number(opts, k, dflt)
   local v = opts[k]

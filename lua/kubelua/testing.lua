@@ -141,6 +141,9 @@ end
 -- false: the API server alone, as envtest runs it; { gc = false, … }:
 -- all but those; kubelua.sim.controllers names them). A real server's
 -- control plane is kube-controller-manager: opts.controller_manager.
+-- opts.nodes: the simulator's fake Nodes (default 3); opts.pods: its
+-- Pods' lifecycle, { start_delay =, run_time =, stop_delay = (seconds),
+-- fail = function(pod) -> true to fail it } (kubelua.sim.workloads.kubelet).
 -- opts.apiserver: "sim" or "real" (default: configure's, else "sim");
 -- opts.controller_manager: with "real", run kube-controller-manager too.
 -- t.apiserver says which server it is; t.cp is the real one's
@@ -165,6 +168,10 @@ function _M.start(opts)
       .. 'and this harness runs against a real API server (apiserver = "real")', 2) end
     if opts.load then fail("start", "opts.load (seed files) needs the simulator, "
       .. 'and this harness runs against a real API server (apiserver = "real")', 2) end
+    for _, k in ipairs { "nodes", "pods" } do
+      if opts[k] ~= nil then fail("start", "opts." .. k .. " shapes the simulator's workloads, "
+        .. 'and this harness runs against a real API server (apiserver = "real")', 2) end
+    end
     local cp = real_server(opts)
     kube.connect{ server = cp.server, token = cp.token, tls = { ca_file = cp.ca_file } }
     kube.client.set_default(cp:client{ qps = opts.qps or 0 })
@@ -172,10 +179,12 @@ function _M.start(opts)
                      Harness)
   else
     local simopts = opts.sim
-    if opts.controllers ~= nil then
+    if opts.controllers ~= nil or opts.nodes ~= nil or opts.pods ~= nil then
       simopts = {}
       for k, v in pairs(opts.sim or {}) do simopts[k] = v end
-      simopts.controllers = opts.controllers
+      if opts.controllers ~= nil then simopts.controllers = opts.controllers end
+      if opts.nodes ~= nil then simopts.nodes = opts.nodes end
+      if opts.pods ~= nil then simopts.pods = opts.pods end
     end
     local ok, sim = pcall(kube.start_sim, simopts)
     if not ok then fail("start", (tostring(sim):gsub("^.-sim: ", "sim: ")), 2) end
@@ -353,6 +362,10 @@ function Harness:stop()
   generation.unload(5)
   kube._stop_informers(kube.server())
   if active == self then active = nil end
+  if self.webhook_dir then
+    require("kubelua.webhook").stop()
+    os.execute("rm -rf '" .. self.webhook_dir .. "'")
+  end
   if self.apiserver == "real" then
     local ok, err = self.cp:clean()
     if not ok then fail("stop", "cannot clean the API server: " .. tostring(err), 2) end
@@ -364,6 +377,105 @@ end
 local function check(fname, obj, err)
   if obj == nil and err ~= nil then fail(fname, tostring(err), 3) end
   return obj
+end
+
+-- The clientConfigs of a webhook configuration's webhooks, or of a CRD's
+-- conversion webhook.
+local function client_configs(obj)
+  local out = {}
+  if obj.kind == "CustomResourceDefinition" then
+    local conv = type(obj.spec) == "table" and obj.spec.conversion
+    local w = type(conv) == "table" and conv.webhook
+    if type(w) == "table" and type(w.clientConfig) == "table" then out[1] = w.clientConfig end
+  elseif obj.kind == "ValidatingWebhookConfiguration"
+      or obj.kind == "MutatingWebhookConfiguration" then
+    for _, w in ipairs(obj.webhooks or {}) do
+      if type(w.clientConfig) == "table" then out[#out + 1] = w.clientConfig end
+    end
+  end
+  return out
+end
+
+local WEBHOOK_KINDS = { ValidatingWebhookConfiguration = true,
+  MutatingWebhookConfiguration = true, CustomResourceDefinition = true }
+
+-- The objects of t:webhooks: a list of tables, or a YAML file's documents.
+local function webhook_objects(objects)
+  if type(objects) == "table" then return objects end
+  if type(objects) ~= "string" then
+    fail("webhooks", "expected a list of objects or a YAML file's path, got " .. type(objects), 3)
+  end
+  local f, err = io.open(objects, "rb")
+  if not f then fail("webhooks", "cannot read " .. objects .. ": " .. tostring(err), 3) end
+  local text = f:read("*a")
+  f:close()
+  local docs, yerr = require("kubelua.sim.yaml").decode_all(text)
+  if not docs then fail("webhooks", objects .. ": " .. tostring(yerr), 3) end
+  return docs
+end
+
+-- t:webhooks(objects) -> the webhook server's URL ("https://127.0.0.1:PORT"):
+-- registers the script's webhooks (kube.webhook, kube.controller's
+-- webhooks) with the simulator in one call. It serves them over HTTPS on a
+-- loopback port with a certificate of a CA made for this harness, then
+-- applies objects (server-side, forced) — the deployment's
+-- ValidatingWebhookConfigurations, MutatingWebhookConfigurations and
+-- CustomResourceDefinitions (conversion webhooks), as a list of tables or
+-- a YAML file's path — with every clientConfig pointing at that server:
+-- a Service (its certificate names <name>.<namespace>.svc, as in a
+-- cluster) routed to it, a url's host replaced by it, caBundle that CA.
+-- Other kinds in the file are skipped (a Certificate, an Issuer).
+function Harness:webhooks(objects)
+  if self.apiserver == "real" then
+    fail("webhooks", "the simulator routes webhook Services to this process; "
+      .. 'this harness runs against a real API server (apiserver = "real")', 2)
+  end
+  objects = webhook_objects(objects)
+  local dns, seen = {}, {}
+  for _, obj in ipairs(objects) do
+    for _, cc in ipairs(client_configs(obj)) do
+      local svc = cc.service
+      if type(svc) == "table" then
+        local name = format("%s.%s.svc", tostring(svc.name), tostring(svc.namespace))
+        if not seen[name] then dns[#dns + 1], seen[name] = name, true end
+      end
+    end
+  end
+  local process = require "kubelua.process"
+  local webhook = require "kubelua.webhook"
+  local envtest = require "kubelua.envtest"
+  local dir, err = process.mkdtemp((os.getenv("TMPDIR") or "/tmp") .. "/kubelua-webhook-")
+  if not dir then fail("webhooks", "cannot make a directory: " .. tostring(err), 2) end
+  self.webhook_dir = dir
+  local ok
+  ok, err = envtest.serving_certs(dir, "kubelua-webhook", dns)
+  if not ok then fail("webhooks", err, 2) end
+  assert(os.rename(dir .. "/server.crt", dir .. "/tls.crt"))
+  assert(os.rename(dir .. "/server.key", dir .. "/tls.key"))
+  local f = assert(io.open(dir .. "/ca.crt", "rb"))
+  local ca = require("kubelua.sim.util").b64encode(f:read("*a"))
+  f:close()
+  webhook.stop()
+  local srv
+  srv, err = webhook.serve{ address = "127.0.0.1:0", cert_dir = dir }
+  if not srv then fail("webhooks", err, 2) end
+  local addr = "127.0.0.1:" .. srv:port()
+  for _, obj in ipairs(objects) do
+    if WEBHOOK_KINDS[obj.kind] then
+      obj = kube.json.decode(kube.json.encode(obj)) -- the caller's stay as they were
+      for _, cc in ipairs(client_configs(obj)) do
+        local svc = cc.service
+        if type(svc) == "table" then
+          self.sim:route_service(svc.namespace, svc.name, svc.port, addr)
+        elseif type(cc.url) == "string" then
+          cc.url = cc.url:gsub("^(https://)[^/]*", "%1" .. addr)
+        end
+        cc.caBundle = ca
+      end
+      self:apply(obj, { field_manager = "kubelua-test-webhooks", force = true })
+    end
+  end
+  return "https://" .. addr
 end
 
 -- t:namespace(name) -> the Namespace (created if missing). With a real

@@ -11,7 +11,11 @@
 -- request as a Lua table (uid, kind, resource, subResource, name,
 -- namespace, operation, userInfo, object, oldObject, dryRun, options…,
 -- decoded exactly: arrays keep their mark, nulls are kube.null).
--- validate(req) -> true | false, message [, warnings]; mutate(req) changes
+-- validate(req) -> true | false, message [, warnings], where message may be
+-- a list of field errors ({ field = "spec.message", type = "Required",
+-- detail = "…" }; types Required, Forbidden, Invalid, Duplicate and
+-- NotSupported, the last three with the value) answered as 422 Invalid
+-- with a cause each, as controller-runtime answers them; mutate(req) changes
 -- req.object in place and may return as validate does: the response
 -- carries the RFC 6902 JSON Patch of the change (patchType JSONPatch), none
 -- when nothing changed. Conversion (apiextensions.k8s.io/v1
@@ -35,7 +39,8 @@
 -- for the connections that come next (open ones are not dropped).
 -- `kubelua run --webhook-bind-address --webhook-cert-dir` configure it;
 -- it starts when the first webhook is registered (at once when the address
--- was given).
+-- was given). The server and its certificate watch belong to the process,
+-- not to a generation: a reload keeps both.
 
 local core = require "kubelua.core"
 local json = require "kubelua.json"
@@ -149,6 +154,42 @@ local function admission_response(uid, allowed, message, warnings)
   return r
 end
 
+-- field.ErrorType: the reason of a cause and the words its message opens
+-- with; the ones marked with a value say the value too.
+local FIELD_ERRORS = {
+  Required = { "FieldValueRequired", "Required value" },
+  Forbidden = { "FieldValueForbidden", "Forbidden" },
+  Invalid = { "FieldValueInvalid", "Invalid value", true },
+  Duplicate = { "FieldValueDuplicate", "Duplicate value", true },
+  NotSupported = { "FieldValueNotSupported", "Unsupported value", true },
+}
+
+-- A refusal given as field errors ({ {field =, type =, value =, detail =} }),
+-- answered as controller-runtime answers a validator's field.ErrorList
+-- (apierrors.NewInvalid): 422 Invalid, "KIND.GROUP "NAME" is invalid: …",
+-- one cause per error.
+local function invalid(req, errs)
+  local causes = {}
+  for i, e in ipairs(errs) do
+    local t = type(e) == "table" and FIELD_ERRORS[e.type]
+    if not t or type(e.field) ~= "string" then
+      error("a field error needs field and type (Required, Forbidden, Invalid, Duplicate or "
+        .. "NotSupported), got " .. (type(e) == "table" and tostring(e.type) or type(e)), 0)
+    end
+    local body = t[2]
+    if t[3] then
+      body = body .. ": " .. (type(e.value) == "string" and util.go_quote(e.value)
+        or json.encode(e.value == nil and json.null or e.value))
+    end
+    if e.detail ~= nil and e.detail ~= "" then body = body .. ": " .. tostring(e.detail) end
+    causes[i] = { field = e.field, reason = t[1], message = body }
+  end
+  local kind = type(req.kind) == "table" and req.kind or {}
+  local st = require("kubelua.sim.store").invalid({ group = kind.group or "",
+    kind = kind.kind or "" }, req.name, causes)
+  return { code = 422, reason = "Invalid", message = st.message, details = st.details }
+end
+
 local function errored(uid, code, message)
   return { uid = uid, allowed = false, status = status(code, message) }
 end
@@ -213,6 +254,12 @@ local function admit(hook, req)
   if hook.validate then
     local ok, allowed, message, warnings = call(hook, hook.validate, req)
     if not ok then return errored(uid, 500, failed(hook, uid, allowed)) end
+    if allowed ~= true and type(message) == "table" then
+      local resp = admission_response(uid, false, nil, warnings)
+      ok, resp.status = pcall(invalid, req, message)
+      if not ok then return errored(uid, 500, failed(hook, uid, resp.status)) end
+      return resp
+    end
     return admission_response(uid, allowed == true, message ~= nil and tostring(message) or nil,
       warnings)
   end
@@ -381,10 +428,11 @@ end
 
 -- Looks at the certificate files every poll seconds; new content is
 -- loaded for the next connections. A failure is said once per content.
+-- The task is the process's, as the server is: a reload does not end it.
 local function watch_certs(srv, cert, key, poll)
   local seen = (read(cert) or "") .. "\0" .. (read(key) or "")
   local bad
-  core.spawn(function()
+  core.spawn_system("webhook certificates", function()
     while server == srv do
       core.sleep(poll)
       if server ~= srv then return end
@@ -413,10 +461,12 @@ local function start(opts)
   local dir = opts.cert_dir or "/tmp/k8s-webhook-server/serving-certs"
   local cert, key = dir .. "/tls.crt", dir .. "/tls.key"
   local httpd = require "kubelua.httpd"
-  local srv, err = httpd.listen{ host = host, port = port, handler = handle,
+  -- The server belongs to the process, not to the generation whose first
+  -- webhook started it: requests go to the active generation's hooks.
+  local srv, err = core.system(httpd.listen, { host = host, port = port, handler = handle,
     tls_cert = cert, tls_key = key, max_body_bytes = opts.max_body_bytes or _M.MAX_BODY,
     read_timeout = opts.read_timeout, idle_timeout = opts.idle_timeout,
-    max_header_bytes = opts.max_header_bytes }
+    max_header_bytes = opts.max_header_bytes })
   if not srv then
     return nil, format("webhook: cannot listen on %s: %s", opts.address, tostring(err))
   end

@@ -120,6 +120,21 @@ static void tc_update(tc *t) {
   if (ev) ev_io_start(EV, &t->io);
 }
 
+/* Starts t's watcher on t->fd: a client ready to send. */
+static tc *tc_watch(tc *t) {
+  ev_io_init(&t->io, tc_io, t->fd, EV_READ);
+  t->io.data = t;
+  tc_update(t);
+  return t;
+}
+
+/* A plain client on fd, a connected socket (one end of a socketpair). */
+static tc *tc_on_fd(int fd) {
+  tc *t = kl_xcalloc(1, sizeof *t);
+  t->fd = fd;
+  return tc_watch(t);
+}
+
 static tc *tc_open_at(const char *ip, int port, int tls, int rcvbuf) {
   tc *t = kl_xcalloc(1, sizeof *t);
   struct sockaddr_storage ss;
@@ -150,10 +165,7 @@ static tc *tc_open_at(const char *ip, int port, int tls, int rcvbuf) {
     SSL_set_alpn_protos(t->ssl, (const unsigned char *)cli_alpn,
                         (unsigned)strlen(cli_alpn));
   }
-  ev_io_init(&t->io, tc_io, t->fd, EV_READ);
-  t->io.data = t;
-  tc_update(t);
-  return t;
+  return tc_watch(t);
 }
 
 static tc *tc_open(void) {
@@ -1593,10 +1605,11 @@ static int make_cert(void) {
   return system(cmd) == 0 ? 0 : -1;
 }
 
-/* The offset of the first frame of type for stream id in what the raw
- * HTTP/2 client t received; -1 when there is none. */
-static long h2_first(const tc *t, int type, unsigned id) {
-  for (size_t off = 0; off + 9 <= t->len;) {
+/* The offset of the first frame of type for stream id at or after offset
+ * from (a frame's start) in what the raw HTTP/2 client t received; -1 when
+ * there is none. */
+static long h2_find(const tc *t, size_t from, int type, unsigned id) {
+  for (size_t off = from; off + 9 <= t->len;) {
     const unsigned char *f = (const unsigned char *)t->buf + off;
     size_t flen = (size_t)f[0] << 16 | (size_t)f[1] << 8 | f[2];
     unsigned sid = ((unsigned)f[5] & 0x7f) << 24 | (unsigned)f[6] << 16 |
@@ -1608,6 +1621,10 @@ static long h2_first(const tc *t, int type, unsigned id) {
   return -1;
 }
 
+static long h2_first(const tc *t, int type, unsigned id) {
+  return h2_find(t, 0, type, id);
+}
+
 /* 1 + the error code of the first RST_STREAM for stream id in what the
  * raw HTTP/2 client t received; 0 when there is none. */
 static int h2_rst(const tc *t, unsigned id) {
@@ -1617,6 +1634,19 @@ static int h2_rst(const tc *t, unsigned id) {
   if (f[0] || f[1] || f[2] != 4) return 0; /* not a well-formed one */
   return 1 + (int)((unsigned)f[9] << 24 | (unsigned)f[10] << 16 |
                    (unsigned)f[11] << 8 | f[12]);
+}
+
+/* The sum of the WINDOW_UPDATE increments for stream id (0: the
+ * connection) in what the raw HTTP/2 client t received. */
+static size_t h2_credit(const tc *t, unsigned id) {
+  size_t sum = 0;
+  for (long off = h2_find(t, 0, 8, id); off >= 0;
+       off = h2_find(t, (size_t)off + 13, 8, id)) {
+    const unsigned char *f = (const unsigned char *)t->buf + off;
+    sum += ((size_t)f[9] & 0x7f) << 24 | (size_t)f[10] << 16 |
+           (size_t)f[11] << 8 | f[12];
+  }
+  return sum;
 }
 
 /* Sends one HTTP/2 frame on the raw client t. */
@@ -1816,9 +1846,12 @@ static void test_tls_round_trip(void) {
   tc_close(h2);
 
   /* A request answered before its body came (413: too large, by its
-   * content-length on stream 1, by its DATA on stream 3) has its stream
-   * reset with NO_ERROR after the response's last frame: the client stops
-   * sending the rest (RFC 9113, 8.1), and no read timeout is waited for. */
+   * content-length on stream 1, by its DATA on streams 3 and 5) gets its
+   * whole answer, then its stream lingers as an HTTP/1.1 connection does:
+   * the client that ends its body (3) is not reset; the one that sends on
+   * past 1 MiB (5), or for 2 s (1), is asked to stop with RST_STREAM
+   * NO_ERROR (RFC 9113, 8.1). What they send is dropped within the flow
+   * control windows the server gives back. */
   cli_alpn = "\x02h2\x08http/1.1";
   h2 = tc_open_at("127.0.0.1", kl_httpd_port(srv), 1, 0);
   cli_alpn = "\x08http/1.1";
@@ -1828,15 +1861,50 @@ static void test_tls_round_trip(void) {
            "\x83\x87\x84\x41\x01x\x0f\x0d\x04"
            "2000",
            13);
-  h2_frame(h2, 1, 4, 3, "\x83\x87\x84\x41\x01x", 6);
-  h2_frame(h2, 0, 0, 3, part, sizeof part);
-  h2_frame(h2, 0, 0, 3, part, sizeof part);
-  UNTIL((h2_rst(h2, 1) && h2_rst(h2, 3)) || h2->err || h2->eof);
-  for (unsigned id = 1; id <= 3; id += 2) {
-    KT_EQ_INT(h2_rst(h2, id), 1 + 0); /* NO_ERROR */
-    long resp = h2_first(h2, 1, id), end = h2_first(h2, 3, id);
-    KT_TRUE(resp >= 0 && resp < end); /* the response first */
+  size_t conn_sent = 0, sent5 = 2 * sizeof part;
+  for (unsigned id = 3; id <= 5; id += 2) {
+    h2_frame(h2, 1, 4, id, "\x83\x87\x84\x41\x01x", 6);
+    h2_frame(h2, 0, 0, id, part, sizeof part);
+    h2_frame(h2, 0, 0, id, part, sizeof part);
+    conn_sent += 2 * sizeof part;
   }
+  UNTIL((h2_first(h2, 0, 1) >= 0 && h2_first(h2, 0, 3) >= 0 &&
+         h2_first(h2, 0, 5) >= 0) ||
+        h2->err || h2->eof);
+  for (unsigned id = 1; id <= 5; id += 2) {
+    long data = h2_first(h2, 0, id);
+    KT_TRUE(data >= 0);
+    if (data < 0) continue;
+    const char *f = h2->buf + data;
+    KT_EQ_INT(f[4] & 1, 1); /* END_STREAM: the whole answer */
+    KT_EQ_MEM(f + 9, (size_t)(unsigned char)f[2],
+              "413 Request Entity Too Large");
+    KT_EQ_INT(h2_rst(h2, id), 0);
+  }
+  h2_frame(h2, 0, 1, 3, "", 0); /* stream 3's body ends */
+  static char more[16000];
+  memset(more, 'm', sizeof more);
+  while (sent5 <= 1024 * 1024 + 2 * sizeof more && !h2_rst(h2, 5)) {
+    UNTIL((conn_sent + sizeof more <= 65535 + h2_credit(h2, 0) &&
+           sent5 + sizeof more <= 65535 + h2_credit(h2, 5)) ||
+          h2_rst(h2, 5) || h2->err || h2->eof);
+    if (h2->err || h2->eof) break;
+    h2_frame(h2, 0, 0, 5, more, sizeof more);
+    conn_sent += sizeof more;
+    sent5 += sizeof more;
+  }
+  UNTIL(h2_rst(h2, 5) || h2->err || h2->eof);
+  KT_EQ_INT(h2_rst(h2, 5), 1 + 0); /* NO_ERROR */
+  KT_TRUE(sent5 > 1024 * 1024);
+  KT_EQ_INT(h2_rst(h2, 1), 0);
+  kt_now += 1.9;
+  for (int i = 0; i < 10; i++)
+    ev_run(EV, EVRUN_NOWAIT);
+  KT_EQ_INT(h2_rst(h2, 1), 0);
+  kt_now += 0.2; /* 2 s after its answer */
+  UNTIL(h2_rst(h2, 1) || h2->err || h2->eof);
+  KT_EQ_INT(h2_rst(h2, 1), 1 + 0);
+  KT_EQ_INT(h2_rst(h2, 3), 0);
   KT_EQ_INT(h2->err, 0);
   KT_EQ_INT(h2->eof, 0);
   tc_close(h2);
@@ -1846,6 +1914,34 @@ static void test_tls_round_trip(void) {
   unlink(tls_cert);
   unlink(tls_key);
   rmdir(tls_dir);
+}
+
+/* A socket handed to the server is served as an accepted one: HTTP/1.1,
+ * or HTTP/2 from its first byte (prior knowledge). */
+static void test_serve_fd_http1_and_h2_prior_knowledge(void) {
+  start();
+  for (int h2 = 0; h2 <= 1; h2++) {
+    int sv[2];
+    KT_EQ_INT(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
+    KT_EQ_INT(kl_httpd_serve_fd(srv, sv[0], "pair", h2), 0);
+    tc *t = tc_on_fd(sv[1]);
+    if (!h2) {
+      tc_send(t, "GET /hello HTTP/1.1\r\nHost: x\r\n\r\n");
+      UNTIL(t->len >= strlen(HELLO) || t->err || t->eof);
+      KT_EQ_MEM(t->buf, t->len, HELLO);
+    } else {
+      tc_sendn(t, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\4\0\0\0\0\0", 33);
+      /* GET http://x/hello */
+      h2_frame(t, 1, 5, 1, "\x82\x86\x04\x06/hello\x41\x01x", 13);
+      UNTIL(h2_first(t, 0, 1) >= 0 || t->err || t->eof);
+      long data = h2_first(t, 0, 1);
+      KT_TRUE(h2_first(t, 1, 1) >= 0 && data > h2_first(t, 1, 1));
+      if (data >= 0) KT_EQ_MEM(t->buf + data + 9, 5, "hello");
+    }
+    tc_close(t);
+  }
+  KT_EQ_INT(kl_httpd_serve_fd(srv, -1, NULL, 0), KL_EINVAL);
+  stop();
 }
 
 int main(void) {
@@ -1877,6 +1973,7 @@ int main(void) {
   KT_RUN(test_max_connections_and_date_header);
   KT_RUN(test_ipv6_and_bad_options);
   KT_RUN(test_tls_round_trip);
+  KT_RUN(test_serve_fd_http1_and_h2_prior_knowledge);
   KT_RUN(test_send_thread_bursts_arrive_in_order);
   KT_RUN(test_send_thread_lets_go_of_dead_clients);
   KT_RUN(test_send_thread_finishes_for_a_half_closed_client);

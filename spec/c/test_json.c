@@ -994,10 +994,17 @@ static void test_check_whole(void) {
     size_t n = strlen(valid_texts[i]);
     if (!kl_json_check_whole(valid_texts[i], n, &a, &ix))
       KT_FAIL_("case %zu refused", i);
+    /* The stream's state machine, not its fast path (this check), reads
+     * an object the first feed cuts. */
     kl_json_stream_t *s = kl_json_stream_new(NULL);
-    kl_json_stream_feed(s, valid_texts[i], n);
+    size_t cut = (size_t)(kl_json_ws(valid_texts[i], valid_texts[i] + n) -
+                          valid_texts[i]) +
+                 1;
+    kl_json_stream_feed(s, valid_texts[i], cut);
+    KT_EQ_INT(kl_json_stream_next(s, &b), KL_EAGAIN);
+    kl_json_stream_feed(s, valid_texts[i] + cut, n - cut);
     KT_EQ_INT(kl_json_stream_next(s, &b), KL_OK);
-    KT_TRUE(a.json.p == b.json.p && a.json.n == b.json.n);
+    KT_TRUE(b.json.n == a.json.n && !memcmp(a.json.p, b.json.p, a.json.n));
     KT_EQ_INT(a.offset, b.offset);
     KT_EQ_INT(a.compact, b.compact);
     KT_EQ_INT(a.ncontainers, b.ncontainers);

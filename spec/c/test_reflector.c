@@ -134,6 +134,7 @@ static int nscript, spos;
 static kl_httpd_req_t *wreq; /* the held stream or request */
 static int closes;           /* held requests that went away */
 static char last_auth[128];
+static char acceptlog[MAXREQ][128]; /* each request's Accept */
 
 static void add_step(int kind, int status, const char *body) {
   script[nscript++] = (step_t){kind, status, body, NULL};
@@ -162,7 +163,12 @@ static void handler(kl_httpd_req_t *r, void *ud) {
     kl_httpd_reply(r, 404, "", 0);
     return;
   }
-  if (nreq < MAXREQ) snprintf(reqlog[nreq], sizeof reqlog[nreq], "%s", q);
+  if (nreq < MAXREQ) {
+    const char *accept = kl_httpd_req_header(r, "Accept");
+    snprintf(reqlog[nreq], sizeof reqlog[nreq], "%s", q);
+    snprintf(acceptlog[nreq], sizeof acceptlog[nreq], "%s",
+             accept ? accept : "");
+  }
   nreq++;
   if (model_on) {
     model_serve(r);
@@ -1791,6 +1797,41 @@ static void test_watch_list_falls_back(void) {
   teardown();
 }
 
+/* A metadata-only informer: lists ask for PartialObjectMetadataList,
+ * watches (a streaming list's too) for PartialObjectMetadata; the other
+ * headers go on both. */
+static void test_watch_accept(void) {
+  static const char *const hdrs[] = {
+      "Accept: application/json;as=PartialObjectMetadataList;g=meta.k8s.io;"
+      "v=v1",
+      "Authorization: Bearer tok", NULL};
+  kl_reflector_opts_t o = {0};
+  o.headers = hdrs;
+  o.watch_accept = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;"
+                   "v=v1";
+  setup_with(&o);
+  REPLY_(200, LIST("7", "", CM("a", "5")));
+  STREAM_(NULL);
+  kl_reflector_start(refl);
+  UNTIL(nreq == 2 && wreq != NULL && kl_reflector_watching(refl));
+  KT_EQ_STR(acceptlog[0], "application/json;as=PartialObjectMetadataList;"
+                          "g=meta.k8s.io;v=v1");
+  KT_EQ_STR(acceptlog[1], "application/json;as=PartialObjectMetadata;"
+                          "g=meta.k8s.io;v=v1");
+  KT_EQ_STR(last_auth, "Bearer tok");
+  teardown();
+
+  o.watch_list = true;
+  setup_with(&o);
+  STREAM_(EVT("ADDED", "a", "90") BOOKMARK_END("100"));
+  kl_reflector_start(refl);
+  UNTIL(nreq == 1 && stats().lists == 1);
+  KT_EQ_STR(reqlog[0], "allowWatchBookmarks=true&" WL_Q);
+  KT_EQ_STR(acceptlog[0], "application/json;as=PartialObjectMetadata;"
+                          "g=meta.k8s.io;v=v1");
+  teardown();
+}
+
 static void test_bad_options(void) {
   char err[256];
   setup();
@@ -1803,6 +1844,11 @@ static void test_bad_options(void) {
   o.url = "http://x/api/v1/pods";
   o.headers = bad;
   KT_TRUE(kl_reflector_new(loop, http, inf, &o, err, sizeof err) == NULL);
+  o.headers = NULL; /* a watch's Accept needs the lists' */
+  o.watch_accept = "application/json;as=PartialObjectMetadata";
+  KT_TRUE(kl_reflector_new(loop, http, inf, &o, err, sizeof err) == NULL);
+  KT_EQ_STR(err, "reflector: watch_accept needs an Accept header for lists "
+                 "and must be one value");
   teardown();
 }
 
@@ -1842,6 +1888,7 @@ int main(void) {
   KT_RUN(test_credentials_per_request);
   KT_RUN(test_credentials_pending);
   KT_RUN(test_watch_list);
+  KT_RUN(test_watch_accept);
   KT_RUN(test_watch_list_falls_back);
   KT_RUN(test_bad_options);
   return KT_DONE();

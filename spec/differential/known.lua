@@ -29,11 +29,4 @@ return {
       .. "422), or 409 when the field is another manager's" },
   { case = "^random ", step = APPLY_UNDECODABLE, path = "^%.body%.",
     reason = "the Status of the 500 above: message, no reason, no details" },
-  { case = "^random 2024/3$", step = { "^apply services %(force%)$", " at the end$",
-      "^watch services$" },
-    reason = "server-side apply merges an associative list by its keys, keeping the items "
-      .. "other managers own; the simulator's apply replaces the list. Seen with "
-      .. "KUBELUA_DIFF_SEED=2024: a port named http applied on port 84 where another manager "
-      .. "wrote http on port 82 is a duplicate name on a real server (422), a replaced port "
-      .. "in the simulator, and the later list and watch differ accordingly" },
 }

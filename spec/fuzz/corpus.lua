@@ -3,7 +3,9 @@
 -- kubelua.json's sorted, exact encoding: `scripts/fuzz --seed`). The seeds are
 -- small and committed: apiserver bodies and watch streams from
 -- spec/fixtures/json/apiserver (copies of ../shared/fixtures), Status bodies,
--- kubeconfig files like the specs', and selectors from the specs.
+-- kubeconfig files like the specs', selectors from the specs, and the
+-- webhook specs' requests: over HTTP/1.1, as HTTP/2 frames, and their
+-- AdmissionReview and ConversionReview bodies.
 
 local json = require "kubelua.json"
 
@@ -37,7 +39,8 @@ local function fixtures()
   return list
 end
 
-for _, t in ipairs({ "stream", "json", "kubeconfig", "status", "selector" }) do
+for _, t in ipairs({ "stream", "json", "kubeconfig", "status", "selector", "http1", "http2",
+  "review" }) do
   os.execute("rm -rf " .. OUT .. "/" .. t .. " && mkdir -p " .. OUT .. "/" .. t)
 end
 
@@ -154,5 +157,101 @@ local selectors = { "app=demo", "app==demo,tier!=web", "app in (a, b),!x", "tier
   "metadata.namespace==demo", "spec.nodeName=n\\,1", " app = demo , x ", "app in ()", "=x",
   "a!b", "(a,b)", "x in (a,(b)),y", "" }
 for i, s in ipairs(selectors) do write("selector", string.format("%02d", i), s) end
+
+-- The webhook specs' reviews (spec/integration/webhook_spec.lua).
+local function admission(uid, object, name)
+  return json.encode{ apiVersion = "admission.k8s.io/v1", kind = "AdmissionReview",
+    request = { uid = uid, kind = { group = "example.com", version = "v1", kind = "Greeting" },
+      resource = { group = "example.com", version = "v1", resource = "greetings" },
+      name = name or "hello", namespace = "demo", operation = "CREATE",
+      userInfo = { username = "alice", groups = json.array{ "devs" } }, object = object,
+      oldObject = json.null, dryRun = false } }
+end
+local function greeting(message, extra)
+  local o = { apiVersion = "example.com/v1", kind = "Greeting",
+    metadata = { name = "hello", namespace = "demo" }, spec = { message = message } }
+  for k, v in pairs(extra or {}) do o.spec[k] = v end
+  return o
+end
+local reviews = {
+  allow = admission("u-1", greeting("hi")),
+  deny = admission("u-2", greeting("")),
+  boom = admission("u-3", greeting("boom"), "boom"),
+  items = admission("u-6", greeting("hi", { items = json.array{ "a", "b" }, ["t~"] = 1,
+    gone = true, ["a/b"] = "x" })),
+  convert = json.encode{ apiVersion = "apiextensions.k8s.io/v1", kind = "ConversionReview",
+    request = { uid = "c-1", desiredAPIVersion = "example.com/v1", objects = json.array{
+      { apiVersion = "example.com/v1alpha1", kind = "Greeting", metadata = { name = "a" },
+        spec = { text = "hi" } } } } },
+  wrong = json.encode{ apiVersion = "v1", kind = "Pod", request = { uid = "x" } },
+  broken = "{nope",
+}
+local kinds = { validate = 0, mutate = 1, convert = 2 }
+for name, body in pairs(reviews) do
+  for kind, b in pairs(kinds) do
+    if (kind == "convert") == (name == "convert" or name == "broken") then
+      write("review", name .. "-" .. kind, string.char(b + (kind == "mutate" and 4 * 31 or 0))
+        .. body)
+    end
+  end
+end
+
+-- HTTP/1.1: the reviews POSTed, probes, keep-alive and pipelining, chunked
+-- bodies with trailers, Expect: 100-continue, HEAD and HTTP/1.0, streams.
+local function post(path, body, extra)
+  return "POST " .. path .. " HTTP/1.1\r\nHost: 127.0.0.1:9443\r\n"
+    .. "Content-Type: application/json\r\n" .. (extra or "")
+    .. "Content-Length: " .. #body .. "\r\n\r\n" .. body
+end
+local http1 = {
+  review = post("/validate", reviews.allow),
+  convert = post("/convert", reviews.convert),
+  pipelined = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /readyz?verbose=1 HTTP/1.1\r\n"
+    .. "Host: x\r\n\r\n" .. post("/mutate", reviews.items),
+  chunked = "POST /validate HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+    .. "5\r\n{\"a\":\r\n3;ext=1\r\n[]}\r\n0\r\nX-Trailer: t\r\n\r\n",
+  expect = post("/validate", "{}", "Expect: 100-continue\r\n"),
+  head = "HEAD /healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /x HTTP/1.0\r\n\r\n",
+  stream = "GET /stream?watch=1&labelSelector=a%3Db HTTP/1.1\r\nHost: x\r\n\r\n"
+    .. post("/streamx", "abcdef"),
+  close = "GET /v HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\nGET /after HTTP/1.1\r\n\r\n",
+  toolarge = "POST /validate HTTP/1.1\r\nHost: x\r\nContent-Length: 9000\r\n\r\n{}",
+}
+for name, text in pairs(http1) do write("http1", name, text) end
+
+-- HTTP/2 after the client preface (fuzz_http2.c sends it): SETTINGS, then
+-- HEADERS (HPACK: static entries and literals without indexing) and DATA.
+local function frame(ftype, flags, id, payload)
+  local n = #payload
+  return string.char(math.floor(n / 65536), math.floor(n / 256) % 256, n % 256, ftype, flags,
+    math.floor(id / 16777216) % 128, math.floor(id / 65536) % 256, math.floor(id / 256) % 256,
+    id % 256) .. payload
+end
+local function lit(index, value) -- literal without indexing, name from the static table
+  local head = index < 15 and string.char(index) or string.char(15, index - 15)
+  return head .. string.char(#value) .. value
+end
+local settings = frame(4, 0, 0, "")
+local function h2_post(id, path, body, flags)
+  return frame(1, 4, id, "\131\135" .. lit(4, path) .. lit(1, "127.0.0.1:9443")
+    .. lit(31, "application/json") .. lit(28, tostring(#body)))
+    .. frame(0, flags or 1, id, body)
+end
+local http2 = {
+  review = settings .. h2_post(1, "/validate", reviews.deny),
+  two = settings .. h2_post(1, "/mutate", reviews.items) .. frame(1, 5, 3, "\130\134"
+    .. lit(4, "/healthz") .. lit(1, "x")),
+  ping = settings .. frame(6, 0, 0, "12345678") .. frame(8, 0, 0, "\0\0\1\0")
+    .. frame(1, 5, 1, "\130\134\132\65\1x") .. frame(3, 0, 1, "\0\0\0\8"),
+  stream = settings .. frame(1, 5, 1, "\130\134" .. lit(4, "/stream?watch=1") .. lit(1, "x"))
+    .. frame(1, 5, 3, "\130\134" .. lit(4, "/streamx") .. lit(1, "x")),
+  continuation = settings .. frame(1, 1, 1, "\130\134") .. frame(9, 4, 1, lit(4, "/c")
+    .. lit(1, "x")),
+  toolarge = settings .. frame(1, 4, 1, "\131\135" .. lit(4, "/v") .. lit(1, "x")
+    .. lit(28, "9000")) .. frame(0, 0, 1, string.rep("b", 900)) .. frame(0, 1, 1, "}"),
+  goaway = settings .. h2_post(1, "/convert", reviews.convert, 0) .. frame(7, 0, 0,
+    "\0\0\0\1\0\0\0\0"),
+}
+for name, text in pairs(http2) do write("http2", name, text) end
 
 require("kubelua.core").stop(0) -- run as a script: nothing left to serve

@@ -41,9 +41,9 @@ local t -- one server for the file (the simulator, or a real one: kubelua test -
 
 describe("controller API", function()
   setup(function()
-    t = testing.start{ namespaces = { "k1", "m1", "m2", "m3", "b1", "b2", "b3", "b4", "f1" } }
+    t = testing.start{ namespaces = { "k1", "m1", "m2", "m3", "b1", "b2", "b3", "b4", "f1", "md1" } }
     -- the kube-root-ca.crt of a cluster's every namespace
-    for _, ns in ipairs({ "k1", "m1", "m2", "m3", "b1", "b2", "b3", "b4", "f1" }) do
+    for _, ns in ipairs({ "k1", "m1", "m2", "m3", "b1", "b2", "b3", "b4", "f1", "md1" }) do
       support.root_ca(t, ns)
     end
     assert(kube.create(crd))
@@ -209,15 +209,41 @@ describe("controller API", function()
       assert.is_true(eventually(function() return ctl.informers[2]:get("b1/one-greeting") end))
 
       -- a ConfigMap controlled by something else does not enqueue anything
-      kube.sleep(0.1) -- the recreation's own events settle first
+      t:settle() -- the recreation's own events and reconciles first
       n = #calls
       local stranger = cm("b1", "stranger", {})
       stranger.metadata.ownerReferences = json.array { { apiVersion = "apps/v1", kind = "Greeting",
         name = "one", uid = "x", controller = true } }
       assert(kube.create(stranger))
       assert.is_true(eventually(function() return ctl.informers[2]:get("b1/stranger") end))
-      kube.sleep(0.05)
+      t:settle()
       assert.equal(n, #calls)
+    end)
+
+    it("owns objects metadata-only: their owner is enqueued, their cache holds metadata",
+       function()
+      local g = assert(kube.create(greeting("md1", "two", { text = "hi" })))
+      local owned = cm("md1", "two-x", { big = "data" })
+      owned.metadata.ownerReferences = json.array { { apiVersion = "example.com/v1",
+        kind = "Greeting", name = "two", uid = g.metadata.uid, controller = true } }
+      owned = assert(kube.create(owned))
+      local why = {}
+      local ctl = kube.controller{
+        name = "greeter-md1",
+        watches = { "example.com/v1", "Greeting", { namespace = "md1" } },
+        owns = { { "v1", "ConfigMap", { namespace = "md1", metadata_only = true } } },
+        reconcile = function(req, ctx) why[#why + 1] = req.key .. " " .. table.concat(ctx.triggers, ",") end,
+      }
+      assert.is_true(eventually(function() return ctl.started end))
+      local c = ctl.informers[2]:get("md1/two-x")
+      assert.same({ "apiVersion", "kind", "metadata" }, support.sorted_keys(c))
+      assert.equal("PartialObjectMetadata", c.kind)
+      assert.equal("two", c.metadata.ownerReferences[1].name)
+      owned.metadata.labels = { changed = "yes" }
+      assert(kube.update(owned))
+      assert.is_true(eventually(function()
+        return why[#why] and why[#why]:find("^md1/two update owned md1/two%-x") ~= nil
+      end))
     end)
 
     it("retries errors with ctx.attempt, honours requeue_after and terminal", function()

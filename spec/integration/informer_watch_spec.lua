@@ -28,6 +28,17 @@ end
 
 local eventually = support.eventually
 
+-- GET path with Accept accept: the status and the body's text.
+local function get_as(path, accept)
+  local conn = kube.connection()
+  local r = assert(http.request{ url = kube.server() .. path, tls = conn.tls,
+    headers = { Accept = accept, Authorization = conn.authorization() } })
+  return r.status, r.body
+end
+
+local PARTIAL_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+local PARTIAL = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+
 -- The server's names in a namespace, sorted.
 local function server_names(ns)
   local _, list = call("GET", "/api/v1/namespaces/" .. ns .. "/configmaps")
@@ -47,7 +58,7 @@ end
 describe("kube.informer", function()
   setup(function()
     -- the namespaces hold only what each spec writes: no root-CA publisher
-    t = testing.start{ namespaces = { "w1", "w2", "w3" }, controllers = { root_ca = false } }
+    t = testing.start{ namespaces = { "w1", "w2", "w3", "meta" }, controllers = { root_ca = false } }
     sim = t.apiserver == "sim" and t.sim
   end)
   teardown(function() t:stop() end)
@@ -194,6 +205,71 @@ describe("kube.informer", function()
     end
   end)
 
+  it("answers a metadata-only list and watch as the API server does", function()
+    call("POST", "/api/v1/namespaces/meta/configmaps", cm("meta", "m1", { big = "x" }, { a = "1" }))
+    local status, body = get_as("/api/v1/namespaces/meta/configmaps", PARTIAL_LIST)
+    assert.equal(200, status)
+    local list = kube.json.decode(body)
+    assert.same({ "apiVersion", "items", "kind", "metadata" }, support.sorted_keys(list))
+    assert.equal("PartialObjectMetadataList", list.kind)
+    assert.equal("meta.k8s.io/v1", list.apiVersion)
+    assert.same({ "resourceVersion" }, support.sorted_keys(list.metadata))
+    assert.equal(1, #list.items)
+    assert.equal("PartialObjectMetadata", list.items[1].kind)
+    assert.equal("meta.k8s.io/v1", list.items[1].apiVersion)
+    assert.equal("m1", list.items[1].metadata.name)
+    assert.same({ "apiVersion", "kind", "metadata" }, support.sorted_keys(list.items[1]))
+    assert.same({ a = "1" }, list.items[1].metadata.labels)
+    -- a list asked for as one object is refused; a watch's events are
+    -- PartialObjectMetadata
+    status, body = get_as("/api/v1/namespaces/meta/configmaps", PARTIAL)
+    assert.equal(406, status)
+    assert.equal("NotAcceptable", kube.json.decode(body).reason)
+    assert.equal("you requested PartialObjectMetadata, but the requested object is a list "
+      .. "(*core.ConfigMapList)", kube.json.decode(body).message)
+    call("POST", "/api/v1/namespaces/meta/configmaps", cm("meta", "m2", { big = "y" }))
+    status, body = get_as("/api/v1/namespaces/meta/configmaps?watch=true&timeoutSeconds=1"
+      .. "&resourceVersion=" .. list.metadata.resourceVersion, PARTIAL)
+    assert.equal(200, status)
+    local ev = kube.json.decode(body:match("^[^\n]*"))
+    assert.equal("ADDED", ev.type)
+    assert.equal("PartialObjectMetadata", ev.object.kind)
+    assert.equal("meta.k8s.io/v1", ev.object.apiVersion)
+    assert.equal("m2", ev.object.metadata.name)
+    assert.same({ "apiVersion", "kind", "metadata" }, support.sorted_keys(ev.object))
+  end)
+
+  it("caches only the metadata (metadata_only), listing or streaming", function()
+    call("POST", "/api/v1/namespaces/meta/configmaps", cm("meta", "n1", { big = "x" }, { a = "1" }))
+    for _, wl in ipairs({ false, true }) do
+      local inf = kube.informer("v1", "configmaps", { namespace = "meta", metadata_only = true,
+                                                      watch_list = wl, label_selector = "a" })
+      assert.are_not.equal(inf, kube.informer("v1", "configmaps",
+                                              { namespace = "meta", label_selector = "a" }))
+      local events = {}
+      inf:add_handler{ add = function(ev) events[#events + 1] = ev.object end,
+                       update = function(ev) events[#events + 1] = ev.object end }
+      assert.is_true(kube.wait_for_sync(inf, 5))
+      local o = inf:get("meta/n1")
+      assert.same({ "apiVersion", "kind", "metadata" }, support.sorted_keys(o))
+      assert.equal("meta.k8s.io/v1", o.apiVersion)
+      assert.equal("PartialObjectMetadata", o.kind)
+      assert.same({ a = wl and "2" or "1" }, o.metadata.labels)
+      assert.is_nil(o.metadata.managedFields)
+      -- a change the watch brings is metadata only too
+      call("PUT", "/api/v1/namespaces/meta/configmaps/n1",
+           cm("meta", "n1", { big = "z" }, { a = wl and "3" or "2" }))
+      assert.is_true(eventually(function()
+        local last = events[#events]
+        return last and last.metadata.labels.a == (wl and "3" or "2")
+      end))
+      local last = events[#events]
+      assert.same({ "apiVersion", "kind", "metadata" }, support.sorted_keys(last))
+      assert.equal("PartialObjectMetadata", last.kind)
+      assert.same(last, inf:get("meta/n1"))
+    end
+  end)
+
   it("reports no sync for a resource the server does not have", function()
     local inf = kube.informer("v1", "nosuchthings", { namespace = "w1" })
     assert.is_false(kube.wait_for_sync(inf, 0.2))
@@ -203,6 +279,8 @@ describe("kube.informer", function()
   it("rejects bad arguments", function()
     support.raises("kube.informer: expected an apiVersion and a resource name",
       function() kube.informer("v1") end)
+    support.raises('kube.informer: opts.metadata_only must be a boolean, got string "yes"',
+      function() kube.informer("v1", "configmaps", { metadata_only = "yes" }) end)
   end)
 end)
 

@@ -1,5 +1,6 @@
 -- Every manifest a user applies, as `kubectl apply -k` renders it
--- (spec/kustomize.lua): deploy/base and each example's overlay. Each
+-- (spec/kustomize.lua): deploy/base, each example's overlay and the
+-- projects `kubelua new` writes (with and without a kind of their own). Each
 -- Deployment's command line (the image's ENTRYPOINT, as the Dockerfile
 -- declares it, joined with the container's command and args) runs as in a
 -- Pod: its own network and mount namespaces, the service-account token,
@@ -111,6 +112,16 @@ local function graceful_timeout(args)
 end
 
 local overlays = lines("ls -d examples/*/kustomization.yaml | sed 's#/kustomization.yaml##'")
+local projects = os.tmpname()
+os.remove(projects)
+sh("k=$(readlink -f " .. quote(support.kubelua) .. ") && mkdir " .. projects .. " && cd "
+  .. projects .. " && $k new plain >/dev/null && $k new typed --kind Backup >/dev/null")
+local examples = #overlays
+overlays[#overlays + 1] = projects .. "/plain"
+overlays[#overlays + 1] = projects .. "/typed"
+-- overlays of an example's overlay (its webhooks: a Secret volume, cert-manager's
+-- objects): checked as manifests, not run as a Pod here
+local nested = lines("ls -d examples/*/*/kustomization.yaml | sed 's#/kustomization.yaml##'")
 
 describe("the restricted Pod Security check", function()
   it("names what a pod without the settings violates", function()
@@ -137,9 +148,12 @@ describe("the manifests", function()
   local files = {}
   local rendered = { ["deploy/base"] = kustomize.render("deploy/base", files) }
   for _, dir in ipairs(overlays) do rendered[dir] = kustomize.render(dir, files) end
+  for _, dir in ipairs(nested) do rendered[dir] = kustomize.render(dir, files) end
+
+  teardown(function() os.execute("rm -rf " .. quote(projects)) end)
 
   it("are every file under deploy/ and examples/*/deploy/, each in a kustomization", function()
-    assert.is_true(#overlays >= 4)
+    assert.is_true(examples >= 4)
     local all = lines("find deploy examples/*/deploy -name '*.yaml' ! -name kustomization.yaml"
       .. " | sort")
     local unused = {}

@@ -188,6 +188,8 @@ describe("kubelua --help", function()
       run = "usage: kubelua run [options] SCRIPT.lua [args...] [-- args...]",
       sim = "usage: kubelua sim [--listen HOST:PORT] [options]",
       test = "usage: kubelua test [options] [busted options] [spec paths...]",
+      types = "usage: kubelua types [CRD.yaml...] [-o DIR]",
+      new = "usage: kubelua new NAME [--kind KIND --group G --version V]",
       version = "usage: kubelua version",
     }
     for cmd, first in pairs(firsts) do
@@ -201,13 +203,17 @@ describe("kubelua --help", function()
     assert.same({ "usage: kubelua run [options] SCRIPT.lua [args...] [-- args...]",
                   "       kubelua test [options] [busted options] [spec paths...]",
                   "       kubelua sim [--listen HOST:PORT] [options]",
+                  "       kubelua types [CRD.yaml...] [-o DIR]",
+                  "       kubelua new NAME [--kind KIND --group G --version V]",
                   "       kubelua version", "",
-                  "`kubelua COMMAND --help` lists a command's options." }, first_lines(out, 6))
+                  "`kubelua COMMAND --help` lists a command's options." }, first_lines(out, 8))
   end)
 
   it("lists each command's own options", function()
     local _, out = sh(support.kubelua .. " run --help")
     assert.matches("\n  --health-probe-bind-address ADDR ", out, 1, true)
+    assert.matches("\n  --shard-ring NAME        put kube.controller's controllers on this\n", out,
+                   1, true)
     assert.equal("\n  -h, --help               this help\n", out:sub(-38))
     _, out = sh(support.kubelua .. " sim -h")
     assert.matches("\n  --bookmark-interval SECS how often a watch gets a bookmark (default 60)\n", out,
@@ -372,6 +378,26 @@ describe("examples/queue/controller.lua", function()
       assert.matches("in sync key=" .. key:gsub("%p", "%%%0"), out)
     end
     assert.matches("all apps converged, stopping", out, 1, true)
+  end)
+end)
+
+describe("examples/greeting-operator/controller.lua -- --demo", function()
+  -- The README's command. It creates a Greeting just after the CRD, while
+  -- discovery may still say NoKindMatch, and ends on an emptied index,
+  -- which the server returns without data.
+  it("installs its CRD, greets, updates, cleans up and stops", function()
+    local status, out = sh("timeout 60 " .. support.kubelua
+      .. " run --sim examples/greeting-operator/controller.lua -- --demo")
+    assert.equal(0, status, out)
+    local at = 1
+    for _, line in ipairs({ 'INFO  scene: ready configmap="Hello, world"\n',
+                            'INFO  scene: updated configmap="Hello again"\n',
+                            "INFO  scene: deleted, the index is empty; stopping\n" }) do
+      local i = out:find(line, at, true)
+      assert(i, "no " .. line .. " in order in:\n" .. out)
+      at = i
+    end
+    assert.is_nil(out:find("ERROR", 1, true))
   end)
 end)
 

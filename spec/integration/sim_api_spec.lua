@@ -18,7 +18,9 @@ local names = H.names
 
 describe("kubelua sim API", function()
   local sim
-  setup(function() sim = H.start() end)
+  -- no Deployment controller: its writes beside the specs' own would make
+  -- their conditional updates race it (409), as they would in a cluster
+  setup(function() sim = H.start("--no-controller deployment --no-controller replicaset") end)
   teardown(function() H.stop(sim) end)
 
   it("filters lists by label and field selectors", function()

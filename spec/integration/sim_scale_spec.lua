@@ -15,7 +15,10 @@ local MERGE = { ["Content-Type"] = "application/merge-patch+json" }
 describe("kubelua sim scale subresource", function()
   local sim, dep
   setup(function()
-    sim = H.start()
+    -- no workload controllers: what is read back is what the scale
+    -- subresource wrote, with no status or revision written beside it
+    sim = H.start("--no-controller deployment --no-controller replicaset "
+      .. "--no-controller statefulset")
     local code, raw
     code, dep, raw = api(sim, "POST", DEPLOYS, { apiVersion = "apps/v1", kind = "Deployment",
       metadata = { name = "web" }, spec = { replicas = 2,

@@ -170,6 +170,26 @@ describe("kube.webhook", function()
     end)
   end)
 
+  describe("in kube.controller{}", function()
+    it("serves the webhooks its webhooks key lists", function()
+      local t = require("kubelua.testing").start{}
+      local ctl = kube.controller{ name = "hooked", watches = { "v1", "ConfigMap" },
+        reconcile = function() end,
+        webhooks = { { path = "/hooked", validate = function(req)
+          if req.object.spec.message == "no" then return false, "hooked says no" end
+          return true
+        end } } }
+      assert.equal("hooked", ctl.name)
+      assert.same({ apiVersion = "admission.k8s.io/v1", kind = "AdmissionReview",
+        response = { uid = "u-c1", allowed = false,
+          status = { code = 403, reason = "Forbidden", message = "hooked says no" } } },
+        review("/hooked", admission("u-c1", greeting("no"))))
+      assert.same({ uid = "u-c2", allowed = true, status = { code = 200 } },
+        review("/hooked", admission("u-c2", greeting("yes"))).response)
+      t:stop()
+    end)
+  end)
+
   describe("mutate", function()
     it("answers the RFC 6902 patch of the change, base64, patchType JSONPatch", function()
       local obj = greeting("hi")
@@ -259,17 +279,25 @@ describe("kube.webhook", function()
       assert.equal(405, r.status)
     end)
 
-    it("refuses a body over 7 MiB with 413", function()
-      -- curl in a child process, since the loop must go on serving
+    it("refuses a body over 7 MiB with 413, over HTTP/1.1 and HTTP/2 alike", function()
+      -- curl in a child process, since the loop must go on serving (a body
+      -- whose DATA passes the bound over HTTP/2: spec/c/test_httpd.c)
       local big = support.tempfile(string.rep(" ", 7 * 1024 * 1024 + 1))
-      local log = dir .. "/curl.log"
-      local p = process.spawn{ path = "/usr/bin/curl", log = log, args = { "-s", "-S",
-        "--http1.1", "--cacert", tls.ca_file, "-o", "/dev/null", "-w", "%{http_code}",
-        "-H", "Content-Type: application/json", "--data-binary", "@" .. big,
-        base .. "/validate" } }
-      assert.is_true(support.eventually(function() return p:poll() ~= nil end, 60))
+      local log, out = dir .. "/curl.log", dir .. "/curl.out"
+      for _, way in ipairs{ { "--http1.1", "--data-binary", "@" .. big },
+        { "--http2", "--data-binary", "@" .. big } } do
+        os.remove(log)
+        os.remove(out)
+        local args = { "-s", "-S", "--cacert", tls.ca_file, "-o", out, "-w",
+          "%{http_version} %{http_code}", "-H", "Content-Type: application/json",
+          base .. "/validate" }
+        for _, a in ipairs(way) do args[#args + 1] = a end
+        local p = process.spawn{ path = "/usr/bin/curl", log = log, args = args }
+        assert.is_true(support.eventually(function() return p:poll() ~= nil end, 60))
+        assert.equal(way[1]:sub(7) .. " 413", support.read(log))
+        assert.equal("413 Request Entity Too Large", support.read(out))
+      end
       os.remove(big)
-      assert.equal("413", support.read(log))
     end)
 
     it("counts requests by webhook and code, in flight, and their latency", function()
@@ -351,3 +379,146 @@ describe("kube.webhook", function()
   end)
 end)
 
+
+describe("kube.webhook's server started by the first webhook (in a pod)", function()
+  local generation = require "kubelua.generation"
+  local script
+
+  local function write_script(version)
+    local f = assert(io.open(script, "w"))
+    f:write(([[
+      local kube = require "kubelua"
+      kube.webhook{ path = "/v", validate = function() return false, %q end }
+    ]]):format(version))
+    f:close()
+  end
+
+  local function message(ca_file)
+    local r = http.request{ method = "POST", url = base .. "/v", tls = { ca_file = ca_file },
+      headers = { ["Content-Type"] = "application/json" }, body = kube.json.encode{
+        apiVersion = "admission.k8s.io/v1", kind = "AdmissionReview",
+        request = admission("r-1", greeting("hi")) } }
+    return r and kube.json.decode(r.body).response.status.message
+  end
+
+  setup(function()
+    dir = sh("mktemp -d"):gsub("%s+$", "")
+    script = dir .. "/hooks.lua"
+  end)
+
+  teardown(function()
+    generation.unload()
+    webhook.stop()
+    os.execute("rm -rf " .. dir)
+  end)
+
+  it("keeps serving, and loading a rotated certificate, after the script reloads", function()
+    local first = make_cert("first")
+    assert.is_true(webhook.serve{ lazy = true, address = "127.0.0.1:0", cert_dir = dir,
+      poll = 0.05 })
+    write_script("v1")
+    local logs = capture_logs(function() assert(generation.load(script)) end)
+    assert.equal(1, #logs)
+    local port = logs[1].msg:match("^webhook: serving on https://127%.0%.0%.1:(%d+)$")
+    assert.truthy(port, logs[1].msg)
+    base = "https://127.0.0.1:" .. port
+    assert.equal("v1", message(first))
+
+    write_script("v2")
+    assert(generation.reload(true))
+    assert.equal("v2", message(first))
+    local second
+    logs = capture_logs(function()
+      second = make_cert("second")
+      assert.is_true(support.eventually(function() return message(second) == "v2" end, 10))
+    end)
+    assert.same({ { level = "info", msg = "webhook: loaded the new certificate "
+      .. dir .. "/tls.crt" } }, logs)
+  end)
+end)
+
+describe("kube.webhook's server and slow or oversize clients", function()
+  local metrics = require "kubelua.metrics"
+  local health, ca
+
+  setup(function()
+    dir = sh("mktemp -d"):gsub("%s+$", "")
+    ca = make_cert("limits")
+    tls = { ca_file = ca }
+    local srv = assert(webhook.serve{ address = "127.0.0.1:0", cert_dir = dir,
+      read_timeout = 2, idle_timeout = 1, max_header_bytes = 4096 })
+    base = "https://127.0.0.1:" .. srv:port()
+    local logs = capture_logs(function() assert(metrics.serve{ probes = "127.0.0.1:0" }) end)
+    health = "http://127.0.0.1:" .. assert(logs[1].msg:match(":(%d+)/healthz")) .. "/healthz"
+    kube.webhook{ path = "/limits", validate = function() return true end }
+  end)
+
+  teardown(function()
+    webhook.stop()
+    os.execute("rm -rf " .. dir)
+  end)
+
+  -- A TLS client in a child process (openssl s_client) that sends what
+  -- `feed` (shell commands) writes, and ends when the server closes;
+  -- -> its process and the file that gets what the server answered.
+  local function raw_client(feed)
+    local out = os.tmpname()
+    local p = process.spawn{ path = "/bin/bash", log = out, args = { "-c",
+      "exec openssl s_client -quiet -connect " .. base:match("//(.*)") .. " 2>/dev/null < <("
+      .. feed .. ")" } }
+    return p, out
+  end
+
+  local function finished(p, secs)
+    return support.eventually(function() return p:poll() ~= nil end, secs)
+  end
+
+  it("answers a client that trickles its head a byte a second 408 at the read timeout,"
+    .. " and closes; others are served meanwhile", function()
+    local head = "POST /limits HTTP/1.1\\r\\nHost: x\\r\\n"
+    local feed = {}
+    for i = 1, 30 do feed[i] = "printf '" .. head:sub(i, i) .. "'; sleep 1" end
+    local t0 = kube.monotonic()
+    local p, out = raw_client(table.concat(feed, "; "))
+    for i = 1, 3 do
+      kube.sleep(0.3)
+      local resp = review("/limits", admission("s-" .. i, greeting("hi"))).response
+      assert.same({ uid = "s-" .. i, allowed = true, status = { code = 200 } }, resp)
+      local r = assert(http.request{ url = health })
+      assert.equal(200, r.status)
+      assert.equal("ok", r.body)
+    end
+    -- the head alone would take 30 s to arrive
+    assert.is_true(finished(p, 25))
+    local took = kube.monotonic() - t0
+    assert.is_true(took >= 2, took)
+    assert.equal("HTTP/1.1 408 Request Timeout\r\nContent-Type: text/plain; charset=utf-8\r\n"
+      .. "Content-Length: 19\r\nConnection: close\r\n\r\n408 Request Timeout", support.read(out))
+    os.remove(out)
+  end)
+
+  it("closes a keep-alive connection left idle for idle_timeout, after its answers", function()
+    local t0 = kube.monotonic()
+    local p, out = raw_client("printf 'GET /none HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n'; sleep 30")
+    assert.is_true(finished(p, 25))
+    local took = kube.monotonic() - t0
+    assert.is_true(took >= 1, took)
+    assert.equal("HTTP/1.1 404 Not Found\r\nContent-Type: text/plain; charset=utf-8\r\n"
+      .. "Content-Length: 19\r\n\r\n404 page not found\n", support.read(out))
+    os.remove(out)
+  end)
+
+  it("answers a head over max_header_bytes 431, over HTTP/1.1 and HTTP/2", function()
+    local log, out = dir .. "/curl.log", dir .. "/curl.out"
+    for _, v in ipairs{ "--http1.1", "--http2" } do
+      os.remove(log)
+      os.remove(out)
+      local p = process.spawn{ path = "/usr/bin/curl", log = log, args = { "-s", "-S", v,
+        "--cacert", ca, "-o", out, "-w", "%{http_version} %{http_code}", "-H",
+        "X-Big: " .. string.rep("b", 5000), base .. "/limits" } }
+      assert.is_true(finished(p, 60))
+      assert.equal(v:sub(7) .. " 431", support.read(log))
+      assert.equal("431 Request Header Fields Too Large", support.read(out))
+    end
+  end)
+end)

@@ -19,6 +19,7 @@ local compare = require "spec.differential.compare"
 local fixtures = require "spec.differential.fixtures"
 local random = require "spec.differential.random"
 local known = require "spec.differential.known"
+local schema_steps = require "spec.differential.schema_steps"
 
 local concat = table.concat
 
@@ -57,6 +58,15 @@ describe("the simulator against a real kube-apiserver", function()
 
   it("answers values of the wrong JSON type as the real server does", function()
     report(runner.run(targets, "wrong types", random.wrong_types(), tally))
+  end)
+
+  it("patches and applies as each kind's schema says, as the real server does", function()
+    local lines = runner.run(targets, "strategic merge patches", schema_steps.strategic(), tally)
+    for _, line in ipairs(runner.run(targets, "server-side applies", schema_steps.apply(),
+        tally)) do
+      lines[#lines + 1] = line
+    end
+    report(lines)
   end)
 
   it("answers randomized sequences as the real server does", function()

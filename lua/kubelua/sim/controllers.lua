@@ -2,7 +2,10 @@
 -- API server, as kube-controller-manager runs beside kube-apiserver: the
 -- garbage collector (kubelua.sim.gc), the namespace controller, the
 -- root-CA publisher and the service-account controller
--- (kubelua.sim.namespaces).
+-- (kubelua.sim.namespaces); and, toward KWOK's model, fake Nodes, the
+-- scheduler and their kubelets (kubelua.sim.workloads.nodes, .kubelet)
+-- and the workload controllers (kubelua.sim.workloads.replicaset,
+-- .deployment, .job, .statefulset, .daemonset).
 --
 -- Each sees every change the store makes (store.observe) and only notes
 -- the work it calls for; the work runs on a later turn of the loop, one
@@ -13,7 +16,15 @@
 
 local kube = require "kubelua"
 local gc = require "kubelua.sim.gc"
+local from_bytes = require("kubelua.sim.store").from_bytes
 local namespaces = require "kubelua.sim.namespaces"
+local nodes = require "kubelua.sim.workloads.nodes"
+local kubelet = require "kubelua.sim.workloads.kubelet"
+
+-- The workload controllers, each in its own file, in the order they run.
+local WORKLOADS = { "replicaset", "deployment", "job", "statefulset", "daemonset" }
+local workloads = {}
+for _, name in ipairs(WORKLOADS) do workloads[name] = require("kubelua.sim.workloads." .. name) end
 
 local type, pairs, ipairs, pcall, tostring, setmetatable, error =
   type, pairs, ipairs, pcall, tostring, setmetatable, error
@@ -24,8 +35,18 @@ local Plane = {}
 Plane.__index = Plane
 
 -- The controllers, by the name opts.controllers turns them off with.
-local NAMES = { gc = true, namespace = true, root_ca = true, service_account = true }
+local NAMES = { gc = true, namespace = true, root_ca = true, service_account = true,
+  nodes = true, scheduler = true, kubelet = true }
+for _, name in ipairs(WORKLOADS) do NAMES[name] = true end
 _M.names = NAMES
+
+-- The names, sorted, as a message lists them.
+function _M.known()
+  local known = {}
+  for n in pairs(NAMES) do known[#known + 1] = n end
+  sort(known)
+  return concat(known, ", ")
+end
 
 -- Which controllers run for opts.controllers: nil or true, all; false,
 -- none; a table { name = false, ... }, all but those. Raises on anything
@@ -40,11 +61,7 @@ function _M.enabled(spec)
   end
   for name, v in pairs(spec) do
     if not NAMES[name] then
-      local known = {}
-      for n in pairs(NAMES) do known[#known + 1] = n end
-      sort(known)
-      error("sim: unknown controller " .. tostring(name) .. " (known: "
-        .. concat(known, ", ") .. ")", 3)
+      error("sim: unknown controller " .. tostring(name) .. " (known: " .. _M.known() .. ")", 3)
     end
     if type(v) ~= "boolean" then
       error("sim: controllers." .. name .. " must be true or false, got " .. type(v), 3)
@@ -54,11 +71,25 @@ function _M.enabled(spec)
   return on
 end
 
--- new(store, spec, ca) -> the control plane watching store, or nil when
--- spec turns every controller off. ca() returns the PEM the root-CA
--- publisher puts in kube-root-ca.crt.
-function _M.new(store, spec, ca)
+-- Raises, naming what was wrong, when opts.nodes or opts.pods is not
+-- what new takes.
+function _M.check(opts)
+  local n = opts.nodes
+  if n ~= nil and not (type(n) == "number" and n >= 0 and n % 1 == 0 and n <= 250) then
+    error("sim: nodes must be a whole number from 0 to 250, got " .. tostring(n), 3)
+  end
+  kubelet.check(opts.pods)
+end
+
+-- new(store, spec, ca, opts) -> the control plane watching store, or nil
+-- when spec turns every controller off. ca() returns the PEM the root-CA
+-- publisher puts in kube-root-ca.crt; opts.nodes (default 3) and
+-- opts.pods (kubelua.sim.workloads.kubelet) shape the workloads.
+function _M.new(store, spec, ca, opts)
+  opts = opts or {}
+  _M.check(opts)
   local on = _M.enabled(spec)
+  store.graceful = nil
   local any = false
   for _, v in pairs(on) do any = any or v end
   if not any then return nil end
@@ -69,11 +100,25 @@ function _M.new(store, spec, ca)
   if on.namespace or on.root_ca or on.service_account then
     self.parts[#self.parts + 1] = namespaces.new(store, defer, on, ca)
   end
+  -- the workload parts never look at what a writer stored as JSON bytes
+  -- (Store:put_json, the benchmarks' path): one test skips them all
+  local wl = {}
+  if on.nodes then wl[#wl + 1] = nodes.new_nodes(store, defer, opts) end
+  if on.scheduler then wl[#wl + 1] = nodes.new_scheduler(store, defer) end
+  if on.kubelet then wl[#wl + 1] = kubelet.new(store, defer, opts) end
+  for _, name in ipairs(WORKLOADS) do
+    if on[name] then wl[#wl + 1] = workloads[name].new(store, defer) end
+  end
   local parts = self.parts
   store.observe = function(res, e, etype, prev)
     for i = 1, #parts do parts[i]:observe(res, e, etype, prev) end
+    if #wl > 0 and not from_bytes(e) then
+      for i = 1, #wl do wl[i]:observe(res, e, etype, prev) end
+    end
   end
   for _, p in ipairs(parts) do p:sync() end
+  for _, p in ipairs(wl) do p:sync() end
+  self.workloads = wl
   return self
 end
 

@@ -21,6 +21,8 @@ local protobuf = require "kubelua.sim.protobuf"
 local reviews = require "kubelua.sim.reviews"
 local controllers = require "kubelua.sim.controllers"
 local namespaces = require "kubelua.sim.namespaces"
+local admission = require "kubelua.sim.admission"
+local conversion = require "kubelua.sim.conversion"
 
 local type, pairs, ipairs, tostring, tonumber, setmetatable, pcall =
   type, pairs, ipairs, tostring, tonumber, setmetatable, pcall
@@ -55,13 +57,15 @@ local version_info = {
 -- Foreground or Orphan deletion adds, and no namespace controller empties
 -- a deleted namespace, which stays Terminating; or a table turning some
 -- off: { gc = false, namespace = false, root_ca = false,
--- service_account = false }: kubelua.sim.controllers).
+-- service_account = false, deployment = false, … }:
+-- kubelua.sim.controllers), opts.nodes (fake Nodes, default 3),
+-- opts.pods (the Pods' lifecycle: kubelua.sim.workloads.kubelet).
 function _M.new(opts)
   opts = opts or {}
   local self = setmetatable({ opts = opts }, Sim)
   self.store = store.new(opts)
   self.plane = controllers.new(self.store, opts.controllers,
-    function() return self.ca_pem or namespaces.DEFAULT_CA end)
+    function() return self.ca_pem or namespaces.DEFAULT_CA end, opts)
   self.faults = { fail_next = 0 }
   self.held = {} -- watcher → resource, while hold_watches holds them
   self.bookmark_interval = opts.bookmark_interval or 60
@@ -69,7 +73,28 @@ function _M.new(opts)
   self.watch_check = opts.watch_check or 1
   self.watch_handlers = 0 -- watch requests being served
   self.servers = {}
+  self.routes = {} -- "ns/name:port" → "127.0.0.1:port": route_service
+  self.store.admission = admission.new(self.store, self.routes, store.selector_string)
+  self.store.conversion = conversion.new(self.store, self.routes)
+  self.store.admission.convert = function(from, to, obj)
+    return self.store.conversion:convert(from, to, obj)
+  end
   return self
+end
+
+-- route_service(namespace, name, port, address): the webhooks whose
+-- clientConfig names Service namespace/name on port (default 443) are
+-- called at address, which must be a loopback "127.0.0.1:PORT" or
+-- "[::1]:PORT" (the script's webhook server in a spec): the simulator
+-- sends nothing off loopback. address nil: the route goes.
+function Sim:route_service(namespace, name, port, address)
+  port = port or 443
+  if address ~= nil and not (type(address) == "string"
+      and (address:match("^127%.%d+%.%d+%.%d+:%d+$") or address:match("^%[::1%]:%d+$"))) then
+    error(format("sim: route_service: address must be a loopback host:port (127.0.0.1:PORT), "
+      .. "got %s", type(address) == "string" and format("%q", address) or type(address)), 2)
+  end
+  self.routes[format("%s/%s:%d", namespace, name, port)] = address
 end
 
 -- Responses -------------------------------------------------------------------
@@ -360,10 +385,11 @@ local function query_params(req)
   return req:params() or {}
 end
 
-local function ctx_of(req, params, r)
+-- A request's context for the store: its writes are admitted (admit).
+local function ctx_of(req, params, r, user)
   return { user_agent = req:header("User-Agent"), field_manager = params.fieldManager,
     dry_run = params.dryRun == "All", force = params.force == "true", subresource = r.sub,
-    field_validation = params.fieldValidation }
+    field_validation = params.fieldValidation, admit = true, user = user }
 end
 
 local function verb_of(method, r, params)
@@ -422,7 +448,7 @@ function Sim:serve_resource(req, r, user)
     if not has_verb(entry.verbs, verb) then return reply_status(req, method_not_allowed()) end
   end
   local s = self.store
-  local ctx = ctx_of(req, params, r)
+  local ctx = ctx_of(req, params, r, user)
   if review then
     local obj, err = body_object(res, req)
     if not obj then return reply_status(req, err) end
@@ -520,6 +546,7 @@ function Sim:serve_resource(req, r, user)
     end
     opts.propagationPolicy = params.propagationPolicy or opts.propagationPolicy
     if params.orphanDependents then opts.orphanDependents = params.orphanDependents == "true" end
+    opts.gracePeriodSeconds = tonumber(params.gracePeriodSeconds) or opts.gracePeriodSeconds
     local out, err = s:delete(res, ns, r.name, opts, ctx)
     if not out then return reply_status(req, err) end
     return reply_json(req, 200, out)
@@ -983,6 +1010,9 @@ end
 -- may hold several); namespaces are created as needed. Returns the
 -- number of objects or nil, message.
 function Sim:load(dir)
+  local d = io.open(dir .. "/.")
+  if not d then return nil, dir .. ": not a readable directory" end
+  d:close()
   local p = io.popen("ls -1 '" .. dir:gsub("'", "'\\''") .. "' 2>/dev/null")
   local names = {}
   for line in p:lines() do
@@ -1055,8 +1085,20 @@ end
 -- kubelua sim --listen HOST:PORT [--token T] [--user NAME=TOKEN]
 --             [--tls-cert F --tls-key F] [--load DIR] [--history N]
 --             [--bookmark-interval S] [--no-controllers]
---             [--no-controller NAME]...
+--             [--no-controller NAME]... [--nodes N]
 -- Returns true once listening (the loop then serves), or nil, message.
+-- The host and port of "HOST:PORT" ("[::1]:PORT" for IPv6), or nil.
+function _M.host_port(s)
+  local host, port = s:match("^%[?([^%]]*)%]?:(%d+)$")
+  return host, tonumber(port)
+end
+
+-- The URL of a server listening on host and port (over TLS when tls).
+function _M.url(host, port, tls)
+  local shown = host:find(":") and "[" .. host .. "]" or host
+  return format("%s://%s:%d", tls and "https" or "http", shown, port)
+end
+
 function _M.main(args)
   local opts = { users = {} }
   local listen = "127.0.0.1:6443"
@@ -1074,7 +1116,7 @@ function _M.main(args)
     elseif a == "--no-controller" then
       if v and not controllers.names[v] then
         return nil, "--no-controller: unknown controller " .. v
-          .. " (known: gc, namespace, root_ca, service_account)"
+          .. " (known: " .. controllers.known() .. ")"
       end
       if opts.controllers ~= false then
         opts.controllers = opts.controllers or {}
@@ -1095,6 +1137,12 @@ function _M.main(args)
         return nil, "--history needs a whole number of events, at least 1, got " .. v
       end
     elseif a == "--bookmark-interval" then opts.bookmark_interval = tonumber(v)
+    elseif a == "--nodes" then
+      local n = tonumber(v)
+      if v and not (n and n >= 0 and n <= 250 and n % 1 == 0) then
+        return nil, "--nodes needs a whole number of Nodes from 0 to 250, got " .. v
+      end
+      opts.nodes = n
     else
       return nil, "unknown option " .. tostring(a)
     end
@@ -1102,7 +1150,7 @@ function _M.main(args)
     i = i + 2
     ::continue::
   end
-  local host, port = listen:match("^%[?([^%]]*)%]?:(%d+)$")
+  local host, port = _M.host_port(listen)
   if not host then return nil, "--listen needs HOST:PORT, got " .. listen end
   if (tls_cert == nil) ~= (tls_key == nil) then
     return nil, "--tls-cert and --tls-key go together"
@@ -1115,9 +1163,7 @@ function _M.main(args)
   local srv, err = sim:listen { host = host, port = tonumber(port), tls_cert = tls_cert,
     tls_key = tls_key }
   if not srv then return nil, err end
-  local shown = host:find(":") and "[" .. host .. "]" or host
-  io.stdout:write(format("kubelua sim: listening on %s://%s:%d\n", tls_cert and "https" or "http",
-    shown, srv:port()))
+  io.stdout:write("kubelua sim: listening on " .. _M.url(host, srv:port(), tls_cert) .. "\n")
   io.stdout:flush()
   _M.current = sim
   return true

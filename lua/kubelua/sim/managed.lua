@@ -4,12 +4,24 @@
 -- ("f:name", "k:{key}" for list items with a merge key, "v:value" for sets,
 -- "." for a map that exists). An update gives its manager the fields it
 -- changed and takes them from every other manager; server-side apply uses
--- the same sets to find conflicts.
+-- the same sets to find conflicts, and merges an applied configuration into
+-- the object as the real server's structured merge does.
+--
+-- Which lists are keyed (and by what), sets or atomic, and which structs
+-- and maps are atomic, comes from the kind's schema (a kubelua.sim.schema
+-- node: x-kubernetes-list-type, -list-map-keys, -map-type, or the patch
+-- strategy and merge key); without one, from a hand list of the usual
+-- built-in fields.
 
 local json = require "kubelua.json"
+local schema = require "kubelua.sim.schema"
+local util = require "kubelua.sim.util"
 
 local type, pairs, ipairs, next = type, pairs, ipairs, next
-local concat, sort = table.concat, table.sort
+local copy, equal = util.copy, util.equal
+local field, list_kind, atomic = schema.field, schema.list_kind, schema.atomic
+local concat, sort, tremove = table.concat, table.sort, table.remove
+local sub = string.sub
 local null, is_array, encode = json.null, json.is_array, json.encode
 
 local _M = {}
@@ -46,33 +58,75 @@ local function item_key(item)
   return nil
 end
 
--- Adds the leaf paths of value v at prefix to set (path → value text).
--- Structs of built-in kinds owned as a whole (ObjectReference is atomic:
--- an Event's involvedObject, regarding and related).
+-- Structs of built-in kinds owned as a whole without a schema
+-- (ObjectReference is atomic: an Event's involvedObject, regarding and
+-- related).
 local atomic_fields = { selector = true, involvedObject = true, regarding = true,
   related = true }
 
-local function walk(set, prefix, v, custom, name)
-  if is_object(v) and not custom and atomic_fields[name] then
+-- How a list is applied and owned: "atomic", "set", or "map" and its
+-- keys; the item's key text comes from key_text(item, keys, items).
+-- From the schema (node: the kind has one; ext: the list's extensions),
+-- else from the hand lists by the field's name.
+local function kind_of_list(typed, ext, custom, name)
+  if typed then return list_kind(ext) end
+  if set_lists[name] then return "set" end
+  if not custom and keyed_lists[name] then return "map" end
+  return "atomic"
+end
+
+-- The "k:" text of a keyed list's item: its keys (from the schema, a
+-- key left out taking its default there) as a JSON object, or, without a
+-- schema, the usual keys of built-in lists; nil when it has none.
+local function key_text(item, keys, items)
+  if not is_object(item) then return nil end
+  if not keys then return item_key(item) end
+  local key = {}
+  for _, k in ipairs(keys) do
+    local v = item[k]
+    if v == nil or v == null then v = items and items.defaults and items.defaults[k] end
+    if v == nil then return nil end
+    key[k] = v
+  end
+  return encode(key)
+end
+
+-- Adds the leaf paths of value v at prefix to set (path → value text).
+-- node, ext, always: v's schema node, extensions and whether it is a
+-- struct held by value, when the kind has a schema (typed); name: its
+-- field's name. A map, or a struct that may be absent (held by pointer),
+-- gets a "." of its own: without a schema, those the hand list names.
+local function walk(set, prefix, v, custom, name, typed, node, ext, always)
+  if is_object(v) and (typed and atomic(node, ext) or not typed and not custom
+      and atomic_fields[name]) then
     set[prefix] = encode(v)
   elseif is_object(v) then
     if next(v) == nil then
       set[prefix] = "{}"
       return
     end
-    if custom or map_fields[name] then set[prefix .. SEP .. "."] = "" end
+    local dot
+    if custom or not typed or not node then
+      dot = custom or map_fields[name]
+    else
+      dot = node.t == "map" or (node.t == "object" and not always)
+    end
+    if dot then set[prefix .. SEP .. "."] = "" end
     for k, x in pairs(v) do
-      walk(set, prefix .. SEP .. "f:" .. k, x, custom, k)
+      local cn, ce, ca = field(node, k)
+      walk(set, prefix .. SEP .. "f:" .. k, x, custom, k, typed, cn, ce, ca)
     end
   elseif is_array(v) then
-    if set_lists[name] then
+    local kind, keys = kind_of_list(typed, ext, custom, name)
+    if kind == "set" then
       set[prefix .. SEP .. "."] = ""
       for _, x in ipairs(v) do set[prefix .. SEP .. "v:" .. encode(x)] = "" end
       return
     end
-    local keyed = #v > 0 and not custom and keyed_lists[name]
+    local items = node and node.t == "array" and node.items or nil
+    local keyed = #v > 0 and kind == "map"
     for _, x in ipairs(v) do
-      if not item_key(x) then keyed = false end
+      if not key_text(x, keys, items) then keyed = false end
     end
     if not keyed then
       set[prefix] = encode(v)
@@ -80,9 +134,12 @@ local function walk(set, prefix, v, custom, name)
     end
     if name ~= "containers" and name ~= "conditions" then set[prefix .. SEP .. "."] = "" end
     for _, x in ipairs(v) do
-      local p = prefix .. SEP .. "k:" .. item_key(x)
+      local p = prefix .. SEP .. "k:" .. key_text(x, keys, items)
       set[p .. SEP .. "."] = ""
-      for k, y in pairs(x) do walk(set, p .. SEP .. "f:" .. k, y, custom, k) end
+      for k, y in pairs(x) do
+        local cn, ce, ca = field(items, k)
+        walk(set, p .. SEP .. "f:" .. k, y, custom, k, typed, cn, ce, ca)
+      end
     end
   elseif v ~= null then
     set[prefix] = type(v) == "string" and v or encode(v)
@@ -91,15 +148,18 @@ end
 
 -- The leaf paths of obj that a manager can own. part: "main" (everything
 -- but status when the resource has a status subresource), "status", or
--- "all".
-function _M.leaves(obj, custom, part)
+-- "all". node: the kind's schema (nil: none).
+function _M.leaves(obj, custom, part, node)
   local set = {}
+  local typed = node ~= nil
   for k, v in pairs(obj) do
+    local cn, ce, ca = field(node, k)
     if k == "metadata" then
       if is_object(v) then
         for _, mk in ipairs { "labels", "annotations", "finalizers", "ownerReferences" } do
           if v[mk] ~= nil and v[mk] ~= null then
-            walk(set, "f:metadata" .. SEP .. "f:" .. mk, v[mk], custom, mk)
+            local mn, me, ma = field(cn, mk)
+            walk(set, "f:metadata" .. SEP .. "f:" .. mk, v[mk], custom, mk, typed, mn, me, ma)
           end
         end
         if type(v.generateName) == "string" then
@@ -110,11 +170,183 @@ function _M.leaves(obj, custom, part)
       local want = part == "all" or (part == "status") == (k == "status")
       if want then
         if custom and is_object(v) and next(v) ~= nil then set["f:" .. k .. SEP .. "."] = "" end
-        walk(set, "f:" .. k, v, custom, k)
+        walk(set, "f:" .. k, v, custom, k, typed, cn, ce, ca)
       end
     end
   end
   return set
+end
+
+-- Server-side apply's merge ----------------------------------------------------
+
+-- The items of a keyed list or a set merged as the real server's
+-- structured merge orders them: the object's items in their order, and
+-- the applied ones in theirs, each applied item that the object does not
+-- have placed before the next item both have. merge_item(live, applied)
+-- merges two items of the same key; key(item) is an item's key text.
+local function merge_items(lhs, rhs, key, merge_item)
+  local lkeys, rkeys, lby, rby = {}, {}, {}, {}
+  for i, x in ipairs(lhs) do
+    lkeys[i] = key(x)
+    if lby[lkeys[i]] == nil then lby[lkeys[i]] = x end
+  end
+  for i, x in ipairs(rhs) do
+    rkeys[i] = key(x)
+    rby[rkeys[i]] = x
+  end
+  local shared = {}
+  for _, k in ipairs(rkeys) do
+    if lby[k] ~= nil then shared[#shared + 1] = k end
+  end
+  local si = 1
+  local out, done = json.array {}, {}
+  local li, ri = 1, 1
+  while li <= #lkeys or ri <= #rkeys do
+    local took = false
+    if li <= #lkeys and ri <= #rkeys then
+      local lk = lkeys[li]
+      if lk == rkeys[ri] then
+        done[lk] = true
+        out[#out + 1] = merge_item(lby[lk], rby[lk])
+        li, ri, si = li + 1, ri + 1, si + 1
+        took = true
+      elseif rby[lk] ~= nil and shared[si] ~= nil and shared[si] ~= lk then
+        li = li + 1 -- an item both have, not yet its turn
+        took = true
+      end
+    end
+    if not took then
+      local skip_right = false
+      if li <= #lkeys then
+        local lk = lkeys[li]
+        if rby[lk] == nil then
+          out[#out + 1] = copy(lhs[li])
+          li = li + 1
+          skip_right = true
+        elseif done[lk] then
+          li = li + 1
+        end
+      end
+      if not skip_right and ri <= #rkeys then
+        local rk = rkeys[ri]
+        done[rk] = true
+        out[#out + 1] = merge_item(lby[rk], rby[rk])
+        ri = ri + 1
+        if shared[si] == rk then si = si + 1 end
+      end
+    end
+  end
+  return out
+end
+
+local apply_merge
+
+-- An applied value merged into the object's (live), at schema node and
+-- extensions ext (typed: the kind has a schema; custom: a custom
+-- resource; name: the field's name).
+apply_merge = function(live, cfg, typed, node, ext, custom, name)
+  if is_object(cfg) then
+    if (typed and atomic(node, ext)) or (not typed and not custom and atomic_fields[name]) then
+      return copy(cfg)
+    end
+    local out = is_object(live) and copy(live) or {}
+    for k, x in pairs(cfg) do
+      if x == null then
+        out[k] = nil
+      else
+        local cn, ce = field(node, k)
+        out[k] = apply_merge(out[k], x, typed, cn, ce, custom, k)
+      end
+    end
+    return out
+  elseif is_array(cfg) then
+    local kind, keys = kind_of_list(typed, ext, custom, name)
+    if kind == "atomic" or not is_array(live) then return copy(cfg) end
+    local items = node and node.t == "array" and node.items or nil
+    local key = kind == "set" and encode or function(x)
+      return key_text(x, keys, items) or encode(x)
+    end
+    return merge_items(live, cfg, key, function(l, r)
+      if kind == "set" or l == nil then return copy(r) end
+      return apply_merge(l, r, typed, items, nil, custom, name)
+    end)
+  end
+  return cfg
+end
+
+-- merge(obj, cfg, custom, node) -> obj with the applied configuration cfg
+-- merged in: structs and maps field by field (atomic ones replaced), keyed
+-- lists item by item and sets value by value (their order as the real
+-- server gives it), other lists replaced. node: the kind's schema (nil:
+-- none).
+function _M.merge(obj, cfg, custom, node)
+  return apply_merge(obj, cfg, node ~= nil, node, nil, custom, nil)
+end
+
+-- Removes the value at path p (see remove).
+local function remove_one(obj, p)
+  local segs = {}
+  for seg in (p .. SEP):gmatch("([^" .. SEP .. "]*)" .. SEP) do segs[#segs + 1] = seg end
+  if segs[#segs] == "." then segs[#segs] = nil end
+  -- the position of an item in list: by its key ("k:") or value ("v:")
+  local function find(list, seg)
+    local kind, want = sub(seg, 1, 2), json.decode(sub(seg, 3))
+    for i, x in ipairs(list) do
+      if kind == "v:" and equal(x, want) then return i end
+      if kind == "k:" and is_object(x) and is_object(want) then
+        local all = true
+        for k, v in pairs(want) do
+          if not equal(x[k], v) then all = false end
+        end
+        if all then return i end
+      end
+    end
+  end
+  local cur, chain = obj, { obj }
+  for i = 1, #segs do
+    local s, kind = segs[i], sub(segs[i], 1, 2)
+    local last = i == #segs
+    local key
+    if kind == "f:" and is_object(cur) then
+      key = sub(s, 3)
+    elseif (kind == "k:" or kind == "v:") and is_array(cur) then
+      key = find(cur, s)
+    end
+    if key == nil or cur[key] == nil then return end
+    if last then
+      if is_array(cur) then tremove(cur, key) else cur[key] = nil end
+    else
+      cur = cur[key]
+      chain[i + 1] = cur
+    end
+  end
+  -- maps and lists below the top left empty go too (labels, ports...)
+  for i = #segs - 1, 2, -1 do
+    local t, parent, s = chain[i + 1], chain[i], segs[i]
+    if type(t) == "table" and next(t) == nil and is_object(parent) and sub(s, 1, 2) == "f:" then
+      parent[sub(s, 3)] = nil
+    else
+      break
+    end
+  end
+end
+
+-- remove(obj, paths): removes the fields, keyed list items and set values
+-- that a list of managedFields paths names (a previous apply's that no
+-- manager owns any longer), items before their fields (whose removal
+-- would change an item's key), and the maps and lists below the top that
+-- leaves empty (as omitempty drops them).
+function _M.remove(obj, paths)
+  local depth = {}
+  for _, p in ipairs(paths) do
+    local _, n = p:gsub(SEP, "")
+    depth[p] = n - (p:sub(-2) == SEP .. "." and 1 or 0)
+  end
+  sort(paths, function(a, b)
+    if depth[a] ~= depth[b] then return depth[a] < depth[b] end
+    return a < b
+  end)
+  for _, p in ipairs(paths) do remove_one(obj, p) end
 end
 
 -- Builds a FieldsV1 tree from a set of paths.
@@ -184,12 +416,12 @@ end
 -- the fields the applied configuration names) }.
 function _M.update(old, new, op)
   local part = op.subresource == "status" and "status" or (op.has_status and "main" or "all")
-  local new_leaves = _M.leaves(new, op.custom, "all")
-  local old_leaves = old and _M.leaves(old, op.custom, "all") or {}
+  local new_leaves = _M.leaves(new, op.custom, "all", op.node)
+  local old_leaves = old and _M.leaves(old, op.custom, "all", op.node) or {}
   local mine = op.owned
   if not mine then
     mine = {}
-    local candidates = _M.leaves(new, op.custom, part)
+    local candidates = _M.leaves(new, op.custom, part, op.node)
     for p, v in pairs(candidates) do
       if old_leaves[p] ~= v then mine[p] = true end
     end

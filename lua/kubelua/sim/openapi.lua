@@ -19,21 +19,9 @@
 
 local json = require "kubelua.json"
 local bit = require "bit"
-local ffi = require "ffi"
+local embed = require "kubelua.embed"
 
-ffi.cdef [[
-typedef struct kl_embed_file {
-  const char *name;
-  const unsigned char *data;
-  size_t size;
-  size_t raw_size;
-} kl_embed_file_t;
-extern const kl_embed_file_t kl_surface_openapi[];
-size_t ZSTD_decompress(void *dst, size_t dstCapacity, const void *src, size_t compressedSize);
-unsigned ZSTD_isError(size_t code);
-]]
-
-local ipairs, pairs, tonumber, byte, upper = ipairs, pairs, tonumber, string.byte, string.upper
+local ipairs, pairs, byte, upper = ipairs, pairs, string.byte, string.upper
 
 local _M = {}
 
@@ -181,26 +169,8 @@ end
 
 -- The captured documents --------------------------------------------------
 
-local files -- file name → its kl_embed_file_t, on first use
-
 local function embedded(name)
-  if not files then
-    files = {}
-    local t = ffi.C.kl_surface_openapi
-    local i = 0
-    while t[i].name ~= nil do
-      files[ffi.string(t[i].name)] = t[i]
-      i = i + 1
-    end
-  end
-  local f = files[name]
-  if not f then return nil end
-  local n = tonumber(f.raw_size)
-  local buf = ffi.new("char[?]", n)
-  local got = ffi.C.ZSTD_decompress(buf, n, f.data, f.size)
-  assert(ffi.C.ZSTD_isError(got) == 0 and tonumber(got) == n, "openapi: corrupt embedded "
-    .. name)
-  return ffi.string(buf, n)
+  return embed.read("kl_surface_openapi", name)
 end
 
 local index -- path → serverRelativeURL, as the real server's index lists them

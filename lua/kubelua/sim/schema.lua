@@ -36,6 +36,21 @@ end
 -- type ("io.k8s.api.core.v1.PodSpec" → "v1.PodSpec").
 local function go_name(name) return name:match("([^.]+%.[^.]+)$") end
 
+-- The patch and apply extensions of a property (on the property itself,
+-- beside its $ref): x-kubernetes-patch-strategy and -patch-merge-key, which
+-- strategic merge patch follows, and x-kubernetes-list-type,
+-- -list-map-keys and -map-type, which server-side apply follows; nil when
+-- it has none.
+local function extensions(p)
+  if type(p) ~= "table" then return nil end
+  local strategy, key = p["x-kubernetes-patch-strategy"], p["x-kubernetes-patch-merge-key"]
+  local list_type, map_keys = p["x-kubernetes-list-type"], p["x-kubernetes-list-map-keys"]
+  local map_type = p["x-kubernetes-map-type"]
+  if not (strategy or key or list_type or map_keys or map_type) then return nil end
+  return { strategy = strategy, merge_key = key, list_type = list_type, map_keys = map_keys,
+    map_type = map_type }
+end
+
 local function compile(s, name, schemas, memo)
   if name and memo[name] then return memo[name] end
   if type(s) ~= "table" or s["x-kubernetes-preserve-unknown-fields"]
@@ -45,17 +60,32 @@ local function compile(s, name, schemas, memo)
   local t = s.type
   if t == "object" and type(s.properties) == "table" then
     local node = { t = "object", props = {}, go = name and go_name(name) or "struct",
-      struct = name and name:match("([^.]+)$") }
+      struct = name and name:match("([^.]+)$"), map_type = s["x-kubernetes-map-type"] }
     if name then memo[name] = node end
     for k, p in pairs(s.properties) do
       local ps, pname = target(p, schemas)
       node.props[k] = compile(ps, pname, schemas, memo)
+      local ext = extensions(p)
+      if ext then
+        node.ext = node.ext or {}
+        node.ext[k] = ext
+      end
+      if type(p.default) == "table" then
+        -- a struct held by value, there even when zero (no "." of its own in
+        -- managedFields)
+        node.always = node.always or {}
+        node.always[k] = true
+      elseif p.default ~= nil then
+        node.defaults = node.defaults or {} -- what a list map's key is when left out
+        node.defaults[k] = p.default
+      end
     end
     return node
   elseif t == "object" then
     local vs, vname = target(s.additionalProperties, schemas)
     local v = vs and compile(vs, vname, schemas, memo) or ANY
-    return { t = "map", value = v, go = "map[string]" .. (v.go or "interface {}") }
+    return { t = "map", value = v, go = "map[string]" .. (v.go or "interface {}"),
+      map_type = s["x-kubernetes-map-type"] }
   elseif t == "array" then
     local is, iname = target(s.items, schemas)
     local item = compile(is, iname, schemas, memo)
@@ -98,6 +128,60 @@ end
 function _M.checker(res)
   if not checkers[res.gv] then load(res.gv) end
   return checkers[res.gv .. "/" .. res.kind]
+end
+
+-- The schema of a custom resource's version (its CRD's openAPIV3Schema) as
+-- a node of the checker's kind, for server-side apply: its
+-- x-kubernetes-list-type, -list-map-keys and -map-type, and ObjectMeta's
+-- own rules for metadata (finalizers a set, ownerReferences keyed by uid).
+-- Compiled once per schema table.
+local customs = setmetatable({}, { __mode = "k" })
+
+function _M.custom(s)
+  if type(s) ~= "table" then return nil end
+  local node = customs[s]
+  if node == nil then
+    node = compile(s, nil, {}, {})
+    if node.t == "object" then
+      local cm = _M.checker { gv = "v1", kind = "ConfigMap" }
+      node.props.metadata = cm and cm.props.metadata or node.props.metadata
+    end
+    customs[s] = node
+  end
+  return node
+end
+
+-- The schema node of field k of node (nil: none), the field's extensions
+-- (kubelua.sim.schema's patch and apply extensions, or nil), and whether
+-- the field is a struct held by value (always there, even zero).
+function _M.field(node, k)
+  if not node then return nil, nil, false end
+  if node.t == "object" then
+    return node.props[k], node.ext and node.ext[k], node.always and node.always[k] or false
+  end
+  if node.t == "map" then return node.value, nil, false end
+  return nil, nil, false
+end
+
+-- How server-side apply treats a list with extensions ext, as the real
+-- server's schema converter reads them: "atomic", "set", or "map" and its
+-- keys (x-kubernetes-list-type, else a patch strategy of merge: keyed by
+-- the merge key, a set without one; atomic by default).
+function _M.list_kind(ext)
+  if not ext then return "atomic" end
+  local lt = ext.list_type
+  if lt == "set" then return "set" end
+  if lt == "map" and type(ext.map_keys) == "table" then return "map", ext.map_keys end
+  if lt == nil and (ext.strategy == "merge" or ext.strategy == "merge,retainKeys") then
+    if ext.merge_key then return "map", { ext.merge_key } end
+    return "set"
+  end
+  return "atomic"
+end
+
+-- Whether a struct or map (node, extensions ext) is applied as a whole.
+function _M.atomic(node, ext)
+  return (node and node.map_type == "atomic") or (ext and ext.map_type == "atomic") or false
 end
 
 -- The JSON type of v as Go's decoder names it; a Lua sequence given in

@@ -585,6 +585,9 @@ local lazy_entry = { __index = function(e, k)
   return obj
 end }
 
+-- Whether entry e was stored as JSON bytes (put_json), decoded or not.
+function _M.from_bytes(e) return getmetatable(e) == lazy_entry end
+
 -- Stores an object given as its compact JSON (a string, kind and
 -- apiVersion included, metadata.resourceVersion set from next_rv) and
 -- emits the event: the path for writers that already hold the bytes
@@ -859,6 +862,13 @@ local function spec_of(obj)
   return t
 end
 
+-- The schema server-side apply and managedFields follow for res (nil:
+-- none): a built-in kind's, or its CRD's.
+local function managed_node(res)
+  if res.builtin then return schemalib.checker(res) end
+  return schemalib.custom(res.schema)
+end
+
 local function set_managed(res, old, new, ctx, operation, owned)
   if ctx.internal or ctx.apply then
     if old then new.metadata.managedFields = old.metadata.managedFields end
@@ -867,7 +877,7 @@ local function set_managed(res, old, new, ctx, operation, owned)
   local mf = managed.update(old, new, {
     manager = manager_of(ctx), operation = operation or "Update", api_version = res.api_version,
     time = util.timestamp(), subresource = ctx.subresource, custom = not res.builtin,
-    has_status = res.status, owned = owned })
+    has_status = res.status, owned = owned, node = managed_node(res) })
   new.metadata.managedFields = #mf > 0 and mf or nil
 end
 
@@ -1279,6 +1289,27 @@ local function defaults(res, obj)
   end
 end
 
+-- The admission webhooks' word on a write that came over HTTP (ctx.admit;
+-- the simulator's own changes are not admitted): kubelua.sim.admission,
+-- which the simulator sets as store.admission. Phase "mutate" -> the
+-- object as the mutating webhooks leave it; "validate" -> obj (old for a
+-- DELETE); nil, status when one refuses. It may yield the request's task.
+local function admit(self, phase, op, res, obj, old, ctx)
+  local a = self.admission
+  if not a or not ctx.admit then return obj or old end
+  return a:admit(phase, op, res, obj, old, ctx)
+end
+
+-- A custom resource written over HTTP, about to be stored: converted into
+-- its CRD's other versions through its conversion webhook
+-- (kubelua.sim.conversion, set as store.conversion), which put then
+-- stores. true | nil, status. It may yield the request's task.
+local function convert_versions(self, res, obj, ctx)
+  local c = self.conversion
+  if not c or not ctx.admit or not res.mirrors then return true end
+  return c:prepare(res, obj)
+end
+
 -- create(res, ns, obj, ctx) -> entry | nil, status. ctx: user_agent,
 -- field_manager, dry_run, internal, trusted (a body the simulator made:
 -- no field validation).
@@ -1303,6 +1334,11 @@ function Store:create(res, ns, obj, ctx, operation, owned)
   else
     md.namespace = nil
   end
+  obj, err = admit(self, "mutate", "CREATE", res, obj, nil, ctx)
+  if not obj then return nil, err end
+  obj.kind, obj.apiVersion = res.kind, res.api_version
+  if not is_object(obj.metadata) then obj.metadata = {} end
+  md = obj.metadata
   if (md.name == nil or md.name == "") and type(md.generateName) == "string"
       and md.generateName ~= "" then
     md.name = md.generateName .. util.random_suffix()
@@ -1340,6 +1376,11 @@ function Store:create(res, ns, obj, ctx, operation, owned)
     err = allocate_service(res, obj, nil, ctx.internal)
     if err then return nil, err end
   end
+  obj, err = admit(self, "validate", "CREATE", res, obj, nil, ctx)
+  if not obj then return nil, err end
+  local ok
+  ok, err = convert_versions(self, res, obj, ctx)
+  if not ok then return nil, err end
   -- storage refuses a name in use only after validation (and a Service's
   -- allocations) passed
   if res.objects[obj_key(md.namespace, md.name)] then
@@ -1416,6 +1457,18 @@ function Store:commit(res, e, obj, ctx)
   if (res.generation or not res.builtin) and not equal(spec_of(obj), spec_of(old)) then
     md.generation = (omd.generation or 0) + 1
   end
+  if ctx.admit and self.admission then
+    local err
+    obj, err = admit(self, "validate", "UPDATE", res, obj, old, ctx)
+    if not obj then return nil, err end
+    md = obj.metadata
+    local ok
+    ok, err = convert_versions(self, res, obj, ctx)
+    if not ok then return nil, err end
+    -- the webhooks took time: a change made meanwhile wins ("raced": a
+    -- write without a resourceVersion of its own is tried again)
+    if res.objects[e.key] ~= e then return nil, stale(res, omd.name), "raced" end
+  end
   md.resourceVersion = omd.resourceVersion
   -- An update that changes nothing is no change: same resourceVersion, no event.
   local without = copy(obj)
@@ -1476,6 +1529,8 @@ function Store:update(res, ns, name, obj, ctx)
       reason = "FieldValueInvalid",
       message = "Invalid value: 0x0: must be specified for an update" } })
   end
+  obj, err = admit(self, "mutate", "UPDATE", res, obj, e.obj, ctx)
+  if not obj then return nil, err end
   err = validate(res, obj)
   if err then return nil, err end
   return self:commit(res, e, obj, ctx)
@@ -1500,8 +1555,9 @@ local function rejected()
 end
 
 -- The object doc with the patch `body` of type ptype ("merge",
--- "strategic" or "json") applied, or nil, the Status a real server sends.
-local function patched(doc, ptype, body)
+-- "strategic" or "json") applied, or nil, the Status a real server sends;
+-- node: the schema a strategic merge patch follows (nil: none).
+local function patched(doc, ptype, body, node)
   local p, derr = decode(body)
   if p == nil then
     -- the strategic merge patch handler says it without the prefix
@@ -1511,8 +1567,14 @@ local function patched(doc, ptype, body)
   local obj, why
   if ptype == "merge" or ptype == "strategic" then
     if not is_object(p) then return nil, bad_request("error decoding patch: not an object") end
-    obj, why = (ptype == "merge" and patchlib.merge or patchlib.strategic)(doc, p)
-    if not obj and why then return nil, bad_request(why) end
+    local code
+    if ptype == "merge" then
+      obj = patchlib.merge(doc, p)
+    else
+      obj, why, code = patchlib.strategic(doc, p, node)
+    end
+    if not obj and code == 400 then return nil, bad_request(why) end
+    if not obj then return nil, status(code, nil, why) end
   else
     if not is_array(p) then
       return nil, bad_request("error decoding patch: json: cannot unmarshal " .. value_type(p)
@@ -1532,7 +1594,34 @@ local function patched(doc, ptype, body)
 end
 
 -- patch(res, ns, name, content_type, body, ctx) -> entry, created | nil, status
+-- Tries a patch again, on the object as it is now, while it loses the race
+-- with another write that came in as the admission webhooks were asked, as
+-- kube-apiserver's GuaranteedUpdate does; unless the patch names a
+-- resourceVersion, which is then a precondition that failed.
+local RETRIES = 5
+
+local function retried(body, fn)
+  local pinned = type(body) == "string" and find(body, '"resourceVersion"', 1, true)
+  for _ = 1, RETRIES do
+    local r, err, more = fn() -- more: "raced", or a create's created
+    if r ~= nil or more ~= "raced" or pinned then return r, err, more end
+  end
+  return fn()
+end
+
 function Store:patch(res, ns, name, content_type, body, ctx)
+  return retried(body, function()
+    return self:patch_once(res, ns, name, content_type, body, ctx)
+  end)
+end
+
+function Store:scale(res, ns, name, verb, content_type, body, ctx)
+  return retried(body, function()
+    return self:scale_once(res, ns, name, verb, content_type, body, ctx)
+  end)
+end
+
+function Store:patch_once(res, ns, name, content_type, body, ctx)
   ctx = ctx or {}
   local ptype = patch_type(content_type)
   if not ptype or (ptype == "strategic" and not res.builtin) then
@@ -1547,12 +1636,14 @@ function Store:patch(res, ns, name, content_type, body, ctx)
   local e, err = self:get(res, ns, name)
   if not e then return nil, err end
   local obj
-  obj, err = patched(e.obj, ptype, body)
+  obj, err = patched(e.obj, ptype, body, res.builtin and schemalib.checker(res) or nil)
   if not obj then return nil, err end
   local md = obj.metadata
   if md.resourceVersion ~= nil and md.resourceVersion ~= e.obj.metadata.resourceVersion then
     return nil, stale(res, name)
   end
+  obj, err = admit(self, "mutate", "UPDATE", res, obj, e.obj, ctx)
+  if not obj then return nil, err end
   local cerr = check_decoding(res, obj)
     or field_validation(res, obj, ctx)
   if cerr then return nil, cerr end
@@ -1675,7 +1766,7 @@ end
 -- status: "get", "update" (body: a Scale) or "patch" (body: a patch of
 -- the Scale, of content_type). A Scale that names a resourceVersion is
 -- applied to that version only; replicas below 0 are invalid.
-function Store:scale(res, ns, name, verb, content_type, body, ctx)
+function Store:scale_once(res, ns, name, verb, content_type, body, ctx)
   local e, err = self:get(res, ns, name)
   if not e then return nil, err end
   local cur = to_scale(res, e.obj)
@@ -1697,6 +1788,9 @@ function Store:scale(res, ns, name, verb, content_type, body, ctx)
   end
   err = scale_type_error(sc)
   if err then return nil, err end
+  -- the admission webhooks see the Scale, as the real server sends it
+  sc, err = admit(self, "mutate", "UPDATE", res, sc, cur, ctx)
+  if not sc then return nil, err end
   local md = is_object(sc.metadata) and sc.metadata or {}
   local spec = is_object(sc.spec) and sc.spec or {}
   local replicas = spec.replicas ~= null and spec.replicas or 0
@@ -1718,18 +1812,28 @@ function Store:scale(res, ns, name, verb, content_type, body, ctx)
   if rv ~= nil and rv ~= "" and rv ~= e.obj.metadata.resourceVersion then
     return nil, stale(res, name)
   end
+  local admitted = ctx.admit
+  if admitted and self.admission then
+    sc, err = admit(self, "validate", "UPDATE", res, sc, cur, ctx)
+    if not sc then return nil, err end
+    if res.objects[e.key] ~= e then return nil, stale(res, name), "raced" end
+  end
   local obj = copy(e.obj)
   path_set(obj, res.scale_paths and res.scale_paths.spec or { "spec", "replicas" }, replicas)
-  local ne
-  ne, err = self:commit(res, e, obj, ctx)
-  if not ne then return nil, err end
+  local ne, raced
+  ctx.admit = false -- the webhooks were asked about the Scale
+  ne, err, raced = self:commit(res, e, obj, ctx)
+  ctx.admit = admitted
+  if not ne then return nil, err, raced end
   return to_scale(res, ne.obj)
 end
 
--- Server-side apply, simplified: the applied configuration is merged into
--- the object (maps merged, lists replaced); fields this manager applied
--- before and leaves out now are removed if nobody else owns them; fields
--- another manager owns with a different value conflict unless force.
+-- Server-side apply: the applied configuration is merged into the object
+-- as the kind's schema says (kubelua.sim.managed.merge: keyed lists by
+-- their keys, sets by value, atomic lists and structs replaced); fields
+-- this manager applied before and leaves out now are removed if nobody
+-- else owns them; fields another manager owns with a different value
+-- conflict unless force.
 function Store:apply(res, ns, name, body, ctx)
   if not ctx.field_manager or ctx.field_manager == "" then
     return nil, status(422, "Invalid", 'PatchOptions.meta.k8s.io "" is invalid: fieldManager: '
@@ -1747,7 +1851,8 @@ function Store:apply(res, ns, name, body, ctx)
     return nil, bad_request("error decoding YAML: the apply body must be an object")
   end
   local part = ctx.subresource == "status" and "status" or (res.status and "main" or "all")
-  local applied = managed.leaves(cfg, not res.builtin, part)
+  local node = managed_node(res)
+  local applied = managed.leaves(cfg, not res.builtin, part, node)
   -- an applier owns the leaves it names, without "." markers, except a
   -- keyed list's items: an item is itself a member of its list
   local owned = {}
@@ -1763,7 +1868,7 @@ function Store:apply(res, ns, name, body, ctx)
     local created, err = self:create(res, ns, obj, ctx, "Apply", owned)
     return created, err, true
   end
-  local current = managed.leaves(e.obj, not res.builtin, "all")
+  local current = managed.leaves(e.obj, not res.builtin, "all", node)
   local conflicts = managed.conflicts(e.obj, applied, current, ctx.field_manager)
   if #conflicts > 0 and not ctx.force then
     -- one conflict is said in a line; several are grouped by manager
@@ -1795,8 +1900,9 @@ function Store:apply(res, ns, name, body, ctx)
       #conflicts == 1 and "" or "s", said)
     return nil, status(409, "Conflict", msg, { causes = causes })
   end
-  local obj = patchlib.merge(e.obj, cfg)
+  local obj = managed.merge(e.obj, cfg, not res.builtin, node)
   -- fields this manager owned before and no longer applies
+  local gone = {}
   for _, mfe in ipairs(e.obj.metadata.managedFields or {}) do
     if mfe.manager == ctx.field_manager and mfe.operation == "Apply" then
       for p in pairs(managed.paths(mfe.fieldsV1 or {})) do
@@ -1805,13 +1911,17 @@ function Store:apply(res, ns, name, body, ctx)
           for _, o in ipairs(e.obj.metadata.managedFields) do
             if o ~= mfe and managed.paths(o.fieldsV1 or {})[p] then others = true end
           end
-          if not others then _M.remove_path(obj, p) end
+          if not others then gone[#gone + 1] = p end
         end
       end
     end
   end
+  managed.remove(obj, gone)
   obj.kind, obj.apiVersion = res.kind, res.api_version
-  local err = check_decoding(res, obj) or validate(res, obj)
+  local err
+  obj, err = admit(self, "mutate", "UPDATE", res, obj, e.obj, ctx)
+  if not obj then return nil, err end
+  err = check_decoding(res, obj) or validate(res, obj)
   if err then return nil, err end
   -- commit with ownership of exactly the applied fields
   local saved = ctx.field_manager
@@ -1836,11 +1946,11 @@ end
 function Store:commit_apply(res, e, obj, ctx, owned)
   local old = e.obj
   local r, err = self:commit(res, e, obj, { apply = true, subresource = ctx.subresource,
-    dry_run = ctx.dry_run })
+    dry_run = ctx.dry_run, admit = ctx.admit, user = ctx.user, warnings = ctx.warnings })
   if not r then return r, err end
   local op = { manager = ctx.field_manager, operation = "Apply",
     api_version = res.api_version, time = util.timestamp(), subresource = ctx.subresource,
-    custom = not res.builtin, has_status = res.status, owned = owned }
+    custom = not res.builtin, has_status = res.status, owned = owned, node = managed_node(res) }
   if r == e then
     -- the same values: still a write when their owners change (a forced
     -- apply takes them over, another one shares them), not when only a time
@@ -1881,31 +1991,6 @@ function Store:commit_apply(res, e, obj, ctx, owned)
   return ne
 end
 
--- Removes the value at a managed-fields path (f: segments only).
-function _M.remove_path(obj, p)
-  local segs = {}
-  for seg in (p .. "\1"):gmatch("([^\1]*)\1") do segs[#segs + 1] = seg end
-  if segs[#segs] == "." then segs[#segs] = nil end
-  local cur, chain = obj, { obj }
-  for i = 1, #segs - 1 do
-    local s = segs[i]
-    if sub(s, 1, 2) ~= "f:" or not is_object(cur) then return end
-    cur = cur[sub(s, 3)]
-    chain[i + 1] = cur
-  end
-  local last = segs[#segs]
-  if not (last and sub(last, 1, 2) == "f:" and is_object(cur)) then return end
-  cur[sub(last, 3)] = nil
-  -- maps left empty go too (labels, data...), as omitempty drops them
-  for i = #segs - 1, 2, -1 do
-    local t = chain[i + 1]
-    if is_object(t) and next(t) == nil and segs[i] ~= "f:metadata" then
-      chain[i][sub(segs[i], 3)] = nil
-    else
-      break
-    end
-  end
-end
 
 -- Resources whose registry orphans dependents when a DELETE names no
 -- propagation (DefaultGarbageCollectionPolicy, kept for compatibility).
@@ -1950,6 +2035,15 @@ function Store:delete(res, ns, name, opts, ctx)
       .. "does not match the ResourceVersion in record (%s). The object might have been modified",
       pre.resourceVersion, old.metadata.resourceVersion))
   end
+  if ctx.admit and self.admission then
+    for _, phase in ipairs { "mutate", "validate" } do
+      local ok, aerr = admit(self, phase, "DELETE", res, nil, old, ctx)
+      if not ok then return nil, aerr end
+    end
+    e, err = self:get(res, ns, name) -- as it is once the webhooks have answered
+    if not e then return nil, err end
+    old = e.obj
+  end
   if namespace_held(res, old) then
     -- the namespace registry: Terminating until the namespace controller
     -- (kubelua.sim.namespaces, when it runs) has emptied it and removed
@@ -1958,6 +2052,21 @@ function Store:delete(res, ns, name, opts, ctx)
     local obj = copy(old)
     obj.metadata.deletionTimestamp = util.timestamp()
     obj.status = { phase = "Terminating" }
+    obj.metadata.resourceVersion = tostring(self:next_rv())
+    return self:put(res, obj, "MODIFIED", e).obj, 200
+  end
+  -- a Pod on a node waits for its kubelet to confirm (store.graceful, set
+  -- while the simulator's kubelets run: the seconds it may take, or nil)
+  local grace = self.graceful and self.graceful(res, old, opts)
+  if grace then
+    local md = old.metadata
+    if (md.deletionTimestamp and (md.deletionGracePeriodSeconds or 0) <= grace)
+        or ctx.dry_run then
+      return old, 200
+    end
+    local obj = copy(old)
+    obj.metadata.deletionTimestamp = util.timestamp(os.time() + grace)
+    obj.metadata.deletionGracePeriodSeconds = grace
     obj.metadata.resourceVersion = tostring(self:next_rv())
     return self:put(res, obj, "MODIFIED", e).obj, 200
   end
@@ -2318,7 +2427,10 @@ function Store:link_versions(crd)
   for _, r in ipairs(served) do
     local gv = r.gv
     r.as_version = function(obj)
-      local o = copy(obj)
+      -- through the CRD's conversion webhook (kubelua.sim.conversion)
+      local o = self.conversion and self.conversion:stored_form(obj, r)
+      if o then return o end
+      o = copy(obj)
       o.apiVersion = gv
       return o
     end
@@ -2365,6 +2477,7 @@ function Store:establish(name)
 end
 
 _M.item_json = item_json
+_M.selector_string = selector_string
 _M.obj_key = obj_key
 _M.not_found = not_found
 _M.bad_request = bad_request

@@ -317,9 +317,10 @@ function _M.parse_label_selector(s)
         a, o, b = term:match("^([^<>]+)([<>])(.*)$")
         -- gt and lt take a 64-bit integer (apimachinery's ParseInt), not
         -- every number Lua reads ("nan", "inf", "0x10", "1e3")
-        local digits = b and b:match("^%s*[+-]?0*(%d+)%s*$")
-        if not a or not digits or #digits > 19
-            or (#digits == 19 and digits > "9223372036854775807") then
+        local sign, digits = nil, nil
+        if b then sign, digits = b:match("^%s*([+-]?)0*(%d+)%s*$") end
+        local max = sign == "-" and "9223372036854775808" or "9223372036854775807"
+        if not a or not digits or #digits > 19 or (#digits == 19 and digits > max) then
           return nil, format("unable to parse requirement: found '%s', expected: in, notin, "
             .. "=, ==, !=, gt, lt", term)
         end
