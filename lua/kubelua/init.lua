@@ -434,6 +434,7 @@ end
 ---@field watch_list? boolean stream the initial list as watch events (default true)
 ---@field plain_objects? boolean keep cached JSON uncompressed
 ---@field compress_min_objects? integer the cache size from which it is compressed (default 512)
+---@field metadata_only? boolean list and watch PartialObjectMetadata: cache metadata only
 ---@usage
 --- kube.informer("v1", "Pod", {
 ---   namespace = "demo", label_selector = "app=web", indexers = { "controller" },

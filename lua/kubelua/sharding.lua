@@ -122,6 +122,9 @@ _M.lookup = lookup
 
 local rings = {}
 
+---A replica's membership of a sharding ring (kube.controller{ sharding = … }):
+---internal to the controller, which calls its methods.
+---@class kubelua.sharding.Ring
 local Ring = {}
 Ring.__index = Ring
 
@@ -180,6 +183,7 @@ end
 
 -- The label selector of a ring's informer: the user's, and this replica's
 -- label.
+---@package
 function Ring:selector(user)
   local own = self.label .. "=" .. self.identity
   return (user and user ~= "") and user .. "," .. own or own
@@ -187,6 +191,7 @@ end
 
 -- ring:add_kind(api_version, kind_or_resource, opts): the sharder assigns
 -- this kind's objects (opts: namespace).
+---@package
 function Ring:add_kind(api_version, what, opts)
   local id = api_version .. "/" .. what .. "@" .. (opts and opts.namespace or "")
   for _, k in ipairs(self.kinds) do
@@ -198,8 +203,10 @@ end
 
 -- Membership --------------------------------------------------------------------
 
+---@package
 function Ring:lease_name() return self.name .. "-" .. self.identity end
 
+---@package
 function Ring:set_working(on, why)
   if self.working == on then return end
   self.working = on
@@ -212,6 +219,7 @@ function Ring:set_working(on, why)
 end
 
 -- One renewal of the replica's Lease; true when it was written.
+---@package
 function Ring:renew(c)
   local wall = leader.micro_time(core.now())
   local lease, err = c:get(LEASES, "leases", self.namespace, self:lease_name())
@@ -233,6 +241,7 @@ function Ring:renew(c)
   return ok ~= nil, uerr
 end
 
+---@package
 function Ring:membership()
   local c = client().default()
   local failing = false
@@ -258,6 +267,7 @@ function Ring:membership()
 end
 
 -- Seconds left before the renew deadline (<= 0: past it).
+---@package
 function Ring:deadline_left()
   if not self.last_ok then return 0 end
   return self.last_ok + self.renew_deadline - core.monotonic()
@@ -265,6 +275,7 @@ end
 
 -- The replica stops at renew_deadline after the last renewal sent that
 -- succeeded, even while a renewal hangs.
+---@package
 function Ring:deadline()
   while not self.stopping do
     local left = self:deadline_left()
@@ -277,18 +288,22 @@ end
 
 -- Whether a worker may run key now: the replica works, and key is not
 -- being handed over.
+---@package
 function Ring:may_run(key)
   return self.working and self:deadline_left() > 0 and not self.stopping
     and not self.leaving[key]
 end
 
+---@package
 function Ring:begin(key) self.active[key] = true end
+---@package
 function Ring:finish(key) self.active[key] = nil end
 
 -- The replica's part of a handover: key (whose object obj carries the
 -- drain mark) is taken no more; once its running reconcile ends, the
 -- replica's label and the mark are removed. An object deleted before it
 -- was handed over stays this replica's: requeue(key) reconciles it.
+---@package
 function Ring:drain(key, obj, api_version, what, requeue)
   if self.leaving[key] then return end
   self.leaving[key] = true
@@ -318,6 +333,7 @@ end
 -- An event of the ring's watched kind: false when the key is not this
 -- replica's to reconcile (handed over or marked for it: the mark starts
 -- the handover).
+---@package
 function Ring:accepts(ev, api_version, what, requeue)
   local key = ev.key
   if ev.type == "add" then self.leaving[key] = nil end
@@ -354,6 +370,7 @@ local function root_key(obj, by_uid)
 end
 _M.root_key = root_key
 
+---@package
 function Ring:live_members(leases)
   local now, live = core.monotonic(), {}
   local seen = self.seen
@@ -379,6 +396,7 @@ function Ring:live_members(leases)
 end
 
 -- One pass over the ring's objects. Returns the counts per replica.
+---@package
 function Ring:assign(c, infs, hring, live_set)
   local by_uid = {}
   for i, inf in ipairs(infs) do
@@ -421,6 +439,7 @@ function Ring:assign(c, infs, hring, live_set)
   return counts
 end
 
+---@package
 function Ring:shard(le)
   local kube = require "kubelua"
   local c = client().default()
@@ -476,6 +495,7 @@ function Ring:shard(le)
   end
 end
 
+---@package
 function Ring:start()
   core.spawn_system("shard " .. self.name, function() self:membership() end)
   core.spawn_system("shard deadline " .. self.name, function() self:deadline() end)

@@ -425,6 +425,15 @@ end
 -- a Service (its certificate names <name>.<namespace>.svc, as in a
 -- cluster) routed to it, a url's host replaced by it, caBundle that CA.
 -- Other kinds in the file are skipped (a Certificate, an Issuer).
+---Registers the script's webhooks with the simulator in one call: serves
+---them over HTTPS on a loopback port with a CA made for this harness, and
+---applies the webhook configurations and CRDs given (tables, or a YAML
+---file's path) with every clientConfig pointed at that server.
+---@param objects table[]|string configurations and CRDs, or a YAML file's path
+---@return string url the webhook server's https://127.0.0.1:PORT
+---@usage
+--- t:load("controller.lua", "--webhooks")
+--- t:webhooks("deploy/webhooks.yaml")
 function Harness:webhooks(objects)
   if self.apiserver == "real" then
     fail("webhooks", "the simulator routes webhook Services to this process; "
