@@ -44,6 +44,26 @@ end
 _M.sorted_keys = require("kubelua.sim.util").sorted_keys
 
 -- The whole of file path (raises when it cannot be read).
+-- An object's conditions as { type, status, reason, message } each, in
+-- order: what the workload specs compare.
+function _M.conditions(obj)
+  local out = {}
+  for i, c in ipairs(obj.status.conditions or {}) do
+    out[i] = { c.type, c.status, c.reason, c.message }
+  end
+  return out
+end
+
+-- The Pods of namespace ns (default "demo") not being deleted, by name.
+function _M.live_pods(t, ns)
+  local out = {}
+  for _, p in ipairs(t:list("v1", "pods", ns or "demo")) do
+    if not p.metadata.deletionTimestamp then out[#out + 1] = p end
+  end
+  table.sort(out, function(a, b) return a.metadata.name < b.metadata.name end)
+  return out
+end
+
 function _M.read(path)
   local f = assert(io.open(path, "rb"))
   local s = f:read("*a")

@@ -4,6 +4,8 @@
 -- rollout, Nodes coming and going.
 local kube = require "kubelua"
 local testing = require "kubelua.testing"
+local support = require "spec.support"
+local conditions, live_pods = support.conditions, support.live_pods
 
 local function template(labels, policy, annotations)
   return { metadata = { labels = labels, annotations = annotations },
@@ -15,22 +17,6 @@ local function job(name, spec)
     spec = spec }
 end
 
-local function conditions(obj)
-  local out = {}
-  for i, c in ipairs(obj.status.conditions or {}) do
-    out[i] = { c.type, c.status, c.reason, c.message }
-  end
-  return out
-end
-
-local function live_pods(t)
-  local out = {}
-  for _, p in ipairs(t:list("v1", "pods", "demo")) do
-    if not p.metadata.deletionTimestamp then out[#out + 1] = p end
-  end
-  table.sort(out, function(a, b) return a.metadata.name < b.metadata.name end)
-  return out
-end
 
 describe("kubelua sim workloads: Job", function()
   local t

@@ -5,6 +5,8 @@
 -- collector.
 local kube = require "kubelua"
 local testing = require "kubelua.testing"
+local support = require "spec.support"
+local conditions, pods = support.conditions, support.live_pods
 
 local function template(image, labels)
   return { metadata = { labels = labels or { app = "web" } },
@@ -20,26 +22,10 @@ local function deployment(name, replicas, extra)
   return d
 end
 
-local function conditions(obj)
-  local out = {}
-  for i, c in ipairs(obj.status.conditions or {}) do
-    out[i] = { c.type, c.status, c.reason, c.message }
-  end
-  return out
-end
-
 local function counts(st)
   return { replicas = st.replicas, updatedReplicas = st.updatedReplicas,
     readyReplicas = st.readyReplicas, availableReplicas = st.availableReplicas,
     unavailableReplicas = st.unavailableReplicas, observedGeneration = st.observedGeneration }
-end
-
-local function pods(t)
-  local out = {}
-  for _, p in ipairs(t:list("v1", "pods", "demo")) do
-    if not p.metadata.deletionTimestamp then out[#out + 1] = p end
-  end
-  return out
 end
 
 -- The Deployment once its status says it rolled out generation gen:

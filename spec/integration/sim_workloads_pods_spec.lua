@@ -6,20 +6,13 @@ local kube = require "kubelua"
 local testing = require "kubelua.testing"
 local support = require "spec.support"
 local H = require "spec.integration.sim_helper"
+local conditions = support.conditions
 
 local function pod(name, spec, annotations)
   spec = spec or {}
   spec.containers = spec.containers or { { name = "c", image = "nginx" } }
   return { apiVersion = "v1", kind = "Pod",
     metadata = { name = name, namespace = "demo", annotations = annotations }, spec = spec }
-end
-
-local function conditions(p)
-  local out = {}
-  for i, c in ipairs(p.status.conditions or {}) do
-    out[i] = { c.type, c.status, c.reason, c.message }
-  end
-  return out
 end
 
 local function phase_of(t, name, want)
