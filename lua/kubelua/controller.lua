@@ -557,6 +557,9 @@ function _M.new(spec)
         if ring.leaving[key] or kube.stopping() or dead[gen] then return end
         kube.sleep(0.05)
       end
+      local mine, err = ring:confirmed(key, av, what)
+      if mine == nil then return nil, err end -- retried
+      if not mine then return end
       ring:begin(key)
       local after = ctx._after
       ctx._after = function(k)

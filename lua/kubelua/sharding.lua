@@ -171,7 +171,7 @@ function _M.ring(opts)
     retry_period = number_opt(opts, "retry_period", 2),
     label = "shard.kubelua.io/" .. name, drain_label = "drain.shard.kubelua.io/" .. name,
     kinds = {}, active = {}, leaving = {}, last_ok = nil, working = false,
-    stopping = false, members = {}, seen = {},
+    stopping = false, members = {}, seen = {}, lapses = 0, confirmed_at = {},
   }, Ring)
   if r.lease_duration <= r.renew_deadline or r.renew_deadline <= r.retry_period then
     error("sharding: lease_duration > renew_deadline > retry_period is required", 3)
@@ -250,6 +250,9 @@ function Ring:membership()
     local ok, err = self:renew(c)
     if self.stopping then break end
     if ok then
+      -- renewed after the deadline had passed (a lapse: a partition, a
+      -- frozen process): objects may have moved meanwhile (see confirmed)
+      if self.last_ok and self:deadline_left() <= 0 then self.lapses = self.lapses + 1 end
       self.last_ok = sent
       if failing then
         log("info", "sharding: the lease is renewed again", { ring = self.name,
@@ -292,6 +295,35 @@ end
 function Ring:may_run(key)
   return self.working and self:deadline_left() > 0 and not self.stopping
     and not self.leaving[key]
+end
+
+-- ring:confirmed(key, api_version, kind_or_resource) -> true | false | nil,
+-- err: whether the object is still this replica's to reconcile. After a
+-- lapse the sharder may have moved it (the replica's Lease had expired: it
+-- is not waited for) while this replica's watch does not show it yet, so
+-- the first run of each key after a lapse asks the server: labelled for
+-- this replica and not being drained. Without a lapse, no request.
+---@package
+function Ring:confirmed(key, api_version, what)
+  local lapses = self.lapses
+  if lapses == 0 or self.confirmed_at[key] == lapses then return true end
+  local ns, name = key:match("^([^/]*)/(.*)$")
+  if not ns then name = key end
+  local obj, err = client().default():get(api_version, what, ns, name)
+  if not obj then
+    if client().is_not_found(err) then return false end
+    return nil, err
+  end
+  local labels = obj.metadata.labels
+  local mine = type(labels) == "table" and labels[self.label] == self.identity
+    and labels[self.drain_label] ~= "true"
+  if mine then
+    self.confirmed_at[key] = lapses
+  else
+    log("info", "sharding: not reconciled: moved while the lease had lapsed",
+        { ring = self.name, key = key, replica = self.identity })
+  end
+  return mine
 end
 
 ---@package
