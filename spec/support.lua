@@ -43,7 +43,6 @@ end
 -- The keys of table t, sorted.
 _M.sorted_keys = require("kubelua.sim.util").sorted_keys
 
--- The whole of file path (raises when it cannot be read).
 -- An object's conditions as { type, status, reason, message } each, in
 -- order: what the workload specs compare.
 function _M.conditions(obj)
@@ -64,6 +63,7 @@ function _M.live_pods(t, ns)
   return out
 end
 
+-- The whole of file path (raises when it cannot be read).
 function _M.read(path)
   local f = assert(io.open(path, "rb"))
   local s = f:read("*a")

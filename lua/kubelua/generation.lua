@@ -73,6 +73,8 @@ local function dirname(path)
   return path:match("^(.*)/[^/]*$") or "."
 end
 
+-- The whole of file path, or nil when it cannot be read (also for the
+-- webhook server's certificate files).
 local function read_file(path)
   local f = io_open(path, "rb")
   if not f then return nil end
@@ -80,6 +82,7 @@ local function read_file(path)
   f:close()
   return s
 end
+_M.read_file = read_file
 
 -- The user's modules next to the script are found by require.
 local dirs_added = {}

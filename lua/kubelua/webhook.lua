@@ -51,7 +51,6 @@ local util = require "kubelua.sim.util"
 local type, pairs, ipairs, error, tostring, pcall = type, pairs, ipairs, error, tostring, pcall
 local next, select, xpcall, unpack = next, select, xpcall, unpack
 local sort, format, traceback = table.sort, string.format, debug.traceback
-local io_open = io.open
 
 local array, is_array = json.array, json.is_array
 local b64encode, equal, deep_copy = util.b64encode, util.equal, util.copy
@@ -418,13 +417,7 @@ local function handle(req)
   latency:observe(core.monotonic() - t0, labels)
 end
 
-local function read(path)
-  local f = io_open(path, "rb")
-  if not f then return nil end
-  local s = f:read("*a")
-  f:close()
-  return s
-end
+local read = generation.read_file
 
 -- Looks at the certificate files every poll seconds; new content is
 -- loaded for the next connections. A failure is said once per content.
