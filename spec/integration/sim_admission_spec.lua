@@ -7,6 +7,7 @@ local kube = require "kubelua"
 local testing = require "kubelua.testing"
 local core = require "kubelua.core"
 local http = require "kubelua.http"
+local httpd = require "kubelua.httpd"
 
 local calls = {} -- { "path OPERATION name" } in the order the webhooks saw them
 local scales = {} -- what /scale saw of each request
@@ -90,6 +91,23 @@ describe("simulator admission webhooks", function()
       kube.sleep(30)
       return true
     end, timeout = 60 }
+    -- denies only once /deny-now was asked (at most 20 s later), then one
+    -- second after it: asked one after the other, it would answer first
+    kube.webhook{ path = "/deny-late", validate = function(req)
+      calls[#calls + 1] = "/deny-late " .. req.name
+      for _ = 1, 2000 do
+        if calls[1] == "/deny-now " .. req.name or calls[2] == "/deny-now " .. req.name then
+          break
+        end
+        kube.sleep(0.01)
+      end
+      kube.sleep(1)
+      return false, "late"
+    end, timeout = 60 }
+    kube.webhook{ path = "/deny-now", validate = function(req)
+      calls[#calls + 1] = "/deny-now " .. req.name
+      return false, "now"
+    end }
   end)
 
   before_each(function()
@@ -359,4 +377,47 @@ describe("simulator admission webhooks", function()
       nil, "all"))
     assert.same({ "/check CREATE x" }, calls)
   end)
+
+  it("asks every validating webhook at once and answers the first refusal to arrive", function()
+    t:webhooks{
+      config("Validating", "a", { hook("late.example.com", "/deny-late", { timeoutSeconds = 30 }) }),
+      config("Validating", "b", { hook("now.example.com", "/deny-now") }),
+    }
+    local obj, err = kube.create(cm("x"))
+    assert.same({ code = 403, reason = "Forbidden", message = 'admission webhook '
+      .. '"now.example.com" denied the request: now' }, refused(obj, err))
+    table.sort(calls)
+    assert.same({ "/deny-late x", "/deny-now x" }, calls)
+    assert.is_nil(t:get("v1", "configmaps", "demo", "x"))
+  end)
+
+  it("sends the first AdmissionReview version a webhook accepts, and fails one it cannot",
+    function()
+      local seen = {}
+      local srv = assert(httpd.listen { host = "127.0.0.1", port = 0, handler = function(req)
+        local review = kube.json.decode(tostring(req:body()))
+        seen[#seen + 1] = review.apiVersion
+        -- v1beta1's answer needs no uid
+        req:reply(200, { ["Content-Type"] = "application/json" }, kube.json.encode {
+          apiVersion = review.apiVersion, kind = "AdmissionReview",
+          response = { allowed = true } })
+      end })
+      local url = "http://127.0.0.1:" .. srv:port() .. "/review"
+      t:create(config("Validating", "versions", {
+        hook("beta.example.com", "/", { admissionReviewVersions = { "v2", "v1beta1", "v1" },
+          clientConfig = { url = url } }) }))
+      t:create(cm("x"))
+      assert.same({ "admission.k8s.io/v1beta1" }, seen)
+      local c = t:get("admissionregistration.k8s.io/v1", "validatingwebhookconfigurations", nil,
+        "versions")
+      c.webhooks[1].admissionReviewVersions = { "v2" }
+      t:update(c)
+      local obj, err = kube.create(cm("y"))
+      local msg = 'failed calling webhook "beta.example.com": could not create admission '
+        .. "objects: webhook does not accept known AdmissionReview versions (v1, v1beta1)"
+      assert.same({ code = 500, reason = "InternalError", message = "Internal error occurred: "
+        .. msg }, refused(obj, err))
+      assert.same({ "admission.k8s.io/v1beta1" }, seen)
+      srv:close()
+    end)
 end)

@@ -5,8 +5,11 @@
 -- On every write that came over HTTP (create, update, patch, delete; the
 -- status subresource included), the store asks admit() twice: phase
 -- "mutate" before the object is validated, phase "validate" once it would be
--- stored. The webhooks of each kind run one after another, in the order of
--- their configuration's name, then their order in it. A webhook is called
+-- stored. The mutating webhooks run one after another, in the order of
+-- their configuration's name, then their order in it; the validating ones
+-- all at once, the first refusal to arrive being the answer. Each gets the
+-- AdmissionReview version first in its admissionReviewVersions that the
+-- server knows (v1, v1beta1), or fails the call. A webhook is called
 -- when a rule matches the request (operations, apiGroups, apiVersions,
 -- resources with "*", "*/*", "r/*", "*/sub", scope; with matchPolicy
 -- Equivalent, the default, through another version of the same resource,
@@ -39,7 +42,8 @@ local encode, decode, null, array, is_array = json.encode, json.decode, json.nul
   json.is_array
 local copy, equal = util.copy, util.equal
 
-local log = require("kubelua").log
+local kube = require "kubelua"
+local log = kube.log
 
 local _M = {}
 local Admission = {}
@@ -286,19 +290,36 @@ function _M.post(routes, cc, timeout, query, review)
   return out
 end
 
+-- The AdmissionReview version a webhook is sent: the first of its
+-- admissionReviewVersions the server knows (CreateAdmissionObjects).
+local REVIEW_VERSIONS = { v1 = true, v1beta1 = true }
+
+local function review_version(w)
+  for _, v in ipairs(list(w.admissionReviewVersions)) do
+    if REVIEW_VERSIONS[v] then return v end
+  end
+  return nil
+end
+
 -- call(w, request) -> the AdmissionReview's response | nil, the reason of
--- an ErrCallingWebhook.
+-- an ErrCallingWebhook. The review goes in the version review_version
+-- picks; the answer's uid is checked for v1 only, as kube-apiserver checks it.
 function Admission:call(w, request)
+  local version = review_version(w)
+  if not version then
+    return nil, "could not create admission objects: webhook does not accept known "
+      .. "AdmissionReview versions (v1, v1beta1)"
+  end
   local timeout = type(w.timeoutSeconds) == "number" and w.timeoutSeconds or 10
   local review, why = _M.post(self.routes, w.clientConfig, timeout,
-    format("?timeout=%ds", timeout), { apiVersion = "admission.k8s.io/v1",
+    format("?timeout=%ds", timeout), { apiVersion = "admission.k8s.io/" .. version,
       kind = "AdmissionReview", request = request })
   if not review then return nil, "failed to call webhook: " .. why end
   local resp = review.response
   if not is_object(resp) then
     return nil, "received invalid webhook response: webhook response was absent"
   end
-  if resp.uid ~= request.uid then
+  if version == "v1" and resp.uid ~= request.uid then
     return nil, format("received invalid webhook response: expected response.uid=%q, got %q",
       request.uid, tostring(resp.uid or ""))
   end
@@ -421,14 +442,34 @@ function Admission:mutate(a)
   return true
 end
 
+-- The validating webhooks that match, called at once as kube-apiserver
+-- calls them (one goroutine each): every one is asked even when another
+-- denies, and the first refusal to arrive is the answer (the others are
+-- dropped, as the server's dispatcher drops them). The first webhook is
+-- called from the request's task, the others from tasks of their own.
 function Admission:validate(a)
+  local matched = {}
   for _, h in ipairs(self:hooks("validatingwebhookconfigurations")) do
     local via = self:matched(h.w, a.op, a.res, a.sub or "")
     if via and self:namespace_selects(h.w, a) and self:object_selects(h.w, a) then
-      local r, st = self:invoke("validate", h, via, a)
-      if not r then return nil, st end
+      matched[#matched + 1] = { h = h, via = via }
     end
   end
+  local left, refusal = #matched, nil
+  local function ask(m)
+    local ok, r, st = pcall(self.invoke, self, "validate", m.h, m.via, a)
+    if not ok then
+      r, st = nil, internal(format("ValidatingAdmissionWebhook/%s has panicked: %s",
+        tostring(m.h.w.name), tostring(r)))
+    end
+    if not r and refusal == nil then refusal = st end
+    left = left - 1
+  end
+  for i = 2, #matched do kube.spawn(ask, matched[i]) end
+  if matched[1] then ask(matched[1]) end
+  -- the others end within their timeoutSeconds
+  while left > 0 do kube.sleep(0.001) end
+  if refusal then return nil, refusal end
   return true
 end
 
