@@ -50,7 +50,7 @@ local util = require "kubelua.sim.util"
 
 local type, pairs, ipairs, error, tostring, pcall = type, pairs, ipairs, error, tostring, pcall
 local next, select, xpcall, unpack = next, select, xpcall, unpack
-local sort, format, traceback = table.sort, string.format, debug.traceback
+local sort, format, find, traceback = table.sort, string.format, string.find, debug.traceback
 
 local array, is_array = json.array, json.is_array
 local b64encode, equal, deep_copy = util.b64encode, util.equal, util.copy
@@ -366,17 +366,35 @@ local function check(spec, level)
     timeout = spec.timeout or 10 }
 end
 
+local JSON_TYPE = { ["Content-Type"] = "application/json" }
+
+-- A path's series, bound on its first request (a reload keeps them):
+-- { in_flight, latency, ok = requests_total's code 200 }.
+local series = {}
+
+local function series_of(path)
+  local s = series[path]
+  if not s then
+    local labels = { webhook = path }
+    s = { in_flight = in_flight:with(labels), latency = latency:with(labels),
+      ok = requests_total:with{ webhook = path, code = "200" } }
+    series[path] = s
+  end
+  return s
+end
+
 local function handle(req)
-  local path = req:path():gsub("%?.*", "")
+  local path = req:path()
+  if find(path, "?", 1, true) then path = path:gsub("%?.*", "") end
   local hooks = by_gen[generation.current()]
   local hook = hooks and hooks[path]
   if not hook then
     return req:reply(404, { ["Content-Type"] = "text/plain; charset=utf-8" },
       "404 page not found\n")
   end
-  local labels = { webhook = path }
+  local s = series_of(path)
   local t0 = core.monotonic()
-  in_flight:inc(labels)
+  s.in_flight:inc()
   local code, out = 200, nil
   if req:method() ~= "POST" then
     code = 405
@@ -401,7 +419,7 @@ local function handle(req)
   if out then
     local ok, body = pcall(json.encode, out)
     if ok then
-      req:reply(200, { ["Content-Type"] = "application/json" }, body)
+      req:reply(200, JSON_TYPE, body)
     else
       code = 500
       core.log("error", format("webhook %s: cannot encode the response: %s", hook.name,
@@ -412,9 +430,13 @@ local function handle(req)
     req:reply(code, { ["Content-Type"] = "text/plain; charset=utf-8" },
       code == 405 and "405 method not allowed\n" or "500 internal server error\n")
   end
-  in_flight:dec(labels)
-  requests_total:inc{ webhook = path, code = tostring(code) }
-  latency:observe(core.monotonic() - t0, labels)
+  s.in_flight:dec()
+  if code == 200 then
+    s.ok:inc()
+  else
+    requests_total:inc{ webhook = path, code = tostring(code) }
+  end
+  s.latency:observe(core.monotonic() - t0)
 end
 
 local read = generation.read_file
