@@ -2218,6 +2218,16 @@ static SSL_CTX *tls_ctx_new(const kl_httpd_opts_t *o, char *err,
                             SSL_MODE_RELEASE_BUFFERS);
   SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION |
                                SSL_OP_CIPHER_SERVER_PREFERENCE);
+  /* TLS 1.3 suites in the order Go's servers prefer them on hardware with
+   * AES instructions (kube-apiserver, controller-runtime): AES-128-GCM
+   * first, which costs fewer rounds per record than OpenSSL's first
+   * choice, AES-256-GCM. */
+  if (SSL_CTX_set_ciphersuites(ctx, "TLS_AES_128_GCM_SHA256:"
+                                    "TLS_CHACHA20_POLY1305_SHA256:"
+                                    "TLS_AES_256_GCM_SHA384") != 1) {
+    tls_err(err, errlen, "TLS cipher suites", NULL);
+    goto fail;
+  }
   if (SSL_CTX_use_certificate_chain_file(ctx, o->tls_cert_file) != 1) {
     tls_err(err, errlen, "TLS certificate", o->tls_cert_file);
     goto fail;

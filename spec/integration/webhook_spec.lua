@@ -497,6 +497,18 @@ describe("kube.webhook's server and slow or oversize clients", function()
     os.remove(out)
   end)
 
+  it("prefers AES-128-GCM among the TLS 1.3 suites, as Go's servers do", function()
+    local out = os.tmpname()
+    -- openssl's own client lists AES-256-GCM first
+    local p = process.spawn{ path = "/bin/bash", log = out, args = { "-c",
+      "openssl s_client -brief -connect " .. base:match("//(.*)") .. " </dev/null 2>&1"
+      .. " | grep -E '^(Protocol version|Ciphersuite):'" } }
+    assert.is_true(finished(p, 30))
+    assert.equal("Protocol version: TLSv1.3\nCiphersuite: TLS_AES_128_GCM_SHA256\n",
+      support.read(out))
+    os.remove(out)
+  end)
+
   it("closes a keep-alive connection left idle for idle_timeout, after its answers", function()
     local t0 = kube.monotonic()
     local p, out = raw_client("printf 'GET /none HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n'; sleep 30")
