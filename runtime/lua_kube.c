@@ -7,6 +7,10 @@
  * States: READY (on the loop's deferred list), RUNNING (inside lua_resume),
  * WAITING (parked on a wait list or its sleep timer), DEAD. Tasks are only
  * ever resumed from deferred work, never from inside the call that woke them.
+ * The thread of a task whose function returned is kept (up to THREAD_POOL,
+ * its stack emptied) for the next task: a new task then costs no thread and
+ * no stack growth (a webhook's review spawns two, each decoding into its
+ * stack). A thread that raised cannot run again and is dropped.
  *
  * kube.after handles embed a kl_timer_t; they are userdata too, kept alive by
  * a registry reference while armed, and disarmed by __gc, so closing the Lua
@@ -44,6 +48,8 @@
 #define AFTER_MT "kubelua.timer"
 #define RT_KEY "kubelua.runtime"
 #define WATCH_MT "kubelua.filewatch"
+#define THREAD_POOL 128 /* idle threads kept for new tasks */
+#define THREAD_KEEP 160 /* slots an idle thread keeps in use */
 
 enum { TASK_READY, TASK_RUNNING, TASK_WAITING, TASK_DEAD };
 enum { JOIN_PENDING, JOIN_OK, JOIN_FAILED, JOIN_TIMEOUT };
@@ -137,6 +143,12 @@ struct kl_rt {
   kl_defer_t on_stop_run; /* starts them, from the loop */
   /* --hang-timeout's watchdog, or NULL */
   kl_watchdog_t *watchdog;
+  /* threads of tasks that returned, each with its registry reference */
+  struct {
+    lua_State *co;
+    int ref;
+  } pool[THREAD_POOL];
+  int npool;
 };
 
 static void task_resume(kl_defer_t *d);
@@ -330,6 +342,22 @@ static int task_gc(lua_State *L) {
   return 0;
 }
 
+/* Keeps the thread of a task whose function returned for task_spawn;
+ * task_end then leaves the thread's reference alone. LuaJIT's collector
+ * halves the stack of a thread that uses less than a quarter of it, so an
+ * idle thread holds THREAD_KEEP nils: a stack grown to up to four times
+ * that (json.decode's holding room) stays grown. */
+static void task_keep_thread(kl_task_t *t) {
+  kl_rt_t *rt = t->rt;
+  if (rt->npool == THREAD_POOL) return;
+  lua_settop(t->co, 0);
+  if (lua_checkstack(t->co, THREAD_KEEP)) lua_settop(t->co, THREAD_KEEP);
+  rt->pool[rt->npool].co = t->co;
+  rt->pool[rt->npool].ref = t->thread_ref;
+  rt->npool++;
+  t->thread_ref = LUA_NOREF;
+}
+
 static void task_sleep_done(kl_timer_t *timer, void *ud) {
   kl_task_t *t = ud;
   (void)timer;
@@ -340,8 +368,17 @@ static void task_sleep_done(kl_timer_t *timer, void *ud) {
  * `nargs` values above it; pops them. The task starts from the run queue. */
 static kl_task_t *task_spawn(kl_rt_t *rt, lua_State *L, int nargs,
                              const char *name) {
-  lua_State *co = lua_newthread(L);
-  int thread_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  lua_State *co;
+  int thread_ref;
+  if (rt->npool > 0) {
+    rt->npool--;
+    co = rt->pool[rt->npool].co;
+    thread_ref = rt->pool[rt->npool].ref;
+    lua_settop(co, 0);
+  } else {
+    co = lua_newthread(L);
+    thread_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  }
   lua_xmove(L, co, nargs + 1);
 
   kl_task_t *t = lua_newuserdata(L, sizeof *t);
@@ -352,8 +389,11 @@ static kl_task_t *task_spawn(kl_rt_t *rt, lua_State *L, int nargs,
   t->join_ref = LUA_NOREF;
   t->gen = kl_rt_generation(rt);
   t->state = TASK_READY;
-  snprintf(t->name, sizeof t->name, "%s", name ? name : "task");
-  snprintf(t->what, sizeof t->what, "task %s", t->name);
+  if (!name) name = "task";
+  size_t n = strnlen(name, sizeof t->name - 1); /* t is zeroed: ends */
+  memcpy(t->name, name, n);
+  memcpy(t->what, "task ", 5); /* what has room for "task " and name */
+  memcpy(t->what + 5, name, n);
   kl_defer_init(&t->defer, task_resume);
   kl_timer_init(&t->timer, task_sleep_done, t);
   luaL_getmetatable(L, TASK_MT);
@@ -494,6 +534,7 @@ static void task_resume(kl_defer_t *d) {
       log_task_error(t, co, "main task failed; stopping with exit status 1");
     else if (!ok)
       log_task_error(t, co, "task failed");
+    if (ok) task_keep_thread(t);
     task_end(t);
     if (fatal) kl_rt_stop(rt, 1);
   }

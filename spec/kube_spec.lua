@@ -172,6 +172,17 @@ describe("kubelua", function()
       end)
       assert.same({ "a1", "b1", "a2", "b2", "a3", "b3" }, order)
     end)
+
+    it("runs a new task on the thread of a task that returned, never of one that raised", function()
+      local returned = kube.run(function() return coroutine.running(), "a result" end)
+      local next_one, nargs = kube.run(function(...) return coroutine.running(), select("#", ...) end)
+      assert.equal(returned, next_one)
+      assert.equal(0, nargs)
+      local raised
+      pcall(kube.run, function() raised = coroutine.running(); error("boom") end)
+      assert.equal("dead", coroutine.status(raised))
+      assert.are_not.equal(raised, kube.run(function() return coroutine.running() end))
+    end)
   end)
 
   describe("core.system", function()
