@@ -68,7 +68,7 @@
  * free above them: each level that is not holding needs at most a table
  * and a key, and closing a container a few more. */
 #define HOLD_MAX 4096
-#define HOLD_STEP 256
+#define HOLD_STEP 64 /* small: a stack grows only about as far as needed */
 #define RESERVE (2 * MAX_DEPTH + 16)
 #define EXACT 9007199254740992.0 /* 2^53 */
 
