@@ -27,7 +27,10 @@
  * same everywhere (a spec checks that both accept exactly the same inputs).
  *
  * encode(v) writes compact JSON into a growable buffer owned by a userdata
- * with __gc (so a Lua error raised half-way leaks nothing). Object keys are
+ * with __gc (so a Lua error raised half-way leaks nothing): the state's
+ * shared one, kept in the registry with up to SHARED_MAX bytes between
+ * encodes, unless an encode holds it (a finalizer's encode during another,
+ * or after a Lua error raised inside one), then one of its own. Object keys are
  * sorted by bytes, which makes the output deterministic; the order of the
  * JSON that was decoded is not kept (Lua tables have none to keep). Tables
  * are read with raw access: metamethods are neither called nor encoded.
@@ -63,6 +66,8 @@
 #define ARRAY_MT "kubelua.array"
 #define NULL_KEY "kubelua.null"
 #define BUF_MT "kubelua.json.buffer"
+#define SHARED_KEY "kubelua.json.shared" /* the state's shared ebuf */
+#define SHARED_MAX 65536 /* memory the shared ebuf keeps between encodes */
 #define MAX_DEPTH 128
 /* Stack slots for members held by open containers, and the slots kept
  * free above them: each level that is not holding needs at most a table
@@ -444,6 +449,7 @@ typedef struct ebuf {
   size_t len, cap;
   ekey_t *keys;
   size_t nkeys, kcap;
+  bool busy; /* an encode writes into it */
 } ebuf_t;
 
 typedef struct seg {
@@ -476,7 +482,10 @@ static void reserve(enc_t *e, size_t n) {
   while (cap < b->len + n)
     cap *= 2;
   char *p = realloc(b->p, cap);
-  if (!p) luaL_error(e->L, "json: out of memory");
+  if (!p) {
+    b->busy = false;
+    luaL_error(e->L, "json: out of memory");
+  }
   b->p = p;
   b->cap = cap;
 }
@@ -501,6 +510,7 @@ static void enc_fail(enc_t *e, const char *what) {
       k += (size_t)snprintf(path + k, sizeof path - k, "[%zu]", s->n);
     if (k >= sizeof path) k = sizeof path - 1; /* truncated */
   }
+  e->b->busy = false;
   luaL_error(e->L, "json: %s at %s", what, k ? path : "(root)");
 }
 
@@ -543,7 +553,15 @@ static void enc_number(enc_t *e, double x) {
       put(e, signbit(x) ? "-0" : "0", signbit(x) ? 2 : 1);
       return;
     }
-    n = snprintf(tmp, sizeof tmp, "%lld", (long long)x);
+    uint64_t v = (uint64_t)fabs(x);
+    char *p = tmp + sizeof tmp;
+    do {
+      *--p = (char)('0' + v % 10);
+      v /= 10;
+    } while (v);
+    if (x < 0) *--p = '-';
+    put(e, p, (size_t)(tmp + sizeof tmp - p));
+    return;
   } else {
     /* The fewest digits that read back; an integral value beyond 2^53
      * gets an exponent, so that it reads back as a float, not as an
@@ -638,7 +656,10 @@ static void enc_table(enc_t *e, int idx) {
       if (b->nkeys == b->kcap) {
         size_t cap = b->kcap ? 2 * b->kcap : 64;
         ekey_t *k = realloc(b->keys, cap * sizeof *k);
-        if (!k) luaL_error(L, "json: out of memory");
+        if (!k) {
+          b->busy = false;
+          luaL_error(L, "json: out of memory");
+        }
         b->keys = k;
         b->kcap = cap;
       }
@@ -733,16 +754,35 @@ static void enc_value(enc_t *e, int idx) {
   enc_fail(e, what);
 }
 
-void kl_lua_json_encode(lua_State *L, int idx) {
-  if (idx < 0 && idx > LUA_REGISTRYINDEX) idx = lua_gettop(L) + idx + 1;
-  luaL_checkstack(L, 8, "json: stack overflow");
-  ebuf_t *b = lua_newuserdata(L, sizeof *b);
+/* Pushes the userdata of the buffer an encode writes into, empty and busy:
+ * the shared one (made on first use) when it is free, else a new one. */
+static ebuf_t *ebuf_push(lua_State *L) {
+  lua_getfield(L, LUA_REGISTRYINDEX, SHARED_KEY);
+  ebuf_t *b = lua_touserdata(L, -1);
+  bool shared = b == NULL;
+  if (b && !b->busy) goto out;
+  lua_pop(L, 1);
+  b = lua_newuserdata(L, sizeof *b);
   memset(b, 0, sizeof *b);
   if (luaL_newmetatable(L, BUF_MT)) {
     lua_pushcfunction(L, ebuf_gc);
     lua_setfield(L, -2, "__gc");
   }
   lua_setmetatable(L, -2);
+  if (shared) {
+    lua_pushvalue(L, -1);
+    lua_setfield(L, LUA_REGISTRYINDEX, SHARED_KEY);
+  }
+out:
+  b->len = b->nkeys = 0;
+  b->busy = true;
+  return b;
+}
+
+void kl_lua_json_encode(lua_State *L, int idx) {
+  if (idx < 0 && idx > LUA_REGISTRYINDEX) idx = lua_gettop(L) + idx + 1;
+  luaL_checkstack(L, 8, "json: stack overflow");
+  ebuf_t *b = ebuf_push(L);
   int box = lua_gettop(L);
   push_array_mt(L);
   enc_t e;
@@ -754,7 +794,18 @@ void kl_lua_json_encode(lua_State *L, int idx) {
   lua_pushlstring(L, b->p ? b->p : "", b->len);
   lua_replace(L, box);
   lua_settop(L, box);
-  /* The buffer's memory goes with its userdata's collection. */
+  b->busy = false;
+  if (b->cap > SHARED_MAX) { /* a big one's memory is not kept */
+    free(b->p);
+    b->p = NULL;
+    b->cap = 0;
+  }
+  if (b->kcap * sizeof *b->keys > SHARED_MAX) {
+    free(b->keys);
+    b->keys = NULL;
+    b->kcap = 0;
+  }
+  /* A buffer that is not shared goes with its userdata's collection. */
 }
 
 /* --- the module ----------------------------------------------------------- */

@@ -448,6 +448,15 @@ describe("kubelua.json", function()
       end)
     end)
 
+    it("writes each value afresh after one that raised half-way and after a big one", function()
+      raises("json: cannot encode a value of type function at b", function()
+        json.encode({ a = string.rep("x", 100), b = print })
+      end)
+      assert.equal('{"a":1}', json.encode({ a = 1 }))
+      assert.equal(100002, #json.encode(string.rep("y", 100000)))
+      assert.equal('[-9007199254740992,10,-7]', json.encode({ -2 ^ 53, 10, -7 }))
+    end)
+
     it("refuses cycles and nesting deeper than 128", function()
       local t = { a = {} }
       t.a.b = t
