@@ -441,6 +441,7 @@ int kl_lua_json_decode(lua_State *L, const char *s, size_t n, char *err,
 typedef struct ekey {
   const char *s;
   size_t n;
+  int v; /* the stack index of its value, 0 when it was not kept */
 } ekey_t;
 
 /* The userdata that owns the encoder's memory. */
@@ -630,6 +631,21 @@ static int key_cmp(const void *a, const void *b) {
   return c ? c : (x->n > y->n) - (x->n < y->n);
 }
 
+/* Sorts keys by bytes: by insertion when they are few, as most objects'. */
+static void sort_keys(ekey_t *k, size_t n) {
+  if (n > 16) {
+    qsort(k, n, sizeof *k, key_cmp);
+    return;
+  }
+  for (size_t i = 1; i < n; i++) {
+    ekey_t x = k[i];
+    size_t j = i;
+    for (; j > 0 && key_cmp(&k[j - 1], &x) > 0; j--)
+      k[j] = k[j - 1];
+    k[j] = x;
+  }
+}
+
 static void enc_value(enc_t *e, int idx);
 
 static void enc_table(enc_t *e, int idx) {
@@ -647,7 +663,9 @@ static void enc_table(enc_t *e, int idx) {
     array = lua_rawequal(L, -1, e->mt);
     lua_pop(L, 1);
   }
-  /* Classify the keys; keep the string ones for sorting. */
+  /* Classify the keys; keep the string ones for sorting, and their values
+   * on the stack while it has room (else they are looked up again). */
+  int top = lua_gettop(L);
   lua_pushnil(L);
   while (lua_next(L, idx)) {
     int t = lua_type(L, -2);
@@ -664,6 +682,12 @@ static void enc_table(enc_t *e, int idx) {
         b->kcap = cap;
       }
       b->keys[b->nkeys].s = lua_tolstring(L, -2, &b->keys[b->nkeys].n);
+      b->keys[b->nkeys].v = 0;
+      if (lua_checkstack(L, RESERVE)) { /* room for the deepest nesting */
+        lua_insert(L, -2);              /* the value stays below the key */
+        b->keys[b->nkeys].v = lua_gettop(L) - 1;
+        lua_pushnil(L); /* popped below */
+      }
       b->nkeys++;
       nstr++;
     } else if (t == LUA_TNUMBER) {
@@ -702,7 +726,7 @@ static void enc_table(enc_t *e, int idx) {
     put(e, "]", 1);
     return;
   }
-  if (nstr > 1) qsort(e->b->keys + first, nstr, sizeof(ekey_t), key_cmp);
+  sort_keys(e->b->keys + first, nstr);
   put(e, "{", 1);
   for (size_t i = 0; i < nstr; i++) {
     ekey_t k = e->b->keys[first + i];
@@ -712,12 +736,17 @@ static void enc_table(enc_t *e, int idx) {
     e->depth++;
     enc_string(e, k.s, k.n, true);
     put(e, ":", 1);
-    lua_pushlstring(L, k.s, k.n);
-    lua_rawget(L, idx);
-    enc_value(e, lua_gettop(L));
-    lua_pop(L, 1);
+    if (k.v) {
+      enc_value(e, k.v);
+    } else {
+      lua_pushlstring(L, k.s, k.n);
+      lua_rawget(L, idx);
+      enc_value(e, lua_gettop(L));
+      lua_pop(L, 1);
+    }
     e->depth--;
   }
+  lua_settop(L, top);
   put(e, "}", 1);
   e->b->nkeys = first;
 }

@@ -457,6 +457,15 @@ describe("kubelua.json", function()
       assert.equal('[-9007199254740992,10,-7]', json.encode({ -2 ^ 53, 10, -7 }))
     end)
 
+    it("sorts the keys of small and big objects, also past the C stack's 8000 slots", function()
+      assert.equal('{"a":{"":0,"b":[1]},"ab":true,"b":"x"}',
+        json.encode({ b = "x", ab = true, a = { b = json.array({ 1 }), [""] = 0 } }))
+      local big, parts = {}, {}
+      for i = 1, 10000 do big[string.format("k%05d", i)] = { i } end
+      for i = 1, 10000 do parts[i] = string.format('"k%05d":[%d]', i, i) end
+      assert.equal("{" .. table.concat(parts, ",") .. "}", json.encode(big))
+    end)
+
     it("refuses cycles and nesting deeper than 128", function()
       local t = { a = {} }
       t.a.b = t
