@@ -20,10 +20,13 @@
  * '\0' after the JSON with length 0. The object never changes after it is
  * built; refs counts the holders (single-threaded, plain integer).
  *
- * A compressed object (kl_obj_pack, for objz.c) has the same header and
- * tables, with z set and data[] = '\0' | the extracted strings, copied |
- * padding to 4 | labels | owners | the compressed JSON; json_len is the
- * JSON's length once decompressed. */
+ * A compressed object (kl_obj_pack, for objz.c) has the same header, with z
+ * set, no labels or owners and data[] = '\0' | the extracted strings but the
+ * uid, copied | the compressed JSON (at labels_off); json_len is the JSON's
+ * length once decompressed. Its uid, labels and owners are read from the
+ * plain object rebuilt from the JSON (plain()), which its codec keeps for
+ * the last object asked: the store's label and controller indices read
+ * them once per change of an object, and nothing else in the core does. */
 #include "object.h"
 
 #include <stdarg.h>
@@ -619,63 +622,57 @@ kl_obj_t *kl_obj_ref(kl_obj_t *o) {
 
 void kl_obj_unref(kl_obj_t *o) {
   if (o && --o->refs == 0) {
+    if (o->z) kl_objz_forget(o->z, o);
     kl_objz_unref(o->z);
     free(o);
   }
 }
 
-/* Where the tables end: the compressed JSON of a packed object. */
-static size_t tables_end(const kl_obj_t *o) {
-  return o->labels_off + o->nlabels * sizeof(label_t) +
-         o->nowners * sizeof(owner_t);
-}
-
 kl_obj_t *kl_obj_pack(const kl_obj_t *o, const char *z, size_t n,
                       kl_objz_t *codec) {
-  const label_t *ls = (const label_t *)(const void *)(o->data + o->labels_off);
-  const owner_t *os = (const owner_t *)(const void *)(ls + o->nlabels);
   size_t strs = 1;
   for (int i = 0; i < NF; i++)
-    strs += o->f[i].len;
-  for (size_t i = 0; i < o->nlabels; i++)
-    strs += ls[i].k.len + ls[i].v.len;
-  for (size_t i = 0; i < o->nowners; i++)
-    for (int j = 0; j < NO_STR; j++)
-      strs += os[i].s[j].len;
-  size_t tables = (strs + 3) & ~(size_t)3;
-  size_t size = tables + (tables_end(o) - o->labels_off) + n;
+    strs += i == F_UID ? 0 : o->f[i].len;
+  size_t size = strs + n;
   kl_obj_t *p = kl_xmalloc(sizeof *p + size);
   memcpy(p, o, sizeof *p);
   p->refs = 1;
   p->size = (uint32_t)size;
-  p->labels_off = (uint32_t)tables;
+  p->nlabels = p->nowners = 0;
+  p->labels_off = (uint32_t)strs;
   p->z = kl_objz_ref(codec);
   char *d = p->data;
   uint32_t at = 1;
   d[0] = '\0';
-#define COPY(dst, src)                                                         \
-  do {                                                                         \
-    (dst).len = (src).len;                                                     \
-    (dst).off = (src).len ? at : 0;                                            \
-    memcpy(d + at, o->data + (src).off, (src).len);                            \
-    at += (src).len;                                                           \
-  } while (0)
-  for (int i = 0; i < NF; i++)
-    COPY(p->f[i], o->f[i]);
-  label_t *pl = (label_t *)(void *)(d + tables);
-  for (size_t i = 0; i < o->nlabels; i++) {
-    COPY(pl[i].k, ls[i].k);
-    COPY(pl[i].v, ls[i].v);
+  for (int i = 0; i < NF; i++) {
+    uint32_t len = i == F_UID ? 0 : o->f[i].len;
+    p->f[i].len = len;
+    p->f[i].off = len ? at : 0;
+    memcpy(d + at, o->data + o->f[i].off, len);
+    at += len;
   }
-  owner_t *po = (owner_t *)(void *)(pl + o->nlabels);
-  for (size_t i = 0; i < o->nowners; i++) {
-    for (int j = 0; j < NO_STR; j++)
-      COPY(po[i].s[j], os[i].s[j]);
-    po[i].flags = os[i].flags;
+  memcpy(d + strs, z, n);
+  return p;
+}
+
+/* The plain form of o, for what a compressed object does not keep (uid,
+ * labels, owners): o itself, or the object rebuilt from its JSON, which
+ * the codec keeps until another object's is asked for. The JSON is what
+ * build() made, so walking it again cannot fail short of a bug. */
+static const kl_obj_t *plain(const kl_obj_t *o) {
+  if (!o->z) return o;
+  kl_obj_t *p = kl_objz_plain(o->z, o);
+  if (p) return p;
+  kl_json_span_t j = kl_obj_json(o);
+  walk_t w;
+  const char *next = NULL;
+  walk_init(&w, j.p, j.p + j.n, true, 0, true);
+  if (parse_at(&w, NULL, &p, &next) != KL_OK) {
+    fprintf(stderr, "kubelua: compressed object: %s\n", w.err);
+    abort();
   }
-#undef COPY
-  memset(d + at, 0, tables - at);
-  memcpy(d + tables_end(p), z, n);
+  walk_free(&w);
+  kl_objz_keep_plain(o->z, o, p);
   return p;
 }
 
@@ -688,7 +685,7 @@ static kl_json_span_t span(const kl_obj_t *o, sref_t r) {
 
 kl_json_span_t kl_obj_json(const kl_obj_t *o) {
   if (o->z) {
-    size_t at = tables_end(o);
+    size_t at = o->labels_off;
     return kl_objz_decompress(o->z, o->data + at, o->size - at, o->json_len);
   }
   kl_json_span_t s = {o->data, o->json_len};
@@ -705,7 +702,10 @@ kl_json_span_t kl_obj_namespace(const kl_obj_t *o) {
   return span(o, o->f[F_NS]);
 }
 kl_json_span_t kl_obj_name(const kl_obj_t *o) { return span(o, o->f[F_NAME]); }
-kl_json_span_t kl_obj_uid(const kl_obj_t *o) { return span(o, o->f[F_UID]); }
+kl_json_span_t kl_obj_uid(const kl_obj_t *o) {
+  o = plain(o);
+  return span(o, o->f[F_UID]);
+}
 kl_json_span_t kl_obj_resource_version(const kl_obj_t *o) {
   return span(o, o->f[F_RV]);
 }
@@ -755,10 +755,11 @@ static const label_t *labels(const kl_obj_t *o) {
   return (const label_t *)(const void *)(o->data + o->labels_off);
 }
 
-size_t kl_obj_label_count(const kl_obj_t *o) { return o->nlabels; }
+size_t kl_obj_label_count(const kl_obj_t *o) { return plain(o)->nlabels; }
 
 void kl_obj_label(const kl_obj_t *o, size_t i, kl_json_span_t *key,
                   kl_json_span_t *val) {
+  o = plain(o);
   const label_t *l = &labels(o)[i];
   *key = span(o, l->k);
   *val = span(o, l->v);
@@ -766,6 +767,7 @@ void kl_obj_label(const kl_obj_t *o, size_t i, kl_json_span_t *key,
 
 bool kl_obj_label_get(const kl_obj_t *o, const char *key, size_t klen,
                       kl_json_span_t *val) {
+  o = plain(o);
   const label_t *l = labels(o);
   for (size_t i = 0; i < o->nlabels; i++)
     if (l[i].k.len == klen && memcmp(o->data + l[i].k.off, key, klen) == 0) {
@@ -775,9 +777,10 @@ bool kl_obj_label_get(const kl_obj_t *o, const char *key, size_t klen,
   return false;
 }
 
-size_t kl_obj_owner_count(const kl_obj_t *o) { return o->nowners; }
+size_t kl_obj_owner_count(const kl_obj_t *o) { return plain(o)->nowners; }
 
 void kl_obj_owner(const kl_obj_t *o, size_t i, kl_obj_owner_t *out) {
+  o = plain(o);
   const owner_t *w =
       &((const owner_t *)(const void *)(labels(o) + o->nlabels))[i];
   out->api_version = span(o, w->s[O_API]);
@@ -789,6 +792,7 @@ void kl_obj_owner(const kl_obj_t *o, size_t i, kl_obj_owner_t *out) {
 }
 
 bool kl_obj_controller(const kl_obj_t *o, kl_obj_owner_t *out) {
+  o = plain(o);
   for (size_t i = 0; i < o->nowners; i++) {
     kl_obj_owner(o, i, out);
     if (out->controller) return true;

@@ -6,7 +6,12 @@
  * one allocation: strings are spans into the JSON bytes (or, for the rare
  * string written with escapes, into a decoded copy in the same block).
  * Spans returned here are not NUL-terminated and stay valid while the caller
- * holds a reference; an absent string is the empty span (p is never NULL). */
+ * holds a reference; an absent string is the empty span (p is never NULL).
+ * Except on a compressed object (kl_obj_compressed), which keeps only the
+ * strings the core reads on every access: its uid, labels and owners are
+ * read from a plain form its codec rebuilds and keeps for one object at a
+ * time, so those spans stay valid until the uid, labels or owners of
+ * another compressed object of the codec are read: consume them at once. */
 #ifndef KL_OBJECT_H
 #define KL_OBJECT_H
 
@@ -89,7 +94,8 @@ size_t kl_obj_size(const kl_obj_t *o);
 
 /* For objz.c: a copy of the plain object o whose JSON is the n bytes at z,
  * compressed by codec (the copy takes a reference on it); the extracted
- * strings and tables are copied as they are. One reference. */
+ * strings but the uid are copied, labels and owners are not. One
+ * reference. */
 struct kl_objz;
 kl_obj_t *kl_obj_pack(const kl_obj_t *o, const char *z, size_t n,
                       struct kl_objz *codec);

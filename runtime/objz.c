@@ -20,7 +20,9 @@
  * The codec owns one compression and one decompression context and the
  * buffers they write to; they are reused for every object, so the hot path
  * allocates only the compressed object. refs counts the informer plus every
- * compressed object. */
+ * compressed object. The codec also keeps the plain form of the last
+ * compressed object whose uid, labels or owners were read (object.c makes
+ * it); it holds no reference on that object, which forgets it when freed. */
 #define ZSTD_STATIC_LINKING_ONLY /* magicless frames */
 #include "objz.h"
 
@@ -58,9 +60,11 @@ struct kl_objz {
   ZSTD_DDict *ddict;
   ZSTD_CCtx *cctx;
   ZSTD_DCtx *dctx;
-  zbuf_t out;        /* compression output */
-  zbuf_t json[RING]; /* decompression outputs, used in turn */
-  unsigned next;     /* the json buffer to use next */
+  zbuf_t out;               /* compression output */
+  zbuf_t json[RING];        /* decompression outputs, used in turn */
+  unsigned next;            /* the json buffer to use next */
+  const kl_obj_t *plain_of; /* the compressed object `plain` was made from */
+  kl_obj_t *plain;          /* its plain form (one reference), or NULL */
   kl_objz_stats_t st;
 };
 
@@ -82,6 +86,7 @@ kl_objz_t *kl_objz_ref(kl_objz_t *z) {
 
 void kl_objz_unref(kl_objz_t *z) {
   if (!z || --z->refs > 0) return;
+  kl_obj_unref(z->plain);
   ZSTD_freeCDict(z->cdict);
   ZSTD_freeDDict(z->ddict);
   ZSTD_freeCCtx(z->cctx);
@@ -228,6 +233,20 @@ kl_json_span_t kl_objz_decompress(kl_objz_t *z, const char *src, size_t n,
   out[len] = '\0';
   kl_json_span_t s = {out, len};
   return s;
+}
+
+kl_obj_t *kl_objz_plain(const kl_objz_t *z, const kl_obj_t *o) {
+  return z->plain_of == o ? z->plain : NULL;
+}
+
+void kl_objz_keep_plain(kl_objz_t *z, const kl_obj_t *o, kl_obj_t *plain) {
+  kl_obj_unref(z->plain);
+  z->plain_of = o;
+  z->plain = plain;
+}
+
+void kl_objz_forget(kl_objz_t *z, const kl_obj_t *o) {
+  if (z->plain_of == o) kl_objz_keep_plain(z, NULL, NULL);
 }
 
 void kl_objz_stats(const kl_objz_t *z, kl_objz_stats_t *st) { *st = z->st; }
