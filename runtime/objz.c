@@ -72,7 +72,7 @@ kl_objz_t *kl_objz_new(const kl_objz_opts_t *opts) {
   kl_objz_t *z = kl_xcalloc(1, sizeof *z);
   if (opts) z->o = *opts;
   if (!z->o.min_size) z->o.min_size = 256;
-  if (!z->o.sample_size) z->o.sample_size = 16 * 1024;
+  if (!z->o.sample_size) z->o.sample_size = 32 * 1024;
   if (!z->o.level) z->o.level = 1;
   if (!z->o.samples) z->o.samples = 16;
   z->refs = 1;

@@ -29,7 +29,7 @@ typedef struct kl_objz kl_objz_t;
 
 typedef struct kl_objz_opts {
   size_t min_size;    /* JSON shorter than this stays plain; 0: 256 */
-  size_t sample_size; /* JSON bytes learned before compressing; 0: 16 KiB */
+  size_t sample_size; /* JSON bytes learned before compressing; 0: 32 KiB */
   int level;          /* zstd level; 0: 1 */
   size_t samples;     /* objects the entropy tables are learned from; 0: 16 */
 } kl_objz_opts_t;
