@@ -14,15 +14,18 @@
  * (and, for list items, apiVersion/kind put in front), the decoded copies of
  * the rare strings written with escapes, and the label and owner tables.
  *
- * Layout of data[]: json (json_len bytes) '\0' | decoded strings | padding
- * to 4 | labels (label_t[nlabels]) | owners (owner_t[nowners]). Every
+ * Layout of data[]: json (json_len bytes) '\0' | decoded strings | the key
+ * ("namespace/name" or "name") '\0', where the namespace and name spans
+ * point | padding to 4 | labels (label_t[nlabels]) | owners
+ * (owner_t[nowners]). Every
  * string is a (offset, length) pair into data; an absent one points at the
  * '\0' after the JSON with length 0. The object never changes after it is
  * built; refs counts the holders (single-threaded, plain integer).
  *
  * A compressed object (kl_obj_pack, for objz.c) has the same header, with z
  * set, no labels or owners and data[] = '\0' | the extracted strings but the
- * uid, copied | the compressed JSON (at labels_off); json_len is the JSON's
+ * uid, copied, the namespace, a '/' and the name forming the key and a
+ * '\0' after it | the compressed JSON (at labels_off); json_len is the JSON's
  * length once decompressed. Its uid, labels and owners are read from the
  * plain object rebuilt from the JSON (plain()), which its codec keeps for
  * the last object asked: the store's label and controller indices read
@@ -430,6 +433,23 @@ static bool plain_option(const char *s) {
   return true;
 }
 
+/* Writes the key at d + at from the namespace and name in d, and points
+ * them at its copy (so the key is one span, kl_obj_key_span); returns the
+ * offset after its NUL. */
+static uint32_t put_key(char *d, uint32_t at, sref_t *ns, sref_t *name) {
+  if (ns->len) {
+    memmove(d + at, d + ns->off, ns->len);
+    ns->off = at;
+    at += ns->len;
+    d[at++] = '/';
+  }
+  memmove(d + at, d + name->off, name->len);
+  name->off = at;
+  at += name->len;
+  d[at++] = '\0';
+  return at;
+}
+
 /* Builds the object from a finished walk over src[0, n). */
 static int build(walk_t *w, size_t n, const kl_obj_opts_t *opts,
                  kl_obj_t **out) {
@@ -462,7 +482,11 @@ static int build(walk_t *w, size_t n, const kl_obj_opts_t *opts,
 
   size_t cut = w->cut_end - w->cut_start;
   size_t json_len = n - cut + ni;
-  size_t tables = (json_len + 1 + w->dec + 3) & ~(size_t)3;
+  /* The key ("namespace/name" or "name", NUL-terminated) after the decoded
+   * strings; decoding never lengthens a string. */
+  size_t key_max =
+      (w->f[F_NS].len & ~ESCAPED) + 1 + (w->f[F_NAME].len & ~ESCAPED) + 1;
+  size_t tables = (json_len + 1 + w->dec + key_max + 3) & ~(size_t)3;
   size_t size = tables + w->nl * sizeof(label_t) + w->no * sizeof(owner_t);
   if (size > OBJ_MAX || w->nl > UINT16_MAX || w->no > UINT16_MAX) {
     snprintf(w->err, sizeof w->err, "object too large");
@@ -510,6 +534,7 @@ static int build(walk_t *w, size_t n, const kl_obj_opts_t *opts,
     MAP(w->f[i]);
   if (put_api) w->f[F_API] = inj_api;
   if (put_kind) w->f[F_KIND] = inj_kind;
+  dec = put_key(d, dec, &w->f[F_NS], &w->f[F_NAME]);
   memcpy(o->f, w->f, sizeof o->f);
   label_t *ls = (label_t *)(void *)(d + tables);
   for (size_t i = 0; i < w->nl; i++) {
@@ -630,9 +655,10 @@ void kl_obj_unref(kl_obj_t *o) {
 
 kl_obj_t *kl_obj_pack(const kl_obj_t *o, const char *z, size_t n,
                       kl_objz_t *codec) {
-  size_t strs = 1;
+  size_t strs = 2; /* the '\0' at 0 and the key's */
   for (int i = 0; i < NF; i++)
     strs += i == F_UID ? 0 : o->f[i].len;
+  strs += o->f[F_NS].len ? 1 : 0; /* the key's '/' */
   size_t size = strs + n;
   kl_obj_t *p = kl_xmalloc(sizeof *p + size);
   memcpy(p, o, sizeof *p);
@@ -650,6 +676,11 @@ kl_obj_t *kl_obj_pack(const kl_obj_t *o, const char *z, size_t n,
     p->f[i].off = len ? at : 0;
     memcpy(d + at, o->data + o->f[i].off, len);
     at += len;
+    if (i == F_NS && len) d[at++] = '/';
+    if (i == F_NAME) {
+      p->f[i].off = at - len;
+      d[at++] = '\0';
+    }
   }
   memcpy(d + strs, z, n);
   return p;
@@ -714,6 +745,13 @@ int64_t kl_obj_generation(const kl_obj_t *o) { return o->generation; }
 bool kl_obj_deletion_timestamp(const kl_obj_t *o, kl_json_span_t *ts) {
   if (ts) *ts = span(o, o->f[F_DEL]);
   return (o->flags & HAS_DELETION) != 0;
+}
+
+kl_json_span_t kl_obj_key_span(const kl_obj_t *o) {
+  sref_t ns = o->f[F_NS], name = o->f[F_NAME];
+  kl_json_span_t s = {o->data + (ns.len ? ns.off : name.off),
+                      ns.len ? ns.len + 1 + name.len : name.len};
+  return s;
 }
 
 size_t kl_obj_key(const kl_obj_t *o, char *buf, size_t cap) {

@@ -118,6 +118,10 @@ bool kl_obj_deletion_timestamp(const kl_obj_t *o, kl_json_span_t *ts);
  * Returns the key's length; when that is >= cap the key was truncated. */
 size_t kl_obj_key(const kl_obj_t *o, char *buf, size_t cap);
 
+/* The same key as a span into the object, NUL-terminated: every object
+ * holds its key in one piece (its namespace and name spans point into it). */
+kl_json_span_t kl_obj_key_span(const kl_obj_t *o);
+
 /* A MetaNamespaceKey on the caller's stack when it is short, else on the
  * heap: p points at it, len is its length. */
 #define KL_OBJ_KEY_INLINE 256

@@ -43,6 +43,9 @@ static void same_object(const kl_obj_t *p, const kl_obj_t *c) {
   char kp[64], kc[64];
   KT_EQ_INT(kl_obj_key(c, kc, sizeof kc), kl_obj_key(p, kp, sizeof kp));
   KT_EQ_STR(kc, kp);
+  kl_json_span_t ks = kl_obj_key_span(c);
+  KT_EQ_SPANS(ks, cstr(kp));
+  KT_EQ_INT(ks.p[ks.n], '\0');
   KT_EQ_INT(kl_obj_label_count(c), kl_obj_label_count(p));
   for (size_t i = 0; i < kl_obj_label_count(p); i++) {
     kl_json_span_t k1, v1, k2, v2;
