@@ -5,7 +5,8 @@
 -- (kubelua.sim.namespaces); and, toward KWOK's model, fake Nodes, the
 -- scheduler and their kubelets (kubelua.sim.workloads.nodes, .kubelet)
 -- and the workload controllers (kubelua.sim.workloads.replicaset,
--- .deployment, .job, .statefulset, .daemonset).
+-- .deployment, .job, .statefulset, .daemonset), and the disruption
+-- controller (kubelua.sim.disruption).
 --
 -- Each sees every change the store makes (store.observe) and only notes
 -- the work it calls for; the work runs on a later turn of the loop, one
@@ -18,6 +19,7 @@ local kube = require "kubelua"
 local gc = require "kubelua.sim.gc"
 local from_bytes = require("kubelua.sim.store").from_bytes
 local namespaces = require "kubelua.sim.namespaces"
+local disruption = require "kubelua.sim.disruption"
 local nodes = require "kubelua.sim.workloads.nodes"
 local kubelet = require "kubelua.sim.workloads.kubelet"
 
@@ -36,7 +38,7 @@ Plane.__index = Plane
 
 -- The controllers, by the name opts.controllers turns them off with.
 local NAMES = { gc = true, namespace = true, root_ca = true, service_account = true,
-  nodes = true, scheduler = true, kubelet = true }
+  nodes = true, scheduler = true, kubelet = true, disruption = true }
 for _, name in ipairs(WORKLOADS) do NAMES[name] = true end
 _M.names = NAMES
 
@@ -109,6 +111,7 @@ function _M.new(store, spec, ca, opts)
   for _, name in ipairs(WORKLOADS) do
     if on[name] then wl[#wl + 1] = workloads[name].new(store, defer) end
   end
+  if on.disruption then wl[#wl + 1] = disruption.new(store, defer) end
   local parts = self.parts
   store.observe = function(res, e, etype, prev)
     for i = 1, #parts do parts[i]:observe(res, e, etype, prev) end
