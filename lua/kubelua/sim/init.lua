@@ -23,6 +23,7 @@ local controllers = require "kubelua.sim.controllers"
 local namespaces = require "kubelua.sim.namespaces"
 local admission = require "kubelua.sim.admission"
 local conversion = require "kubelua.sim.conversion"
+local subresources = require "kubelua.sim.subresources"
 
 local type, pairs, ipairs, tostring, tonumber, setmetatable, pcall =
   type, pairs, ipairs, tostring, tonumber, setmetatable, pcall
@@ -79,6 +80,7 @@ function _M.new(opts)
   self.store.admission.convert = function(from, to, obj)
     return self.store.conversion:convert(from, to, obj)
   end
+  self.subs = subresources.new(self.store)
   return self
 end
 
@@ -321,6 +323,8 @@ function Sim:authenticate(req)
   local token = auth:match("^[Bb]earer%s+(.-)%s*$")
   if token == self.opts.token then return "admin" end
   if token and self.opts.users and self.opts.users[token] then return self.opts.users[token] end
+  local sa = token and self.subs:token_user(token) -- a serviceaccounts/token token
+  if sa then return sa end
   return nil, status(401, "Unauthorized", "Unauthorized")
 end
 
@@ -371,14 +375,14 @@ function Sim:resolve(r)
     local res = s:resource(r.gv, rest[3])
     if res and res.namespaced then
       r.ns, r.res, r.res_name, r.name, r.sub = rest[2], res, rest[3], rest[4], rest[5]
-      return #rest <= 5
+      return #rest <= 5 or r.sub == "proxy"
     end
   end
   r.res_name = rest[1]
   r.res = rest[1] and s:resource(r.gv, rest[1])
   r.name, r.sub = rest[2], rest[3]
   if r.res and r.res.namespaced and r.name then return false end
-  return #rest <= 3
+  return #rest <= 3 or r.sub == "proxy"
 end
 
 local function query_params(req)
@@ -420,6 +424,9 @@ function Sim:serve_resource(req, r, user)
   local params = query_params(req)
   if not r.res then return reply_status(req, not_found_resource()) end
   local res = r.res
+  if r.sub and subresources.handles(res, r.sub) then
+    return self:serve_subresource(req, r, user, params)
+  end
   if r.sub == "scale" and not res.scale then return reply_status(req, not_found_resource()) end
   if r.sub and r.sub ~= "status" and r.sub ~= "scale" then
     return reply_status(req, not_found_resource())
@@ -578,6 +585,33 @@ function Sim:serve_resource(req, r, user)
       .. concat(items, ",") .. "]}")
   end
   return reply_status(req, method_not_allowed())
+end
+
+-- The subresources beyond status and scale (kubelua.sim.subresources).
+function Sim:serve_subresource(req, r, user, params)
+  local res = r.res
+  local method = req:method()
+  local verb = not r.watch and subresources.verb(res, r.sub, method)
+  if not verb then return reply_status(req, method_not_allowed()) end
+  r.verb = verb
+  if user ~= "admin" then return reply_status(req, forbidden(user, r)) end
+  local function read()
+    return body_object({ kind = subresources.body_kind[r.sub] or res.kind }, req, r.sub)
+  end
+  local upgrade = req:header("Upgrade") ~= nil
+    or lower(req:header("Connection") or ""):find("upgrade", 1, true) ~= nil
+  local code, body, ctype = self.subs:serve(res, r, read, params,
+    ctx_of(req, params, r, user), upgrade)
+  if not code then
+    local retry = type(body.details) == "table" and body.details.retryAfterSeconds
+    return reply_status(req, body, retry and { ["Retry-After"] = tostring(retry) } or nil)
+  end
+  if ctype then
+    return req:reply(code, { ["Content-Type"] = ctype, ["Cache-Control"] = "no-cache, private" },
+      body)
+  end
+  if code == 204 then return req:reply(204, { ["Cache-Control"] = "no-cache, private" }, "") end
+  return reply_json(req, code, body)
 end
 
 -- Watch -------------------------------------------------------------------------------
