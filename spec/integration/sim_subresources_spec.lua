@@ -126,6 +126,22 @@ describe("kubelua sim subresources", function()
     end)
   end)
 
+  describe("v1 bindings", function()
+    it("binds the Pod the Binding names instead of storing it", function()
+      assert.equal(201, (api(sim, "POST", PODS, unschedulable("tb"))))
+      local code, st = api(sim, "POST", "/api/v1/namespaces/sub/bindings", { apiVersion = "v1",
+        kind = "Binding", metadata = { name = "tb" }, target = { name = "node-2" } })
+      assert.same({ 201, SUCCESS }, { code, st })
+      local _, p = api(sim, "GET", PODS .. "/tb")
+      assert.equal("node-2", p.spec.nodeName)
+      code, st = api(sim, "POST", "/api/v1/namespaces/sub/bindings", { apiVersion = "v1",
+        kind = "Binding", metadata = { name = "tb" }, target = { name = "node-1" } })
+      assert.same({ 409, 'Operation cannot be fulfilled on pods/binding "tb": pod tb is already '
+        .. 'assigned to node "node-2"' }, { code, st.message })
+      assert.equal(405, (api(sim, "GET", "/api/v1/namespaces/sub/bindings")))
+    end)
+  end)
+
   describe("pods/eviction", function()
     it("deletes a Pod no budget covers, with DisruptionTarget first, 201 Success", function()
       assert.equal(201, (api(sim, "POST", PODS, pod("e1", { app = "free" }))))
@@ -354,6 +370,91 @@ describe("kubelua sim subresources", function()
         .. "(sub)" }, { code, st.message })
       assert.equal(405, (api(sim, "GET", "/api/v1/namespaces/sub/finalize")))
       assert.equal(405, (api(sim, "PATCH", "/api/v1/namespaces/sub/finalize", {})))
+    end)
+  end)
+
+  describe("pods/ephemeralcontainers", function()
+    local path = PODS .. "/dbg/ephemeralcontainers"
+    local SMP = { ["Content-Type"] = "application/strategic-merge-patch+json",
+      Authorization = "Bearer T" }
+
+    local function patch(body, ctype)
+      local h = SMP
+      if ctype then h = { ["Content-Type"] = ctype, Authorization = "Bearer T" } end
+      return api(sim, "PATCH", path, body, h)
+    end
+
+    it("adds an ephemeral container, defaulted; nothing else of the Pod changes", function()
+      assert.equal(201, (api(sim, "POST", PODS, unschedulable("dbg"))))
+      local code, p = api(sim, "GET", path)
+      assert.same({ 200, "Pod", "dbg" }, { code, p.kind, p.metadata.name })
+      code, p = patch({ spec = { ephemeralContainers = { { name = "debug", image = "busybox" } },
+        containers = { { name = "c1", image = "changed" } } } })
+      assert.equal(200, code)
+      assert.same({ { name = "debug", image = "busybox", resources = {},
+        terminationMessagePath = "/dev/termination-log", terminationMessagePolicy = "File",
+        imagePullPolicy = "Always" } }, p.spec.ephemeralContainers)
+      assert.equal("nginx", p.spec.containers[1].image)
+    end)
+
+    it("refuses removing or changing one, a duplicate name, a stale PUT and a POST", function()
+      local code, st = patch({ spec = { ephemeralContainers = json.null } },
+        "application/merge-patch+json")
+      assert.same({ 422, 'Pod "dbg" is invalid: spec.ephemeralContainers: Forbidden: existing '
+        .. 'ephemeral containers "debug" may not be removed\n' }, { code, st.message })
+      code, st = patch({ spec = { ephemeralContainers = { { name = "debug", image = "x" } } } })
+      assert.same({ 422, 'Pod "dbg" is invalid: spec.ephemeralContainers: Forbidden: existing '
+        .. 'ephemeral containers "debug" may not be changed\n' }, { code, st.message })
+      code, st = patch({ spec = { ephemeralContainers = { { name = "c1", image = "x" } } } })
+      -- the strategic merge puts the new one first, as the real server's does
+      assert.same({ 422, 'Pod "dbg" is invalid: spec.ephemeralContainers[0].name: Duplicate '
+        .. 'value: "c1"' }, { code, st.message })
+      code, st = api(sim, "PUT", path, { apiVersion = "v1", kind = "Pod", metadata = {
+        name = "dbg", resourceVersion = "1" }, spec = { containers = {} } })
+      assert.same({ 409, 'Operation cannot be fulfilled on pods "dbg": the object has been '
+        .. "modified; please apply your changes to the latest version and try again" },
+        { code, st.message })
+      assert.equal(405, (api(sim, "POST", path, {})))
+    end)
+  end)
+
+  describe("certificatesigningrequests/approval", function()
+    local CSRS = "/apis/certificates.k8s.io/v1/certificatesigningrequests"
+    local MERGE = { ["Content-Type"] = "application/merge-patch+json",
+      Authorization = "Bearer T" }
+
+    it("approves once: only the conditions change, Approved and Denied exclusive", function()
+      assert.equal(201, (api(sim, "POST", CSRS, { apiVersion = "certificates.k8s.io/v1",
+        kind = "CertificateSigningRequest", metadata = { name = "bob" }, spec = {
+          request = "cmVxdWVzdA==", signerName = "example.com/x", usages = { "client auth" } } })))
+      local code, csr = api(sim, "PUT", CSRS .. "/bob/approval", {
+        apiVersion = "certificates.k8s.io/v1", kind = "CertificateSigningRequest",
+        metadata = { name = "bob" }, spec = { signerName = "example.com/other" },
+        status = { conditions = { { type = "Approved", status = "True", reason = "R",
+          message = "ok" } } } })
+      assert.equal(200, code)
+      local c = csr.status.conditions[1]
+      assert.same({ "example.com/x", "Approved", "True", "R", "ok", true, true },
+        { csr.spec.signerName, c.type, c.status, c.reason, c.message,
+          type(c.lastUpdateTime) == "string", c.lastTransitionTime == c.lastUpdateTime })
+      local st
+      code, st = api(sim, "PATCH", CSRS .. "/bob/approval", { status = { conditions = {
+        { type = "Approved", status = "True" }, { type = "Denied", status = "True" } } } },
+        MERGE)
+      assert.same({ 422, 'CertificateSigningRequest.certificates.k8s.io "bob" is invalid: '
+        .. 'status.conditions[1].type: Invalid value: "Denied": Approved and Denied conditions '
+        .. "are mutually exclusive" }, { code, st.message })
+      code, st = api(sim, "PATCH", CSRS .. "/bob/approval", { status = { conditions = {
+        { type = "Approved", status = "False" } } } }, MERGE)
+      assert.same({ 422, 'CertificateSigningRequest.certificates.k8s.io "bob" is invalid: '
+        .. 'status.conditions[0].status: Unsupported value: "False": supported values: "True"' },
+        { code, st.message })
+      code, st = api(sim, "PATCH", CSRS .. "/bob/approval", { status = { conditions = json.array {} } },
+        MERGE)
+      assert.same({ 422, 'CertificateSigningRequest.certificates.k8s.io "bob" is invalid: '
+        .. 'status.conditions: Forbidden: updates may not remove a condition of type '
+        .. '"Approved"' }, { code, st.message })
+      assert.equal(200, (api(sim, "GET", CSRS .. "/bob/approval")))
     end)
   end)
 

@@ -523,6 +523,12 @@ function Sim:serve_resource(req, r, user)
   elseif verb == "create" then
     local obj, err = body_object(res, req, r.sub)
     if not obj then return reply_status(req, err) end
+    if subresources.is_bindings(res) then -- binds the Pod it names
+      local code, out = self.subs:bind(ns, type(obj.metadata) == "table" and obj.metadata.name,
+        obj, ctx)
+      if not code then return reply_status(req, out) end
+      return reply_json(req, code, out)
+    end
     local e
     e, err = s:create(res, ns, obj, ctx)
     if not e then return reply_status(req, err) end
@@ -600,8 +606,9 @@ function Sim:serve_subresource(req, r, user, params)
   end
   local upgrade = req:header("Upgrade") ~= nil
     or lower(req:header("Connection") or ""):find("upgrade", 1, true) ~= nil
-  local code, body, ctype = self.subs:serve(res, r, read, params,
-    ctx_of(req, params, r, user), upgrade)
+  local code, body, ctype = self.subs:serve(res, r, { read = read, body = req:body(),
+    content_type = req:header("Content-Type"), params = params, upgrade = upgrade },
+    ctx_of(req, params, r, user))
   if not code then
     local retry = type(body.details) == "table" and body.details.retryAfterSeconds
     return reply_status(req, body, retry and { ["Retry-After"] = tostring(retry) } or nil)

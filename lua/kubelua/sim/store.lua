@@ -1421,7 +1421,8 @@ function Store:commit(res, e, obj, ctx)
   md.selfLink = nil
   drop_empty_maps(res, obj)
   if res.status then
-    if ctx.subresource == "status" then
+    -- a CSR's approval writes its status too (kubelua.sim.subresources)
+    if ctx.subresource == "status" or ctx.subresource == "approval" then
       local keep = copy(old)
       keep.status = obj.status
       keep.metadata = md
@@ -2477,6 +2478,7 @@ function Store:establish(name)
 end
 
 _M.item_json = item_json
+_M.default_containers = default_containers
 _M.selector_string = selector_string
 _M.obj_key = obj_key
 _M.not_found = not_found

@@ -53,6 +53,7 @@ local function is_object(v) return type(v) == "table" and not is_array(v) end
 local SERVED = {
   ["v1/pods"] = {
     binding = { POST = "create" }, eviction = { POST = "create" },
+    ephemeralcontainers = { GET = "get", PUT = "update", PATCH = "patch" },
     log = { GET = "get" },
     exec = { GET = "get", POST = "create" }, attach = { GET = "get", POST = "create" },
     portforward = { GET = "get", POST = "create" }, proxy = "any",
@@ -61,11 +62,20 @@ local SERVED = {
   ["v1/namespaces"] = { finalize = { PUT = "update" } },
   ["v1/services"] = { proxy = "any" },
   ["v1/nodes"] = { proxy = "any" },
+  ["certificates.k8s.io/v1/certificatesigningrequests"] = {
+    approval = { GET = "get", PUT = "update", PATCH = "patch" } },
 }
 
 -- The kind each subresource's body decodes into.
 _M.body_kind = { binding = "Binding", eviction = "Eviction", token = "TokenRequest",
-  finalize = "Namespace" }
+  finalize = "Namespace", ephemeralcontainers = "Pod",
+  approval = "CertificateSigningRequest" }
+
+-- Whether res is v1 bindings, whose create binds the Pod the Binding names
+-- (as pods/binding does).
+function _M.is_bindings(res)
+  return res.builtin and res.gv == "v1" and res.name == "bindings"
+end
 
 -- new(store) -> the subresources of that store; it holds the key that
 -- signs service-account tokens (one per simulator).
@@ -561,14 +571,199 @@ function Subs:connect(res, ns, name, sub, params, upgrade)
     .. "kubelets run no container to stream from", sub))
 end
 
--- serve(res, r, read, params, ctx, upgrade) -> code, body (a
--- table, or text), content type | nil, status. read() decodes the
--- request's body; upgrade: whether the request asks to upgrade the
--- connection (SPDY, WebSocket).
-function Subs:serve(res, r, read, params, ctx, upgrade)
+-- Ephemeral containers and approvals ------------------------------------------------
+
+-- A list of validation causes and the function adding one to it.
+local function new_causes()
+  local causes = {}
+  return causes, function(field, reason, message)
+    causes[#causes + 1] = { field = field, reason = reason, message = message }
+  end
+end
+
+local LABEL_MSG = "a lowercase RFC 1123 label must consist of lower case alphanumeric "
+  .. "characters or '-', and must start and end with an alphanumeric character (e.g. "
+  .. "'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
+
+-- The causes refusing list as the Pod's new spec.ephemeralContainers (old:
+-- the Pod as stored), as ValidatePodEphemeralContainersUpdate: each
+-- container's name and image, names unique among all the Pod's
+-- containers, and none of the old ones removed or changed. The real
+-- message of a changed one goes on with a Go diff of the two, which is
+-- not reproduced here.
+local function ephemeral_causes(old, list)
+  local causes, add = new_causes()
+  local spec = is_object(old.spec) and old.spec or {}
+  local names = {}
+  for _, field in ipairs { "containers", "initContainers" } do
+    for _, n in ipairs(names_of(spec[field])) do names[n] = true end
+  end
+  local new = {}
+  for i, c in ipairs(list) do
+    local at = format("spec.ephemeralContainers[%d]", i - 1)
+    c = is_object(c) and c or {}
+    local n = c.name
+    if type(n) ~= "string" or n == "" then
+      add(at .. ".name", "FieldValueRequired", "Required value")
+    elseif #n > 63 or not (n:find("^[a-z0-9]$") or n:find("^[a-z0-9][-a-z0-9]*[a-z0-9]$")) then
+      add(at .. ".name", "FieldValueInvalid", format("Invalid value: %s: %s", util.go_quote(n),
+        #n > 63 and "must be no more than 63 characters" or LABEL_MSG))
+    elseif names[n] then
+      add(at .. ".name", "FieldValueDuplicate", format("Duplicate value: %s", util.go_quote(n)))
+    else
+      names[n] = true
+      new[n] = c
+    end
+    if type(c.image) ~= "string" or c.image == "" then
+      add(at .. ".image", "FieldValueRequired", "Required value")
+    end
+  end
+  for _, c in ipairs(is_array(spec.ephemeralContainers) and spec.ephemeralContainers or {}) do
+    local now = new[c.name]
+    if not now then
+      add("spec.ephemeralContainers", "FieldValueForbidden", format("Forbidden: existing "
+        .. 'ephemeral containers "%s" may not be removed\n', c.name))
+    elseif not util.equal(now, c) then
+      add("spec.ephemeralContainers", "FieldValueForbidden", format("Forbidden: existing "
+        .. 'ephemeral containers "%s" may not be changed\n', c.name))
+    end
+  end
+  return causes
+end
+
+-- The object a PUT or PATCH would make of entry e: the body (a PUT's,
+-- checked as an update checks it) or the patch applied to e's object
+-- (computed as a dry run; part "status": its status, else the rest).
+function Subs:proposed(res, e, verb, read, req_body, content_type, ctx, part)
+  if verb == "patch" then
+    local pe, err = self.store:patch(res, e.ns ~= "" and e.ns or nil, e.name, content_type,
+      req_body, { dry_run = true, user_agent = ctx.user_agent, field_manager = ctx.field_manager,
+        subresource = part })
+    if not pe then return nil, err end
+    return pe.obj
+  end
+  local obj, err = read()
+  if not obj then return nil, err end
+  err = check_body(obj, { [res.api_version] = res.kind }, res.internal, res.kind)
+  if err then return nil, err end
+  local md = is_object(obj.metadata) and obj.metadata or {}
+  if md.name ~= nil and md.name ~= e.name then
+    return nil, bad_request(format("the name of the object (%s) does not match the name on the "
+      .. "URL (%s)", tostring(md.name), e.name))
+  end
+  local rv = md.resourceVersion
+  if rv ~= nil and rv ~= "" and rv ~= e.obj.metadata.resourceVersion then
+    return nil, status(409, "Conflict", format('Operation cannot be fulfilled on %s "%s": the '
+      .. "object has been modified; please apply your changes to the latest version and try "
+      .. "again", res.gr, e.name), { name = e.name, kind = res.name,
+        group = res.group ~= "" and res.group or nil })
+  end
+  return obj
+end
+
+-- GET, PUT and PATCH of pods/ephemeralcontainers: the Pod, of which only
+-- spec.ephemeralContainers changes.
+function Subs:ephemeral(res, e, verb, read, req_body, content_type, ctx)
+  if verb == "get" then return 200, e.json end
+  local obj, err = self:proposed(res, e, verb, read, req_body, content_type, ctx)
+  if not obj then return nil, err end
+  local spec = is_object(obj.spec) and obj.spec or {}
+  local list = is_array(spec.ephemeralContainers) and copy(spec.ephemeralContainers)
+    or json.array {}
+  store.default_containers(list)
+  local causes = ephemeral_causes(e.obj, list)
+  if #causes > 0 then return nil, invalid(res, e.name, causes) end
+  local pod = copy(e.obj)
+  pod.spec.ephemeralContainers = #list > 0 and list or nil
+  local ne
+  ne, err = self.store:commit(res, e, pod, { internal = true, dry_run = ctx.dry_run })
+  if not ne then return nil, err end
+  return 200, ne.json
+end
+
+local EXCLUSIVE = { Approved = "Denied", Denied = "Approved" }
+
+-- The causes refusing conditions as a CSR's new status.conditions (old:
+-- the CSR as stored), as ValidateCertificateSigningRequestApprovalUpdate.
+local function approval_causes(old, conds)
+  local causes, add = new_causes()
+  local seen = {}
+  for i, c in ipairs(conds) do
+    local at = format("status.conditions[%d]", i - 1)
+    c = is_object(c) and c or {}
+    local t = c.type
+    if type(t) ~= "string" or t == "" then
+      add(at .. ".type", "FieldValueRequired", "Required value")
+    elseif seen[t] then
+      add(at .. ".type", "FieldValueDuplicate", format("Duplicate value: %s", util.go_quote(t)))
+    elseif EXCLUSIVE[t] and seen[EXCLUSIVE[t]] then
+      add(at .. ".type", "FieldValueInvalid", format("Invalid value: %s: Approved and Denied "
+        .. "conditions are mutually exclusive", util.go_quote(t)))
+    end
+    if type(t) == "string" then seen[t] = true end
+    if EXCLUSIVE[t] and c.status ~= "True" then
+      add(at .. ".status", "FieldValueNotSupported", format('Unsupported value: %s: supported '
+        .. 'values: "True"', util.go_quote(tostring(c.status or ""))))
+    end
+  end
+  local st = is_object(old.status) and old.status or {}
+  for _, c in ipairs(is_array(st.conditions) and st.conditions or {}) do
+    if EXCLUSIVE[c.type] and not seen[c.type] then
+      add("status.conditions", "FieldValueForbidden", format('Forbidden: updates may not remove '
+        .. 'a condition of type "%s"', c.type))
+    end
+  end
+  return causes
+end
+
+-- GET, PUT and PATCH of certificatesigningrequests/approval: the CSR, of
+-- which only status.conditions changes (new ones get their times).
+function Subs:approval(res, e, verb, read, req_body, content_type, ctx)
+  if verb == "get" then return 200, e.json end
+  local obj, err = self:proposed(res, e, verb, read, req_body, content_type, ctx, "status")
+  if not obj then return nil, err end
+  local st = is_object(obj.status) and obj.status or {}
+  local conds = is_array(st.conditions) and copy(st.conditions) or json.array {}
+  local causes = approval_causes(e.obj, conds)
+  if #causes > 0 then return nil, invalid(res, e.name, causes) end
+  -- a condition keeps its lastTransitionTime while its status stays
+  local before = {}
+  local ost = is_object(e.obj.status) and e.obj.status or {}
+  for _, c in ipairs(is_array(ost.conditions) and ost.conditions or {}) do before[c.type] = c end
+  local now = util.timestamp()
+  for _, c in ipairs(conds) do
+    if c.lastUpdateTime == nil or c.lastUpdateTime == null then c.lastUpdateTime = now end
+    if c.lastTransitionTime == nil or c.lastTransitionTime == null then
+      local b = before[c.type]
+      c.lastTransitionTime = b and b.status == c.status and b.lastTransitionTime or now
+    end
+  end
+  local csr = copy(e.obj)
+  csr.status = is_object(csr.status) and csr.status or {}
+  csr.status.conditions = #conds > 0 and conds or nil
+  local ne
+  ne, err = self.store:commit(res, e, csr, { user_agent = ctx.user_agent,
+    field_manager = ctx.field_manager, subresource = "approval", dry_run = ctx.dry_run })
+  if not ne then return nil, err end
+  return 200, ne.json
+end
+
+-- serve(res, r, req, ctx) -> code, body (a table, JSON or text),
+-- content type | nil, status. req: { read = function decoding the
+-- request's body, body = its text, content_type, params, upgrade =
+-- whether it asks to upgrade the connection (SPDY, WebSocket) }.
+function Subs:serve(res, r, req, ctx)
+  local read, params, upgrade = req.read, req.params, req.upgrade
+  local req_body, content_type = req.body, req.content_type
   local sub = r.sub
   if sub == "log" or sub == "proxy" or CONNECT[sub] then
     return self:connect(res, r.ns, r.name, sub, params, upgrade)
+  end
+  if sub == "ephemeralcontainers" or sub == "approval" then
+    local e, err = self.store:get(res, r.ns, r.name)
+    if not e then return nil, err end
+    local fn = sub == "approval" and self.approval or self.ephemeral
+    return fn(self, res, e, r.verb, read, req_body, content_type, ctx)
   end
   local obj, err = read()
   if not obj then return nil, err end
