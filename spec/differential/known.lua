@@ -9,6 +9,9 @@
 -- without its difference: this list says only what is still true. A
 -- pattern may be a list of patterns, any of which may match.
 
+local POD_WRITES = { "^create bound$", "^get bound$", "^create pending$", "^create web$",
+  "^web running$" }
+
 local APPLY_UNDECODABLE = { "^apply leases %(type%)$", "^apply gadgets %(type%)$",
   "^apply secrets %(type%)$" }
 
@@ -29,4 +32,34 @@ return {
       .. "422), or 409 when the field is another manager's" },
   { case = "^random ", step = APPLY_UNDECODABLE, path = "^%.body%.",
     reason = "the Status of the 500 above: message, no reason, no details" },
+  { case = "^pods subresources$", step = POD_WRITES,
+    path = { "^%.body%.spec%.enableServiceLinks$", "^%.body%.spec%.preemptionPolicy$",
+      "^%.body%.spec%.priority$", "^%.body%.spec%.tolerations$", "^%.body%.status$",
+      "^%.body%.status%.phase$", "^%.body%.status%.qosClass$",
+      "^%.body%.metadata%.managedFields%[0%]%.fieldsV1%.f:spec%.f:enableServiceLinks$" },
+    reason = "a Pod's defaults from the real server's admission plugins and registry "
+      .. "(enableServiceLinks, priority, preemptionPolicy, the not-ready and unreachable "
+      .. "tolerations, status phase Pending and qosClass) are not filled in by the simulator "
+      .. "(its kubelet reports phase and qosClass once a Pod runs)" },
+  { case = "^pods subresources$", step = "^web running$",
+    path = { "^%.body%.status%.conditions%[0%]%.lastProbeTime$",
+      "^%.body%.status%.conditions%[0%]%.lastTransitionTime$",
+      "^%.body%.metadata%.managedFields%[1%]%.fieldsV1%.f:status%.f:conditions%." },
+    reason = "a condition written without its times gets lastProbeTime and lastTransitionTime "
+      .. "null on the real server (Go's zero metav1.Time), and those fields then count as "
+      .. "owned; the simulator leaves them out" },
+  { case = "^pods subresources$", step = { "^create budget$", "^budget status 0$" },
+    path = { "^%.body%.status$",
+      "^%.body%.metadata%.managedFields%[1%]%.fieldsV1%.f:status%.f:disruptionsAllowed$" },
+    reason = "a new PodDisruptionBudget's status is all zeros on the real server (the "
+      .. "registry's empty status, its int fields not omitted); the simulator stores none, so "
+      .. "the status patch that follows owns disruptionsAllowed there" },
+  { case = "^pods subresources$", step = "^get budget$",
+    path = "^%.body%.metadata%.managedFields%[0%]%.fieldsV1%.f:status%.f:conditions%.%.$",
+    reason = "a list map that a write creates gets its \".\" member in the real server's "
+      .. "managedFields; the simulator's has only the items" },
+  { case = "^other subresources$", step = "^finalize none$",
+    path = "^%.body%.metadata%.managedFields%[1%]$",
+    reason = "an entry of managedFields left with no fields (spec.finalizers emptied) goes on "
+      .. "the real server; the simulator keeps it with \"f:spec\": {}" },
 }

@@ -20,6 +20,7 @@ local fixtures = require "spec.differential.fixtures"
 local random = require "spec.differential.random"
 local known = require "spec.differential.known"
 local schema_steps = require "spec.differential.schema_steps"
+local subresource_steps = require "spec.differential.subresource_steps"
 
 local concat = table.concat
 
@@ -60,13 +61,26 @@ describe("the simulator against a real kube-apiserver", function()
     report(runner.run(targets, "wrong types", random.wrong_types(), tally))
   end)
 
-  it("patches and applies as each kind's schema says, as the real server does", function()
-    local lines = runner.run(targets, "strategic merge patches", schema_steps.strategic(), tally)
-    for _, line in ipairs(runner.run(targets, "server-side applies", schema_steps.apply(),
-        tally)) do
-      lines[#lines + 1] = line
+  -- Runs the sequences ({ case, steps }) in turn and reports their
+  -- differences together.
+  local function run_cases(cases)
+    local lines = {}
+    for _, c in ipairs(cases) do
+      for _, line in ipairs(runner.run(targets, c[1], c[2], tally)) do
+        lines[#lines + 1] = line
+      end
     end
     report(lines)
+  end
+
+  it("patches and applies as each kind's schema says, as the real server does", function()
+    run_cases { { "strategic merge patches", schema_steps.strategic() },
+      { "server-side applies", schema_steps.apply() } }
+  end)
+
+  it("binds, evicts, issues tokens and finalizes as the real server does", function()
+    run_cases { { "pods subresources", subresource_steps.pods() },
+      { "other subresources", subresource_steps.others() } }
   end)
 
   it("answers randomized sequences as the real server does", function()
