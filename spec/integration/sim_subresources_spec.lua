@@ -239,6 +239,43 @@ describe("kubelua sim subresources", function()
         assert.is_nil(w2.metadata.deletionTimestamp)
       end)
 
+    it("counts a Deployment's scale for maxUnavailable; Pods without a controller fail it",
+      function()
+        local DEPS = "/apis/apps/v1/namespaces/sub/deployments"
+        assert.equal(201, (api(sim, "POST", DEPS, { apiVersion = "apps/v1", kind = "Deployment",
+          metadata = { name = "api" }, spec = { replicas = 3, selector = { matchLabels = {
+            app = "api" } }, template = { metadata = { labels = { app = "api" } },
+            spec = { containers = { { name = "c", image = "nginx" } } } } } })))
+        assert.equal(201, (api(sim, "POST", PDBS, { apiVersion = "policy/v1",
+          kind = "PodDisruptionBudget", metadata = { name = "api" },
+          spec = { maxUnavailable = "34%", selector = { matchLabels = { app = "api" } } } })))
+        local st = eventually(function()
+          local _, b = api(sim, "GET", PDBS .. "/api")
+          return b.status and b.status.currentHealthy == 3 and b.status
+        end)
+        -- 34% of 3, rounded up: 2 may go, 1 must stay
+        assert.same({ 1, 3, 2, 3, "SufficientPods" }, { st.desiredHealthy, st.expectedPods,
+          st.disruptionsAllowed, st.currentHealthy, st.conditions[1].reason })
+        -- a Pod it selects that no controller owns: the controller cannot
+        -- count the scale and allows nothing
+        assert.equal(201, (api(sim, "POST", PODS, pod("loose", { app = "api" }))))
+        st = eventually(function()
+          local _, b = api(sim, "GET", PDBS .. "/api")
+          return b.status.disruptionsAllowed == 0 and b.status
+        end)
+        local c = st.conditions[1]
+        assert.same({ "DisruptionAllowed", "False", "SyncFailed",
+          'found no controller ref for pod "loose"', 1, 3 },
+          { c.type, c.status, c.reason, c.message, c.observedGeneration, st.expectedPods })
+        assert.equal(200, (api(sim, "DELETE", PODS .. "/loose?gracePeriodSeconds=0")))
+        st = eventually(function()
+          local _, b = api(sim, "GET", PDBS .. "/api")
+          return b.status.disruptionsAllowed == 2 and b.status
+        end)
+        assert.same({ "True", "SufficientPods", "" }, { st.conditions[1].status,
+          st.conditions[1].reason, st.conditions[1].message })
+      end)
+
     it("refuses a Pod two budgets select with the real server's 500", function()
       assert.equal(201, (api(sim, "POST", PODS, pod("m1", { app = "multi" }))))
       ready(sim, "m1")

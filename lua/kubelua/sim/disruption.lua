@@ -19,7 +19,7 @@ local common = require "kubelua.sim.workloads.common"
 local type, pairs, ipairs, next, tostring, setmetatable =
   type, pairs, ipairs, next, tostring, setmetatable
 local format = string.format
-local null = json.null
+local is_array, null = json.is_array, json.null
 local copy = util.copy
 local is_object = common.is_object
 
@@ -57,13 +57,25 @@ end
 
 -- The condition list with DisruptionAllowed set for allowed disruptions,
 -- as the policy helper's UpdateDisruptionAllowedCondition (reason and
--- message, when given, override: SyncFailed).
+-- message, when given, override: SyncFailed) with apimachinery's
+-- SetStatusCondition: in place, its lastTransitionTime kept while its
+-- status stays.
 function _M.allowed_condition(list, allowed, generation, reason, message)
   local ok = allowed > 0 and not reason
-  return common.set_condition(list, { type = "DisruptionAllowed",
-    status = ok and "True" or "False", observedGeneration = generation,
-    lastTransitionTime = util.timestamp(),
-    reason = reason or (ok and "SufficientPods" or "InsufficientPods"), message = message or "" })
+  local c = { type = "DisruptionAllowed", status = ok and "True" or "False",
+    observedGeneration = generation, lastTransitionTime = util.timestamp(),
+    reason = reason or (ok and "SufficientPods" or "InsufficientPods"), message = message or "" }
+  local out, found = json.array {}, false
+  for _, x in ipairs(is_array(list) and list or {}) do
+    if x.type == c.type then
+      found = true
+      if x.status == c.status then c.lastTransitionTime = x.lastTransitionTime end
+      x = c
+    end
+    out[#out + 1] = x
+  end
+  if not found then out[#out + 1] = c end
+  return out
 end
 
 -- new(store, defer) -> the controller.
@@ -162,8 +174,11 @@ function Controller:compute(obj, now)
     local total, seen = 0, {}
     for _, pod in ipairs(pods) do
       local ref = common.controller_of(pod)
-      local n, id = nil, nil
-      if ref then n, id = self:scale_of(ns, ref) end
+      if not ref then
+        failed = format('found no controller ref for pod "%s"', pod.metadata.name)
+        return 0
+      end
+      local n, id = self:scale_of(ns, ref)
       if not n then
         failed = format('found no controllers for pod "%s"', pod.metadata.name)
         return 0
@@ -193,10 +208,10 @@ function Controller:compute(obj, now)
     end
   end
   if next(disrupted) then st.disruptedPods = disrupted end
-  if failed then
-    st.disruptionsAllowed, st.currentHealthy, st.desiredHealthy, st.expectedPods = 0,
-      old.currentHealthy or 0, old.desiredHealthy or 0, old.expectedPods or 0
-    st.conditions = _M.allowed_condition(old.conditions, 0, st.observedGeneration, "SyncFailed",
+  if failed then -- the controller's failSafe: the rest of the status stays as it was
+    st = copy(old)
+    st.disruptionsAllowed = 0
+    st.conditions = _M.allowed_condition(old.conditions, 0, old.observedGeneration, "SyncFailed",
       failed)
     return st
   end
