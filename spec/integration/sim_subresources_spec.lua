@@ -237,6 +237,19 @@ describe("kubelua sim subresources", function()
           code = 429 }, st)
         local _, w2 = api(sim, "GET", PODS .. "/w2")
         assert.is_nil(w2.metadata.deletionTimestamp)
+        -- a Pod that is not Ready does not count: it goes while the budget
+        -- holds (2 healthy of 2), which keeps its disruptionsAllowed
+        local p = pod("w4", { app = "web" }, { containers = { { name = "c1", image = "nginx" } },
+          nodeSelector = { ["example.com/none"] = "x" } })
+        assert.equal(201, (api(sim, "POST", PODS, p)))
+        local _, w4 = api(sim, "GET", PODS .. "/w4")
+        w4.status = { phase = "Running", conditions = { { type = "Ready", status = "False" } } }
+        assert.equal(200, (api(sim, "PUT", PODS .. "/w4/status", w4)))
+        code, st = api(sim, "POST", PODS .. "/w4/eviction", { apiVersion = "policy/v1",
+          kind = "Eviction", metadata = { name = "w4" } })
+        assert.same({ 201, SUCCESS }, { code, st })
+        local _, kept = api(sim, "GET", PDBS .. "/web")
+        assert.is_nil(kept.status.disruptedPods)
       end)
 
     it("counts a Deployment's scale for maxUnavailable; Pods without a controller fail it",
@@ -346,6 +359,18 @@ describe("kubelua sim subresources", function()
       code = api(sim, "GET", "/api/v1/namespaces/sub/pods", nil,
         { Authorization = "Bearer " .. token:sub(1, -2) .. (token:sub(-1) == "A" and "B" or "A") })
       assert.equal(401, code)
+      -- nor one whose ServiceAccount is gone (a new one of that name has another uid)
+      assert.equal(201, (api(sim, "POST", "/api/v1/namespaces/sub/serviceaccounts", {
+        apiVersion = "v1", kind = "ServiceAccount", metadata = { name = "short" } })))
+      local _, tr2 = api(sim, "POST", "/api/v1/namespaces/sub/serviceaccounts/short/token",
+        { apiVersion = "authentication.k8s.io/v1", kind = "TokenRequest", spec = {} })
+      local bearer = { Authorization = "Bearer " .. tr2.status.token }
+      assert.equal(403, (api(sim, "GET", "/api/v1/namespaces/sub/pods", nil, bearer)))
+      assert.equal(200, (api(sim, "DELETE", "/api/v1/namespaces/sub/serviceaccounts/short")))
+      assert.equal(201, (api(sim, "POST", "/api/v1/namespaces/sub/serviceaccounts", {
+        apiVersion = "v1", kind = "ServiceAccount", metadata = { name = "short" } })))
+      code, st = api(sim, "GET", "/api/v1/namespaces/sub/pods", nil, bearer)
+      assert.same({ 401, "Unauthorized" }, { code, st.message })
     end)
 
     it("refuses less than ten minutes, another name and a missing ServiceAccount", function()
