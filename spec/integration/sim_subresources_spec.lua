@@ -585,6 +585,10 @@ describe("kubelua sim subresources", function()
         { Authorization = "Bearer B" })
       assert.same({ 403, 'pods "two" is forbidden: User "bob" cannot get resource "pods/log" '
         .. 'in API group "" in the namespace "sub"' }, { code, st.message })
+      -- a proxy is authorized as its method's verb
+      code, st = api(sim, "DELETE", PODS .. "/two/proxy/x", nil, { Authorization = "Bearer B" })
+      assert.same({ 403, 'pods "two" is forbidden: User "bob" cannot delete resource '
+        .. '"pods/proxy" in API group "" in the namespace "sub"' }, { code, st.message })
     end)
   end)
 end)

@@ -10,6 +10,11 @@
 --                             simulator's key) the simulator's
 --                             authentication accepts
 --   namespaces/finalize       PUT: spec.finalizers
+--   pods/ephemeralcontainers  GET, PUT, PATCH: spec.ephemeralContainers
+--                             only, added to, never removed nor changed
+--   certificatesigningrequests/approval
+--                             GET, PUT, PATCH: status.conditions only
+--                             (Approved or Denied, never removed)
 --   pods/log                  GET: text, one line per container start
 --                             (no container runs: the line says so)
 --   pods/exec, attach,        the checks the real server makes before it
@@ -49,7 +54,8 @@ Subs.__index = Subs
 
 local function is_object(v) return type(v) == "table" and not is_array(v) end
 
--- The verbs each subresource answers, by method (discovery's verbs).
+-- The verbs each subresource answers, by method (discovery's verbs);
+-- "any": every method, authorized as its verb (a proxy's).
 local SERVED = {
   ["v1/pods"] = {
     binding = { POST = "create" }, eviction = { POST = "create" },
@@ -85,6 +91,9 @@ function _M.new(s)
   return setmetatable({ store = s, key = concat(key) }, Subs)
 end
 
+local PROXY_VERBS = { GET = "get", HEAD = "get", POST = "create", PUT = "update",
+  PATCH = "patch", DELETE = "delete", OPTIONS = "get" }
+
 -- Whether this module serves subresource sub of res.
 function _M.handles(res, sub)
   local t = res.builtin and SERVED[res.gv .. "/" .. res.name]
@@ -94,7 +103,7 @@ end
 -- The verb of method on res/sub, or nil when it does not allow method.
 function _M.verb(res, sub, method)
   local allowed = SERVED[res.gv .. "/" .. res.name][sub]
-  if allowed == "any" then return "proxy" end
+  if allowed == "any" then return PROXY_VERBS[method] end
   return allowed[method]
 end
 
