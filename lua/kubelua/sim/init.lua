@@ -199,7 +199,9 @@ end
 local function body_object(res, req, subresource)
   local ct = lower((req:header("Content-Type") or ""):match("^[^;%s]*"))
   if yaml_types[ct] then return store.decode_yaml_body(res, req:body()) end
-  if ct == "application/vnd.kubernetes.protobuf" and subresource then
+  -- a TokenRequest is the one subresource body a client sends as protobuf
+  -- (kubectl create token)
+  if ct == "application/vnd.kubernetes.protobuf" and subresource and subresource ~= "token" then
     return nil, unsupported(" (application/vnd.kubernetes.protobuf for objects, not their "
       .. subresource .. ")")
   elseif ct == "application/vnd.kubernetes.protobuf" then
