@@ -207,6 +207,11 @@ describe("kubelua sim control plane", function()
       assert.same({ 2, "kubelua sim: --no-controller: unknown controller gcc (known: "
         .. "daemonset, deployment, disruption, gc, job, kubelet, namespace, nodes, replicaset, "
         .. "root_ca, scheduler, service_account, statefulset)" }, { status, out:match("^[^\n]*") })
+      -- and its help names each one
+      status, out = support.sh(support.kubelua .. " sim --help 2>&1")
+      assert.same({ 0, true }, { status, out:find("turn one off: gc, namespace, root_ca,\n"
+        .. "%s+service_account, disruption, nodes,\n%s+scheduler, kubelet, replicaset,\n"
+        .. "%s+deployment, job, statefulset, daemonset\n") ~= nil })
     end)
 
     it("publishes the served certificate as kube-root-ca.crt over TLS", function()
