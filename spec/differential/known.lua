@@ -29,4 +29,7 @@ return {
       .. "422), or 409 when the field is another manager's" },
   { case = "^random ", step = APPLY_UNDECODABLE, path = "^%.body%.",
     reason = "the Status of the 500 above: message, no reason, no details" },
+  { case = "^defaults$", path = "%.f:resources%.%.$", sim = "^<absent>$", real = "^{}$",
+    reason = "a container's resources that hold limits or requests: the real server's "
+      .. "managedFields own the map itself too (\".\"), the simulator's only its members" },
 }

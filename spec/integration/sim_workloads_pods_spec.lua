@@ -220,7 +220,7 @@ describe("kubelua sim workloads: nodes, scheduler, kubelet", function()
     t:create(pod("n", { nodeName = "node-1" }))
     phase_of(t, "n", "Running")
     local p = t:get("v1", "pods", "demo", "p")
-    assert.same({ nil, nil }, { p.spec.nodeName, p.status and p.status.phase })
+    assert.same({ nil, "Pending" }, { p.spec.nodeName, p.status.phase })
     t:stop()
     t = testing.start{ namespaces = { "demo" }, controllers = { nodes = false } }
     kube.sleep(0.2)

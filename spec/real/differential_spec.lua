@@ -20,6 +20,7 @@ local fixtures = require "spec.differential.fixtures"
 local random = require "spec.differential.random"
 local known = require "spec.differential.known"
 local schema_steps = require "spec.differential.schema_steps"
+local default_steps = require "spec.differential.default_steps"
 
 local concat = table.concat
 
@@ -67,6 +68,10 @@ describe("the simulator against a real kube-apiserver", function()
       lines[#lines + 1] = line
     end
     report(lines)
+  end)
+
+  it("fills in what it stores as the real server does (pods, templates, jobs)", function()
+    report(runner.run(targets, "defaults", default_steps.steps(), tally))
   end)
 
   it("answers randomized sequences as the real server does", function()

@@ -27,6 +27,7 @@ local quantity = require "kubelua.sim.quantity"
 local services = require "kubelua.sim.services"
 local crds = require "kubelua.sim.crds"
 local schemalib = require "kubelua.sim.schema"
+local wdefaults = require "kubelua.sim.workloads.defaults"
 local httpd = require "kubelua.httpd"
 
 local type, pairs, ipairs, tostring, tonumber, setmetatable, next =
@@ -938,6 +939,7 @@ local function default_pod_spec(spec)
   if spec.dnsPolicy == nil then spec.dnsPolicy = "ClusterFirst" end
   if spec.securityContext == nil then spec.securityContext = {} end
   if spec.schedulerName == nil then spec.schedulerName = "default-scheduler" end
+  wdefaults.pod_spec(spec)
 end
 
 local function default_template(spec)
@@ -1067,6 +1069,7 @@ end
 
 -- The defaults of every write (the apiserver defaults what it decodes).
 local function spec_defaults(res, obj)
+  wdefaults.write(res, obj, default_template)
   if res.builtin and workload_defaults[res.name] and res.group == "apps" then
     obj.spec = is_object(obj.spec) and obj.spec or {}
     workload_defaults[res.name](obj.spec)
@@ -1287,6 +1290,7 @@ local function defaults(res, obj)
     obj.status = { conditions = null, acceptedNames = { plural = "", kind = "" },
       storedVersions = stored }
   end
+  wdefaults.create(res, obj)
 end
 
 -- The admission webhooks' word on a write that came over HTTP (ctx.admit;
@@ -1372,6 +1376,7 @@ function Store:create(res, ns, obj, ctx, operation, owned)
   err = validate_defaulted(res, obj)
   if err then return nil, err end
   set_managed(res, nil, obj, ctx, operation, owned)
+  wdefaults.create_unowned(res, obj)
   if is_service(res) then
     err = allocate_service(res, obj, nil, ctx.internal)
     if err then return nil, err end
