@@ -10,7 +10,11 @@
 -- replaces the Pods, no more than maxUnavailable unready at once. status:
 -- desiredNumberScheduled, currentNumberScheduled, numberMisscheduled,
 -- numberReady, numberAvailable, numberUnavailable,
--- updatedNumberScheduled, observedGeneration.
+-- updatedNumberScheduled, observedGeneration. Each template is kept as a
+-- ControllerRevision <name>-<hash> (labels: the template's and
+-- controller-revision-hash, the DaemonSet's annotations, revision numbers
+-- counting up, the history beyond revisionHistoryLimit deleted but for
+-- the revisions its Pods run).
 
 local json = require "kubelua.json"
 local util = require "kubelua.sim.util"
@@ -110,6 +114,14 @@ local function sync(self, e)
     end
   end
   if not ds.metadata.deletionTimestamp then
+    local live = {}
+    for _, list in pairs(on) do
+      for _, pe in ipairs(list) do
+        local l = pe.obj.metadata.labels
+        if is_object(l) and l[REV] then live[ds.metadata.name .. "-" .. l[REV]] = true end
+      end
+    end
+    common.revision(s, ds, e.ns, hash, REV, ds.metadata.annotations, live)
     for n, list in pairs(on) do
       if not want[n] then
         for _, pe in ipairs(list) do common.delete_pod(s, pe) end
