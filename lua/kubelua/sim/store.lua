@@ -28,6 +28,7 @@ local services = require "kubelua.sim.services"
 local crds = require "kubelua.sim.crds"
 local schemalib = require "kubelua.sim.schema"
 local httpd = require "kubelua.httpd"
+local errors = require "kubelua.sim.store.errors"
 
 local type, pairs, ipairs, tostring, tonumber, setmetatable, next =
   type, pairs, ipairs, tostring, tonumber, setmetatable, next
@@ -44,88 +45,11 @@ local Store = {}
 Store.__index = Store
 
 local function is_object(v) return type(v) == "table" and not is_array(v) end
-
--- Status ----------------------------------------------------------------------
-
-local function status(code, reason, message, details)
-  local st = { kind = "Status", apiVersion = "v1", metadata = {}, status = "Failure",
-    message = message, reason = reason, code = code }
-  if details then st.details = details end
-  return st
-end
-_M.status = status
-
-local function res_details(res, name, extra)
-  local d = { name = name, kind = res.name }
-  if res.group ~= "" then d.group = res.group end
-  if extra then
-    for k, v in pairs(extra) do d[k] = v end
-  end
-  return d
-end
-
-local function not_found(res, name) -- "deployments.apps": the group resource, as AlreadyExists
-  return status(404, "NotFound", format('%s "%s" not found', res.gr, name),
-    res_details(res, name))
-end
-
-local function conflict(res, name, why)
-  return status(409, "Conflict", format('Operation cannot be fulfilled on %s "%s": %s',
-    res.gr, name, why), res_details(res, name))
-end
-
-local function bad_request(msg) return status(400, "BadRequest", msg) end
-
--- The 400 of a body naming another namespace than its URL.
-local function namespace_mismatch()
-  return bad_request("the namespace of the provided object does not match the namespace sent "
-    .. "on the request")
-end
-
--- The 400 of a body the decoder refuses for a resource ({kind, version}).
-local function undecodable(res, why)
-  return bad_request(format('%s in version "%s" cannot be handled as a %s: %s', res.kind,
-    res.version, res.kind, why))
-end
-
--- The 409 of a write that names a resourceVersion the object has left.
-local function stale(res, name)
-  return conflict(res, name, "the object has been modified; please apply your changes to the "
-    .. "latest version and try again")
-end
-
--- The 400 of a body that names another object than the URL does.
-local function other_name(got, name)
-  return bad_request(format("the name of the object (%s) does not match the name on the URL "
-    .. "(%s)", got, name))
-end
-
-local function kind_label(res)
-  return res.group == "" and res.kind or res.kind .. "." .. res.group
-end
-
--- 422 with causes { {field, type, message} }
-local function invalid(res, name, causes)
-  local parts, list, seen = {}, json.array {}, {}
-  for i, c in ipairs(causes) do
-    local part = c.field .. ": " .. c.message
-    if not seen[part] then
-      seen[part] = true
-      parts[#parts + 1] = part
-    end
-    list[i] = { reason = c.reason, message = c.message, field = c.field }
-  end
-  local msg = format('%s "%s" is invalid: ', kind_label(res), name or "")
-  if #parts == 1 then
-    msg = msg .. parts[1]
-  else
-    msg = msg .. "[" .. concat(parts, ", ") .. "]"
-  end
-  local d = { kind = res.kind ~= "" and res.kind or nil, causes = list }
-  if name and name ~= "" then d.name = name end
-  if res.group ~= "" then d.group = res.group end
-  return status(422, "Invalid", msg, d)
-end
+local status, res_details, not_found, conflict, bad_request = errors.status,
+  errors.res_details, errors.not_found, errors.conflict, errors.bad_request
+local namespace_mismatch, undecodable, stale, other_name = errors.namespace_mismatch,
+  errors.undecodable, errors.stale, errors.other_name
+local kind_label, invalid = errors.kind_label, errors.invalid
 
 -- Resources -------------------------------------------------------------------
 
@@ -2476,6 +2400,7 @@ function Store:establish(name)
   self:commit(res, e, obj, { subresource = "status", user_agent = "kube-apiserver" })
 end
 
+_M.status = status
 _M.item_json = item_json
 _M.selector_string = selector_string
 _M.obj_key = obj_key
