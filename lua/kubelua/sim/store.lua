@@ -25,6 +25,8 @@ local history = require "kubelua.sim.store.history"
 local checks = require "kubelua.sim.store.validate"
 local listing = require "kubelua.sim.store.list"
 local verbs = require "kubelua.sim.store.verbs"
+local scaling = require "kubelua.sim.store.scale"
+local apply = require "kubelua.sim.store.apply"
 
 local type, pairs, ipairs, tostring, tonumber, setmetatable =
   type, pairs, ipairs, tostring, tonumber, setmetatable
@@ -35,7 +37,7 @@ local decode, null, is_array = json.decode, json.null, json.is_array
 local copy = util.copy
 local status, not_found, bad_request = errors.status, errors.not_found, errors.bad_request
 local obj_key, new_entry, make_entry = entries.obj_key, entries.new_entry, entries.make_entry
-local path_names = verbs.path_names
+local path_names = scaling.path_names
 
 local _M = {}
 local Store = {}
@@ -50,6 +52,8 @@ end
 mix(history)
 mix(listing)
 mix(verbs)
+mix(scaling)
+mix(apply)
 
 local function is_object(v) return type(v) == "table" and not is_array(v) end
 
@@ -442,7 +446,7 @@ _M.filters = listing.filters
 _M.join = listing.join
 _M.manager_of = verbs.manager_of
 _M.item_json = entries.item_json
-_M.selector_string = verbs.selector_string
+_M.selector_string = scaling.selector_string
 _M.obj_key = obj_key
 _M.not_found = not_found
 _M.bad_request = bad_request

@@ -1,10 +1,11 @@
 -- kubelua.sim.store.verbs: the writes of the API on the store — create,
 -- update (and the commit every change of a stored object ends in), patch
--- (merge, strategic merge, JSON patch), the scale subresource, server-side
--- apply, delete (finalizers, propagation, graceful Pods, Terminating
--- namespaces) — with the checks, defaults, managed fields and admission a
--- real apiserver applies, in its order. Methods of the store
--- (kubelua.sim.store mixes them in).
+-- (merge, strategic merge, JSON patch; server-side apply is
+-- kubelua.sim.store.apply's, the scale subresource
+-- kubelua.sim.store.scale's), delete (finalizers, propagation, graceful
+-- Pods, Terminating namespaces) — with the checks, defaults, managed
+-- fields and admission a real apiserver applies, in its order. Methods of
+-- the store (kubelua.sim.store mixes them in).
 
 -- luacheck: ignore 212/self
 
@@ -12,28 +13,24 @@ local json = require "kubelua.json"
 local util = require "kubelua.sim.util"
 local patchlib = require "kubelua.sim.patch"
 local managed = require "kubelua.sim.managed"
-local yaml = require "kubelua.sim.yaml"
 local services = require "kubelua.sim.services"
 local schemalib = require "kubelua.sim.schema"
 local errors = require "kubelua.sim.store.errors"
 local entries = require "kubelua.sim.store.encode"
-local history = require "kubelua.sim.store.history"
 local kinds = require "kubelua.sim.store.defaults"
 local checks = require "kubelua.sim.store.validate"
 
 local type, pairs, ipairs, tostring = type, pairs, ipairs, tostring
-local concat, sort = table.concat, table.sort
+local concat = table.concat
 local format, find = string.format, string.find
-local floor = math.floor
 local decode, null, is_array = json.decode, json.null, json.is_array
 local copy, equal = util.copy, util.equal
 local status, res_details, not_found, conflict, bad_request = errors.status,
   errors.res_details, errors.not_found, errors.conflict, errors.bad_request
-local namespace_mismatch, undecodable, stale, other_name = errors.namespace_mismatch,
-  errors.undecodable, errors.stale, errors.other_name
+local namespace_mismatch, stale, other_name = errors.namespace_mismatch, errors.stale,
+  errors.other_name
 local kind_label, invalid = errors.kind_label, errors.invalid
 local obj_key, make_entry = entries.obj_key, entries.make_entry
-local replace_last = history.replace_last
 local is_service = kinds.is_service
 local spec_defaults, drop_empty_maps, defaults = kinds.spec_defaults, kinds.drop_empty_maps,
   kinds.defaults
@@ -413,12 +410,6 @@ function Store:patch(res, ns, name, content_type, body, ctx)
   end)
 end
 
-function Store:scale(res, ns, name, verb, content_type, body, ctx)
-  return retried(body, function()
-    return self:scale_once(res, ns, name, verb, content_type, body, ctx)
-  end)
-end
-
 function Store:patch_once(res, ns, name, content_type, body, ctx)
   ctx = ctx or {}
   local ptype = patch_type(content_type)
@@ -449,346 +440,6 @@ function Store:patch_once(res, ns, name, content_type, body, ctx)
   if cerr then return nil, cerr end
   return self:commit(res, e, obj, ctx)
 end
-
--- The scale subresource (autoscaling/v1 Scale) of the kinds that have one
--- (Deployments, ReplicaSets, StatefulSets, and custom resources whose CRD
--- version declares subresources.scale): what kubectl scale and the
--- HorizontalPodAutoscaler read and write. Its metadata is the object's
--- identity, spec.replicas the object's, status its replicas and its label
--- selector as a selector string (a custom resource's: at the CRD's
--- specReplicasPath, statusReplicasPath and labelSelectorPath).
-local SCALE = { group = "autoscaling", kind = "Scale" } -- for invalid()
-
--- metav1.LabelSelector as its selector string (labels.Selector.String):
--- requirements sorted by key, "k=v", "k in (a,b)", "k notin (a,b)", "k",
--- "!k".
-local function selector_string(sel)
-  if not is_object(sel) then return nil end
-  local reqs = {}
-  for k, v in pairs(is_object(sel.matchLabels) and sel.matchLabels or {}) do
-    reqs[#reqs + 1] = { k, k .. "=" .. tostring(v) }
-  end
-  for _, x in ipairs(is_array(sel.matchExpressions) and sel.matchExpressions or {}) do
-    if is_object(x) then
-      local vals = {}
-      for i, v in ipairs(is_array(x.values) and x.values or {}) do vals[i] = tostring(v) end
-      sort(vals)
-      local op, k = x.operator, tostring(x.key)
-      local r = op == "In" and k .. " in (" .. concat(vals, ",") .. ")"
-        or op == "NotIn" and k .. " notin (" .. concat(vals, ",") .. ")"
-        or op == "Exists" and k or op == "DoesNotExist" and "!" .. k
-      if r then reqs[#reqs + 1] = { k, r } end
-    end
-  end
-  for i, r in ipairs(reqs) do r[3] = i end -- same keys keep their order, as Go's sort does here
-  sort(reqs, function(a, b) return a[1] < b[1] or a[1] == b[1] and a[3] < b[3] end)
-  local out = {}
-  for i, r in ipairs(reqs) do out[i] = r[2] end
-  return #out > 0 and concat(out, ",") or nil
-end
-
--- A custom resource's scale paths (".spec.replicas") as lists of names.
-local function path_names(path)
-  local names = {}
-  for name in tostring(path):gmatch("[^.]+") do names[#names + 1] = name end
-  return names
-end
-
-local function path_get(obj, names)
-  local v = obj
-  for _, name in ipairs(names) do
-    if not is_object(v) then return nil end
-    v = v[name]
-  end
-  return v
-end
-
--- Sets the value at names, making the objects on the way as needed.
-local function path_set(obj, names, value)
-  local v = obj
-  for i = 1, #names - 1 do
-    if not is_object(v[names[i]]) then v[names[i]] = {} end
-    v = v[names[i]]
-  end
-  v[names[#names]] = value
-end
-
--- The integer at a path, 0 when absent (as unstructured.NestedInt64).
-local function int_at(obj, names)
-  local v = path_get(obj, names)
-  return type(v) == "number" and v or 0
-end
-
-local function to_scale(res, obj)
-  local md = obj.metadata
-  local spec = is_object(obj.spec) and obj.spec or {}
-  local st = is_object(obj.status) and obj.status or {}
-  -- a ReplicationController's selector is a map of labels
-  local replicas, status_replicas, selector = spec.replicas, st.replicas or 0,
-    selector_string(res.gv == "v1" and { matchLabels = spec.selector } or spec.selector)
-  local paths = res.scale_paths
-  if paths then
-    replicas, status_replicas = int_at(obj, paths.spec), int_at(obj, paths.status)
-    selector = paths.selector and path_get(obj, paths.selector)
-    if type(selector) ~= "string" then selector = nil end
-  end
-  return { kind = "Scale", apiVersion = "autoscaling/v1",
-    metadata = { name = md.name, namespace = md.namespace, uid = md.uid,
-      resourceVersion = md.resourceVersion, creationTimestamp = md.creationTimestamp },
-    spec = { replicas = replicas ~= 0 and replicas or nil },
-    status = { replicas = status_replicas, selector = selector } }
-end
-
--- The 400 of a Scale whose metadata, spec or replicas has the wrong JSON
--- type (or replicas no int32), as the real server's decoder words it.
-local function scale_type_error(sc)
-  local function bad(v, field, typ)
-    return undecodable({ kind = "Scale", version = "v1" }, util.unmarshal_error(v, field, typ))
-  end
-  local md, spec = sc.metadata, sc.spec
-  if md ~= nil and md ~= null and not is_object(md) then
-    return bad(md, "Scale.metadata", "v1.ObjectMeta")
-  end
-  if spec ~= nil and spec ~= null and not is_object(spec) then
-    return bad(spec, "Scale.spec", "v1.ScaleSpec")
-  end
-  local r = is_object(spec) and spec.replicas
-  if r and r ~= null and (type(r) ~= "number" or r ~= floor(r) or r < -2147483648
-      or r > 2147483647) then
-    return bad(r, "ScaleSpec.spec.replicas", "int32")
-  end
-  return nil
-end
-
--- scale(res, ns, name, verb, content_type, body, ctx) -> Scale | nil,
--- status: "get", "update" (body: a Scale) or "patch" (body: a patch of
--- the Scale, of content_type). A Scale that names a resourceVersion is
--- applied to that version only; replicas below 0 are invalid.
-function Store:scale_once(res, ns, name, verb, content_type, body, ctx)
-  local e, err = self:get(res, ns, name)
-  if not e then return nil, err end
-  local cur = to_scale(res, e.obj)
-  if verb == "get" then return cur end
-  local sc
-  if verb == "update" then
-    sc, err = decode(body)
-    if not is_object(sc) then
-      return nil, bad_request("the body of the request could not be read as a Scale: "
-        .. tostring(err or "not an object"))
-    end
-  else
-    local ptype = patch_type(content_type)
-    if ptype ~= "merge" and ptype ~= "strategic" and ptype ~= "json" then
-      return nil, status(415, "UnsupportedMediaType", "415: Unsupported Media Type", {})
-    end
-    sc, err = patched(cur, ptype, body)
-    if not sc then return nil, err end
-  end
-  err = scale_type_error(sc)
-  if err then return nil, err end
-  -- the admission webhooks see the Scale, as the real server sends it
-  sc, err = admit(self, "mutate", "UPDATE", res, sc, cur, ctx)
-  if not sc then return nil, err end
-  local md = is_object(sc.metadata) and sc.metadata or {}
-  local spec = is_object(sc.spec) and sc.spec or {}
-  local replicas = spec.replicas ~= null and spec.replicas or 0
-  if md.name ~= name then
-    return nil, other_name(type(md.name) == "string" and md.name or "", name)
-  end
-  if replicas < 0 then
-    return nil, invalid(SCALE, name, { { field = "spec.replicas", reason = "FieldValueInvalid",
-      message = format("Invalid value: %d: must be greater than or equal to 0", replicas) } })
-  end
-  local uid = e.obj.metadata.uid
-  if md.uid ~= nil and md.uid ~= null and md.uid ~= "" and md.uid ~= uid then
-    local scale = { gr = res.name .. "/scale." .. res.group, name = res.name .. "/scale",
-      group = res.group }
-    return nil, conflict(scale, name, format("Precondition failed: UID in precondition: %s, UID "
-      .. "in object meta: %s", tostring(md.uid), uid))
-  end
-  local rv = md.resourceVersion
-  if rv ~= nil and rv ~= "" and rv ~= e.obj.metadata.resourceVersion then
-    return nil, stale(res, name)
-  end
-  local admitted = ctx.admit
-  if admitted and self.admission then
-    sc, err = admit(self, "validate", "UPDATE", res, sc, cur, ctx)
-    if not sc then return nil, err end
-    if res.objects[e.key] ~= e then return nil, stale(res, name), "raced" end
-  end
-  local obj = copy(e.obj)
-  path_set(obj, res.scale_paths and res.scale_paths.spec or { "spec", "replicas" }, replicas)
-  local ne, raced
-  ctx.admit = false -- the webhooks were asked about the Scale
-  ne, err, raced = self:commit(res, e, obj, ctx)
-  ctx.admit = admitted
-  if not ne then return nil, err, raced end
-  return to_scale(res, ne.obj)
-end
-
--- Server-side apply: the applied configuration is merged into the object
--- as the kind's schema says (kubelua.sim.managed.merge: keyed lists by
--- their keys, sets by value, atomic lists and structs replaced); fields
--- this manager applied before and leaves out now are removed if nobody
--- else owns them; fields another manager owns with a different value
--- conflict unless force.
-function Store:apply(res, ns, name, body, ctx)
-  if not ctx.field_manager or ctx.field_manager == "" then
-    return nil, status(422, "Invalid", 'PatchOptions.meta.k8s.io "" is invalid: fieldManager: '
-      .. "Required value: is required for apply patch", { group = "meta.k8s.io",
-        kind = "PatchOptions", causes = json.array { { reason = "FieldValueRequired",
-          message = "Required value: is required for apply patch", field = "fieldManager" } } })
-  end
-  local cfg = decode(body)
-  if cfg == nil then
-    local yerr
-    cfg, yerr = yaml.decode(body)
-    if cfg == nil then return nil, bad_request("error decoding YAML: " .. tostring(yerr)) end
-  end
-  if not is_object(cfg) then
-    return nil, bad_request("error decoding YAML: the apply body must be an object")
-  end
-  local part = ctx.subresource == "status" and "status" or (res.status and "main" or "all")
-  local node = managed_node(res)
-  local applied = managed.leaves(cfg, not res.builtin, part, node)
-  -- an applier owns the leaves it names, without "." markers, except a
-  -- keyed list's items: an item is itself a member of its list
-  local owned = {}
-  for p in pairs(applied) do
-    local parent = p:match("([^\1]*)\1%.$")
-    if not parent or parent:find("^[kv]:") then owned[p] = true end
-  end
-  local e = res.objects[obj_key(res.namespaced and ns or nil, name)]
-  if not e then
-    local obj = copy(cfg)
-    obj.metadata = is_object(obj.metadata) and obj.metadata or {}
-    obj.metadata.name = obj.metadata.name or name
-    local created, err = self:create(res, ns, obj, ctx, "Apply", owned)
-    return created, err, true
-  end
-  local current = managed.leaves(e.obj, not res.builtin, "all", node)
-  local conflicts = managed.conflicts(e.obj, applied, current, ctx.field_manager)
-  if #conflicts > 0 and not ctx.force then
-    -- one conflict is said in a line; several are grouped by manager
-    -- (managers sorted), a field a line
-    local causes, by, managers = json.array {}, {}, {}
-    for i, c in ipairs(conflicts) do
-      local field = managed.format_path(c.path)
-      causes[i] = { reason = "FieldManagerConflict",
-        message = "conflict with " .. c.manager, field = field }
-      if not by[c.manager] then
-        by[c.manager] = {}
-        managers[#managers + 1] = c.manager
-      end
-      by[c.manager][#by[c.manager] + 1] = "- " .. field
-    end
-    local said
-    if #conflicts == 1 then
-      said = format("conflict with %s: %s", conflicts[1].manager, causes[1].field)
-    else
-      sort(managers)
-      local lines = {}
-      for _, m in ipairs(managers) do
-        lines[#lines + 1] = format("conflicts with %s:", m)
-        for _, l in ipairs(by[m]) do lines[#lines + 1] = l end
-      end
-      said = concat(lines, "\n")
-    end
-    local msg = format("Apply failed with %d conflict%s: %s", #conflicts,
-      #conflicts == 1 and "" or "s", said)
-    return nil, status(409, "Conflict", msg, { causes = causes })
-  end
-  local obj = managed.merge(e.obj, cfg, not res.builtin, node)
-  -- fields this manager owned before and no longer applies
-  local gone = {}
-  for _, mfe in ipairs(e.obj.metadata.managedFields or {}) do
-    if mfe.manager == ctx.field_manager and mfe.operation == "Apply" then
-      for p in pairs(managed.paths(mfe.fieldsV1 or {})) do
-        if not applied[p] then
-          local others = false
-          for _, o in ipairs(e.obj.metadata.managedFields) do
-            if o ~= mfe and managed.paths(o.fieldsV1 or {})[p] then others = true end
-          end
-          if not others then gone[#gone + 1] = p end
-        end
-      end
-    end
-  end
-  managed.remove(obj, gone)
-  obj.kind, obj.apiVersion = res.kind, res.api_version
-  local err
-  obj, err = admit(self, "mutate", "UPDATE", res, obj, e.obj, ctx)
-  if not obj then return nil, err end
-  err = check_decoding(res, obj) or validate(res, obj)
-  if err then return nil, err end
-  -- commit with ownership of exactly the applied fields
-  local saved = ctx.field_manager
-  local out, cerr = self:commit_apply(res, e, obj, ctx, owned)
-  ctx.field_manager = saved
-  return out, cerr
-end
-
--- Whether two managedFields lists say the same but for their times.
-local function same_owners(a, b)
-  local function untimed(list)
-    local out = {}
-    for i, x in ipairs(type(list) == "table" and list or {}) do
-      out[i] = copy(x)
-      out[i].time = nil
-    end
-    return out
-  end
-  return equal(untimed(a), untimed(b))
-end
-
-function Store:commit_apply(res, e, obj, ctx, owned)
-  local old = e.obj
-  local r, err = self:commit(res, e, obj, { apply = true, subresource = ctx.subresource,
-    dry_run = ctx.dry_run, admit = ctx.admit, user = ctx.user, warnings = ctx.warnings })
-  if not r then return r, err end
-  local op = { manager = ctx.field_manager, operation = "Apply",
-    api_version = res.api_version, time = util.timestamp(), subresource = ctx.subresource,
-    custom = not res.builtin, has_status = res.status, owned = owned, node = managed_node(res) }
-  if r == e then
-    -- the same values: still a write when their owners change (a forced
-    -- apply takes them over, another one shares them), not when only a time
-    -- would
-    -- (and, the object unchanged, the applier's entry keeps the time it
-    -- had, or gets none)
-    op.time = nil
-    for _, m in ipairs(old.metadata.managedFields or {}) do
-      if m.manager == op.manager and m.operation == "Apply" then op.time = m.time end
-    end
-    local mf = managed.update(old, old, op)
-    if same_owners(mf, old.metadata.managedFields) then return e end
-    local o = copy(old)
-    o.metadata.managedFields = #mf > 0 and mf or nil
-    if ctx.dry_run then return make_entry(o, res) end
-    o.metadata.resourceVersion = tostring(self:next_rv())
-    return self:put(res, o, "MODIFIED", e)
-  end
-  local mf = managed.update(old, r.obj, op)
-  local o = copy(r.obj)
-  o.metadata.managedFields = #mf > 0 and mf or nil
-  if ctx.dry_run then return make_entry(o, res) end
-  -- replace the stored entry's content without a second event, in every
-  -- API the object is served through
-  local ne = make_entry(o, res)
-  if res.objects[ne.key] == r then
-    res.objects[ne.key] = ne
-    replace_last(self, res, r, ne)
-    for _, m in ipairs(res.mirrors or {}) do
-      local mr = m.res.objects[ne.key]
-      if mr then
-        local me = make_entry(m.convert(o), m.res)
-        m.res.objects[ne.key] = me
-        replace_last(self, m.res, mr, me)
-      end
-    end
-  end
-  return ne
-end
-
 
 -- Resources whose registry orphans dependents when a DELETE names no
 -- propagation (DefaultGarbageCollectionPolicy, kept for compatibility).
@@ -938,6 +589,9 @@ function Store:finish_propagation(res, key, finalizer)
 end
 
 _M.manager_of = manager_of
-_M.selector_string = selector_string
-_M.path_names = path_names
+_M.admit = admit
+_M.managed_node = managed_node
+_M.patch_type = patch_type
+_M.patched = patched
+_M.retried = retried
 return _M
