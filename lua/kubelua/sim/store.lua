@@ -47,9 +47,12 @@ Store.__index = Store
 
 -- The store's methods are written by concern in kubelua.sim.store.*; each
 -- module's methods are copied into Store, so that a call finds its method
--- in the one table.
+-- in the one table; a name two of them define is a mistake.
 local function mix(m)
-  for k, f in pairs(m.methods) do Store[k] = f end
+  for k, f in pairs(m.methods) do
+    if Store[k] then error("sim.store: method " .. k .. " is defined twice") end
+    Store[k] = f
+  end
 end
 mix(history)
 mix(listing)
