@@ -29,4 +29,10 @@ return {
       .. "422), or 409 when the field is another manager's" },
   { case = "^random ", step = APPLY_UNDECODABLE, path = "^%.body%.",
     reason = "the Status of the 500 above: message, no reason, no details" },
+  { case = "^autoscaling$", path = "%.metadata%.managedFields",
+    reason = "a HorizontalPodAutoscaler written through autoscaling/v1 and v2 by one manager: "
+      .. "the simulator keeps one managedFields entry per manager and operation, its fields "
+      .. "named in the version of the last write; kube-apiserver keeps an Update entry per "
+      .. "apiVersion, each entry's fields computed in its own version from the object "
+      .. "converted (a v1 create owns the targetCPUUtilizationPercentage its conversion adds)" },
 }

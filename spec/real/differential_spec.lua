@@ -20,6 +20,7 @@ local fixtures = require "spec.differential.fixtures"
 local random = require "spec.differential.random"
 local known = require "spec.differential.known"
 local schema_steps = require "spec.differential.schema_steps"
+local autoscaling_steps = require "spec.differential.autoscaling_steps"
 
 local concat = table.concat
 
@@ -68,6 +69,11 @@ describe("the simulator against a real kube-apiserver", function()
     end
     report(lines)
   end)
+
+  it("converts a HorizontalPodAutoscaler between autoscaling/v1 and v2 as the real server does",
+    function()
+      report(runner.run(targets, "autoscaling", autoscaling_steps.steps(), tally))
+    end)
 
   it("answers randomized sequences as the real server does", function()
     print(string.format("differential: %d randomized sequences, seed %d "

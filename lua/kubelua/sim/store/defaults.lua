@@ -9,6 +9,7 @@ local json = require "kubelua.json"
 local util = require "kubelua.sim.util"
 local quantity = require "kubelua.sim.quantity"
 local services = require "kubelua.sim.services"
+local hpa = require "kubelua.sim.hpa"
 
 local type, pairs, ipairs, tostring, next = type, pairs, ipairs, tostring, next
 local null, is_array = json.null, json.is_array
@@ -159,6 +160,8 @@ local function spec_defaults(res, obj)
     secret_defaults(obj)
   elseif is_service(res) then
     services.defaults(obj)
+  elseif res.builtin and res.group == "autoscaling" and res.name == "horizontalpodautoscalers" then
+    hpa.defaults(res.version, obj)
   end
 end
 

@@ -8,6 +8,7 @@ local json = require "kubelua.json"
 local util = require "kubelua.sim.util"
 local builtins = require "kubelua.sim.resources"
 local events = require "kubelua.sim.events"
+local hpa = require "kubelua.sim.hpa"
 local entries = require "kubelua.sim.store.encode"
 local scaling = require "kubelua.sim.store.scale"
 
@@ -42,6 +43,10 @@ function Store:reset()
   local core, v1 = self:resource("v1", "events"), self:resource("events.k8s.io/v1", "events")
   core.mirrors, core.canon = { { res = v1, convert = events.to_v1 } }, events.canon_core
   v1.mirrors, v1.canon = { { res = core, convert = events.to_core } }, events.canon_v1
+  local hpa1 = self:resource("autoscaling/v1", "horizontalpodautoscalers")
+  local hpa2 = self:resource("autoscaling/v2", "horizontalpodautoscalers")
+  hpa1.mirrors, hpa1.canon = { { res = hpa2, convert = hpa.to_v2 } }, hpa.canon_v1
+  hpa2.mirrors, hpa2.canon = { { res = hpa1, convert = hpa.to_v1 } }, hpa.canon_v2
   builtins.link_versions(self)
   -- (trusted: made here, so not decoded against a schema, which would
   -- load the core group's at every start)
