@@ -38,8 +38,8 @@ local function present(v) return v ~= nil and v ~= null end
 local function list(v) return is_array(v) and v or {} end
 local function object(v) return is_object(v) and v or {} end
 
--- Field value v of t, its name matched without regard to case, as Go's
--- encoding/json reads a field.
+-- The value of field name in t, the name matched without regard to case,
+-- as Go's encoding/json reads a field.
 local function field(t, name)
   if not is_object(t) then return nil end
   local v = t[name]
@@ -68,6 +68,7 @@ local function opt(v) if present(v) then return encode(v) end return nil end
 -- A resource.Quantity, which has no omitempty: "0" when not set.
 local function quantity(v) if present(v) then return encode(v) end return '"0"' end
 
+-- The JSON array text of items, each written by fn.
 local function texts(items, fn)
   local out = {}
   for i, x in ipairs(items) do out[i] = fn(object(x)) end
@@ -387,8 +388,5 @@ end
 function _M.canon_v1(h) return _M.to_v1(_M.to_v2(h)) end
 
 function _M.canon_v2(h) return _M.to_v2(_M.to_v1(h)) end
-
-_M.annotations = { metrics = METRICS, current_metrics = CURRENT, conditions = CONDITIONS,
-  behavior = BEHAVIOR }
 
 return _M
