@@ -45,22 +45,6 @@ local _M = {}
 local Store = {}
 Store.__index = Store
 
--- The store's methods are written by concern in kubelua.sim.store.*; each
--- module's methods are copied into Store, so that a call finds its method
--- in the one table; a name two of them define is a mistake.
-local function mix(m)
-  for k, f in pairs(m.methods) do
-    if Store[k] then error("sim.store: method " .. k .. " is defined twice") end
-    Store[k] = f
-  end
-end
-mix(history)
-mix(listing)
-mix(verbs)
-mix(scaling)
-mix(apply)
-mix(served)
-
 function _M.new(opts)
   local self = setmetatable({ opts = opts or {} }, Store)
   self.history_size = self.opts.history_size or 10000
@@ -185,6 +169,23 @@ function Store:sorted_keys(res)
   end
   return res.sorted
 end
+
+-- The store's other methods are written by concern in
+-- kubelua.sim.store.*; each module's methods are copied into Store, so
+-- that a call finds its method in the one table; a name defined twice
+-- (here or by two of them) is a mistake.
+local function mix(m)
+  for k, f in pairs(m.methods) do
+    if Store[k] then error("sim.store: method " .. k .. " is defined twice") end
+    Store[k] = f
+  end
+end
+mix(history)
+mix(listing)
+mix(verbs)
+mix(scaling)
+mix(apply)
+mix(served)
 
 _M.status = status
 _M.write_event = history.write_event
