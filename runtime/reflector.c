@@ -54,7 +54,8 @@
  * unless a request of ours is live, so once stop has cancelled it nothing does.
  * r->gen changes on stop and start, so code that called out (on_error, the
  * informer) can tell it must not go on. The reflector owns its strings, its
- * list accumulator and its copy of the headers; the loop, the client, the heap
+ * list accumulator, the watch bytes it keeps back for the next piece
+ * (watch_data) and its copy of the headers; the loop, the client, the heap
  * and the informer are borrowed. */
 #define _GNU_SOURCE /* memrchr */
 #include "reflector.h"
