@@ -2,9 +2,10 @@
 -- answers from one server, rewritten so that they can be compared field by
 -- field with another's. Values are replaced, never dropped, so presence
 -- and order still count:
--- - uids become "uid@STEP", STEP the label of the step whose answer first
---   carried it ("#N" for the Nth new one of a step): a recreated object gets
---   a new one, an updated object keeps its own;
+-- - uids (and the controller-uid labels holding a Job's) become
+--   "uid@STEP", STEP the label of the step whose answer first carried it
+--   ("#N" for the Nth new one of a step): a recreated object gets a new
+--   one, an updated object keeps its own;
 -- - resourceVersions (an object's metadata.resourceVersion) become
 --   "rv@STEP", STEP the label of the step whose answer first carried that
 --   version (with "#N" for the Nth new version of one step, in order), so
@@ -141,7 +142,8 @@ end
 function Ctx:apply(v, key, parent)
   if type(v) == "string" then
     if key == "resourceVersion" and parent == "metadata" then return self:rv(v) end
-    if key == "uid" and self.uids[v] then return self.uids[v] end
+    -- a Job's selector and labels carry its uid
+    if (key == "uid" or key == "controller-uid") and self.uids[v] then return self.uids[v] end
     if (TIME_KEYS[key] or parent == "disruptedPods") and v:match(TIME_PATTERN) then
       return "<time>"
     end

@@ -76,16 +76,15 @@ end
 -- Raises, naming what was wrong, when opts.nodes or opts.pods is not
 -- what new takes.
 function _M.check(opts)
-  local n = opts.nodes
-  if n ~= nil and not (type(n) == "number" and n >= 0 and n % 1 == 0 and n <= 250) then
-    error("sim: nodes must be a whole number from 0 to 250, got " .. tostring(n), 3)
-  end
+  local ok, err = pcall(nodes.options, opts.nodes)
+  if not ok then error(err, 3) end
   kubelet.check(opts.pods)
 end
 
 -- new(store, spec, ca, opts) -> the control plane watching store, or nil
 -- when spec turns every controller off. ca() returns the PEM the root-CA
--- publisher puts in kube-root-ca.crt; opts.nodes (default 3) and
+-- publisher puts in kube-root-ca.crt; opts.nodes (default 3; or
+-- { count =, allocatable = }: kubelua.sim.workloads.nodes) and
 -- opts.pods (kubelua.sim.workloads.kubelet) shape the workloads.
 function _M.new(store, spec, ca, opts)
   opts = opts or {}
