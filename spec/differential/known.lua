@@ -9,9 +9,6 @@
 -- without its difference: this list says only what is still true. A
 -- pattern may be a list of patterns, any of which may match.
 
-local POD_WRITES = { "^create bound$", "^get bound$", "^create pending$", "^create web$",
-  "^web running$" }
-
 local APPLY_UNDECODABLE = { "^apply leases %(type%)$", "^apply gadgets %(type%)$",
   "^apply secrets %(type%)$" }
 
@@ -32,15 +29,6 @@ return {
       .. "422), or 409 when the field is another manager's" },
   { case = "^random ", step = APPLY_UNDECODABLE, path = "^%.body%.",
     reason = "the Status of the 500 above: message, no reason, no details" },
-  { case = "^pods subresources$", step = POD_WRITES,
-    path = { "^%.body%.spec%.enableServiceLinks$", "^%.body%.spec%.preemptionPolicy$",
-      "^%.body%.spec%.priority$", "^%.body%.spec%.tolerations$", "^%.body%.status$",
-      "^%.body%.status%.phase$", "^%.body%.status%.qosClass$",
-      "^%.body%.metadata%.managedFields%[0%]%.fieldsV1%.f:spec%.f:enableServiceLinks$" },
-    reason = "a Pod's defaults from the real server's admission plugins and registry "
-      .. "(enableServiceLinks, priority, preemptionPolicy, the not-ready and unreachable "
-      .. "tolerations, status phase Pending and qosClass) are not filled in by the simulator "
-      .. "(its kubelet reports phase and qosClass once a Pod runs)" },
   { case = "^pods subresources$", step = "^web running$",
     path = { "^%.body%.status%.conditions%[0%]%.lastProbeTime$",
       "^%.body%.status%.conditions%[0%]%.lastTransitionTime$",
