@@ -30,7 +30,7 @@
 local ffi = require "ffi"
 local json = require "kubelua.json"
 local store = require "kubelua.sim.store"
-local kinds = require "kubelua.sim.store.defaults"
+local store_defaults = require "kubelua.sim.store.defaults"
 local util = require "kubelua.sim.util"
 local disruption = require "kubelua.sim.disruption"
 
@@ -680,7 +680,7 @@ function Subs:ephemeral(res, e, verb, read, req_body, content_type, ctx)
   local spec = is_object(obj.spec) and obj.spec or {}
   local list = is_array(spec.ephemeralContainers) and copy(spec.ephemeralContainers)
     or json.array {}
-  kinds.default_containers(list)
+  store_defaults.default_containers(list)
   local causes = ephemeral_causes(e.obj, list)
   if #causes > 0 then return nil, invalid(res, e.name, causes) end
   local pod = copy(e.obj)
