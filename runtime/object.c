@@ -723,6 +723,8 @@ kl_json_span_t kl_obj_json(const kl_obj_t *o) {
   return s;
 }
 
+size_t kl_obj_json_len(const kl_obj_t *o) { return o->json_len; }
+
 size_t kl_obj_size(const kl_obj_t *o) { return sizeof *o + o->size; }
 
 kl_json_span_t kl_obj_api_version(const kl_obj_t *o) {

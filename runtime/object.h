@@ -86,6 +86,10 @@ void kl_obj_unref(kl_obj_t *o);
  * at once. */
 kl_json_span_t kl_obj_json(const kl_obj_t *o);
 
+/* The length of the object's JSON, compressed or not, read without
+ * decompressing it. */
+size_t kl_obj_json_len(const kl_obj_t *o);
+
 /* True when the JSON is kept compressed (objz.h). */
 bool kl_obj_compressed(const kl_obj_t *o);
 

@@ -223,6 +223,7 @@ kl_json_span_t kl_objz_decompress(kl_objz_t *z, const char *src, size_t n,
                                   size_t len) {
   char *out = reserve(&z->json[z->next], len + 1);
   z->next = (z->next + 1) % RING;
+  z->st.decompressed++;
   size_t got = ZSTD_decompressDCtx(z->dctx, out, len, src, n);
   zcheck(got, "decompress");
   if (got != len) {

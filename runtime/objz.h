@@ -39,6 +39,7 @@ typedef struct kl_objz_stats {
   size_t json_bytes;       /* their JSON bytes */
   size_t compressed_bytes; /* their compressed bytes */
   size_t dictionary_bytes; /* 0 while learning */
+  size_t decompressed;     /* kl_objz_decompress calls */
 } kl_objz_stats_t;
 
 /* A codec with one reference, held by the caller; opts may be NULL. */

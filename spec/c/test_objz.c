@@ -294,6 +294,28 @@ static void test_spans_rotate_over_four_buffers(void) {
   KT_EQ_INT(heap_used(), h0);
 }
 
+/* A compressed object's JSON length is read without decompressing it (what
+ * inf:stats() sums on each scrape); its JSON is decompressed each time. */
+static void test_json_len_without_decompressing(void) {
+  size_t h0 = heap_used();
+  kl_objz_t *z = learned_codec();
+  kl_obj_t *p = kt_pod(2), *c = kl_objz_compress(z, p);
+  KT_TRUE(kl_obj_compressed(c));
+  kl_objz_stats_t a, b;
+  kl_objz_stats(z, &a);
+  KT_EQ_INT(kl_obj_json_len(c), kl_obj_json(p).n);
+  KT_EQ_INT(kl_obj_json_len(p), kl_obj_json(p).n);
+  kl_objz_stats(z, &b);
+  KT_EQ_INT(b.decompressed, a.decompressed);
+  KT_EQ_INT(kl_obj_json(c).n, kl_obj_json(p).n);
+  kl_objz_stats(z, &b);
+  KT_EQ_INT(b.decompressed, a.decompressed + 1);
+  kl_obj_unref(c);
+  kl_obj_unref(p);
+  kl_objz_unref(z);
+  KT_EQ_INT(heap_used(), h0);
+}
+
 int main(int argc, char **argv) {
   (void)argc;
   without_tcache(argv);
@@ -304,5 +326,6 @@ int main(int argc, char **argv) {
   KT_RUN(test_labels_of_several_compressed_objects);
   KT_RUN(test_objects_outlive_the_owner);
   KT_RUN(test_spans_rotate_over_four_buffers);
+  KT_RUN(test_json_len_without_decompressing);
   return KT_DONE();
 }
