@@ -927,11 +927,12 @@ static const uint8_t *number_end(const uint8_t *p, const uint8_t *end) {
   return p;
 }
 
-/* Indexes a container that opens at p, depth deep (as ct_open does). */
+/* Indexes a container that opens at p, depth deep in the value (as ct_open
+ * does); ixd: how deep in the value the index goes. */
 static inline void whole_open(kl_json_ctbuf_t *ix, size_t *nct, uint32_t *at,
                               const uint8_t *p, const uint8_t *start,
-                              unsigned depth) {
-  if (depth >= KL_JSON_INDEX_DEPTH) return;
+                              unsigned depth, unsigned ixd) {
+  if (depth >= ixd) return;
   at[depth] = NO_ENTRY;
   if (*nct == KL_JSON_INDEX_MAX) return;
   if (*nct == ix->cap) {
@@ -945,8 +946,8 @@ static inline void whole_open(kl_json_ctbuf_t *ix, size_t *nct, uint32_t *at,
 /* Notes where the container closing at p ends (as ct_close does). */
 static inline void whole_close(kl_json_ctbuf_t *ix, const uint32_t *at,
                                const uint8_t *p, const uint8_t *start,
-                               unsigned depth) {
-  if (depth < KL_JSON_INDEX_DEPTH && at[depth] != NO_ENTRY)
+                               unsigned depth, unsigned ixd) {
+  if (depth < ixd && at[depth] != NO_ENTRY)
     ix->ct[at[depth]].close = (uint32_t)(p + 1 - start);
 }
 
@@ -1022,13 +1023,17 @@ check_value(const uint8_t *p, const uint8_t *end, unsigned d0,
   uint8_t cl; /* the innermost container's closer: '}' or ']' */
   bool ws = false, esc = false;
   int md = MD_OUT;
+  /* Containers open at once, and indexed ones, counted in the value. */
+  unsigned lim = d0 < max_depth ? max_depth - d0 : 0;
+  unsigned ixd = d0 < KL_JSON_INDEX_DEPTH ? KL_JSON_INDEX_DEPTH - d0 : 0;
+  if (lim > KL_JSON_MAX_DEPTH) lim = KL_JSON_MAX_DEPTH;
   for (unsigned i = 0; i < KL_JSON_INDEX_DEPTH; i++)
     at[i] = NO_ENTRY; /* whole_open sets each before use: for the compiler */
   if (m) *m = (kl_json_meta_t){NULL, NULL, NULL, false};
 open:
-  if (depth >= KL_JSON_MAX_DEPTH || depth + d0 >= max_depth) return false;
+  if (depth >= lim) return false;
   if (m && depth == 1) md = md == MD_KEY && *p == '{' ? MD_IN : MD_OUT;
-  if (!m) whole_open(ix, &nct, at, p, start, depth + d0);
+  if (!m) whole_open(ix, &nct, at, p, start, depth, ixd);
   cl = *p == '{' ? '}' : ']';
   stk[depth++] = cl;
   p++;
@@ -1098,7 +1103,7 @@ after:
   }
 close:
   depth--;
-  if (!m) whole_close(ix, at, p, start, depth + d0);
+  if (!m) whole_close(ix, at, p, start, depth, ixd);
   p++;
   if (depth) {
     cl = stk[depth - 1];

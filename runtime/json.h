@@ -68,7 +68,10 @@ typedef struct kl_json_value {
   size_t ncontainers;
 } kl_json_value_t;
 
-#define KL_JSON_INDEX_DEPTH 8u
+/* Deep enough for what readers skip (an event's spec and status, its
+ * metadata's managedFields; in a list, one level deeper); the containers
+ * below them, many and small, cost the scanner stores and readers steps. */
+#define KL_JSON_INDEX_DEPTH 5u
 #define KL_JSON_INDEX_MAX 4096u
 
 /* The list envelope (KL_JSON_LIST mode). Strings are decoded (escapes

@@ -1138,15 +1138,16 @@ static int inf_len(lua_State *L) {
 static int add_bytes(void *ud, const char *key, size_t len, kl_obj_t *obj) {
   (void)key;
   (void)len;
-  *(double *)ud += (double)kl_obj_json(obj).n;
+  *(double *)ud += (double)kl_obj_json_len(obj);
   return 0;
 }
 
 /* inf:stats() -> {objects, bytes (of cached JSON), and the reflector's
  * counters: lists, relists, watches, watch_restarts, events, errors} for
  * /metrics, and last_error: the message of the last failed list-and-watch
- * round (absent when none failed). O(objects): a scrape's cost, not the
- * hot path's. */
+ * round (absent when none failed). O(objects), without decompressing any
+ * (a scrape of a large cache would stall the loop): a scrape's cost, not
+ * the hot path's. */
 static int inf_stats(lua_State *L) {
   linf_t *li = check_informer(L, "informer:stats");
   kl_store_t *st = kl_informer_store(li->inf);

@@ -132,11 +132,12 @@ static void usage_sim(FILE *out) {
         "  --no-controllers         serve the API server alone: no garbage\n"
         "                           collector, namespace controller, root CA\n"
         "                           or default ServiceAccount publisher, no\n"
-        "                           Nodes, scheduler, kubelets or workloads\n"
+        "                           Nodes, scheduler, kubelets, workloads or\n"
+        "                           disruption budgets' status\n"
         "  --no-controller NAME     turn one off: gc, namespace, root_ca,\n"
-        "                           service_account, nodes, scheduler,\n"
-        "                           kubelet, replicaset, deployment, job,\n"
-        "                           statefulset, daemonset\n"
+        "                           service_account, disruption, nodes,\n"
+        "                           scheduler, kubelet, replicaset,\n"
+        "                           deployment, job, statefulset, daemonset\n"
         "  --nodes N                fake Nodes to run Pods on (default 3)\n"
         "  -h, --help               this help\n",
         out);

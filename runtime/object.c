@@ -14,16 +14,22 @@
  * (and, for list items, apiVersion/kind put in front), the decoded copies of
  * the rare strings written with escapes, and the label and owner tables.
  *
- * Layout of data[]: json (json_len bytes) '\0' | decoded strings | padding
- * to 4 | labels (label_t[nlabels]) | owners (owner_t[nowners]). Every
+ * Layout of data[]: json (json_len bytes) '\0' | decoded strings | the key
+ * ("namespace/name" or "name") '\0', where the namespace and name spans
+ * point | padding to 4 | labels (label_t[nlabels]) | owners
+ * (owner_t[nowners]). Every
  * string is a (offset, length) pair into data; an absent one points at the
  * '\0' after the JSON with length 0. The object never changes after it is
  * built; refs counts the holders (single-threaded, plain integer).
  *
- * A compressed object (kl_obj_pack, for objz.c) has the same header and
- * tables, with z set and data[] = '\0' | the extracted strings, copied |
- * padding to 4 | labels | owners | the compressed JSON; json_len is the
- * JSON's length once decompressed. */
+ * A compressed object (kl_obj_pack, for objz.c) has the same header, with z
+ * set, no labels or owners and data[] = '\0' | the extracted strings but the
+ * uid, copied, the namespace, a '/' and the name forming the key and a
+ * '\0' after it | the compressed JSON (at labels_off); json_len is the JSON's
+ * length once decompressed. Its uid, labels and owners are read from the
+ * plain object rebuilt from the JSON (plain()), which its codec keeps for
+ * the last object asked: the store's label and controller indices read
+ * them once per change of an object, and nothing else in the core does. */
 #include "object.h"
 
 #include <stdarg.h>
@@ -427,6 +433,23 @@ static bool plain_option(const char *s) {
   return true;
 }
 
+/* Writes the key at d + at from the namespace and name in d, and points
+ * them at its copy (so the key is one span, kl_obj_key_span); returns the
+ * offset after its NUL. */
+static uint32_t put_key(char *d, uint32_t at, sref_t *ns, sref_t *name) {
+  if (ns->len) {
+    memmove(d + at, d + ns->off, ns->len);
+    ns->off = at;
+    at += ns->len;
+    d[at++] = '/';
+  }
+  memmove(d + at, d + name->off, name->len);
+  name->off = at;
+  at += name->len;
+  d[at++] = '\0';
+  return at;
+}
+
 /* Builds the object from a finished walk over src[0, n). */
 static int build(walk_t *w, size_t n, const kl_obj_opts_t *opts,
                  kl_obj_t **out) {
@@ -459,7 +482,11 @@ static int build(walk_t *w, size_t n, const kl_obj_opts_t *opts,
 
   size_t cut = w->cut_end - w->cut_start;
   size_t json_len = n - cut + ni;
-  size_t tables = (json_len + 1 + w->dec + 3) & ~(size_t)3;
+  /* The key ("namespace/name" or "name", NUL-terminated) after the decoded
+   * strings; decoding never lengthens a string. */
+  size_t key_max =
+      (w->f[F_NS].len & ~ESCAPED) + 1 + (w->f[F_NAME].len & ~ESCAPED) + 1;
+  size_t tables = (json_len + 1 + w->dec + key_max + 3) & ~(size_t)3;
   size_t size = tables + w->nl * sizeof(label_t) + w->no * sizeof(owner_t);
   if (size > OBJ_MAX || w->nl > UINT16_MAX || w->no > UINT16_MAX) {
     snprintf(w->err, sizeof w->err, "object too large");
@@ -507,6 +534,7 @@ static int build(walk_t *w, size_t n, const kl_obj_opts_t *opts,
     MAP(w->f[i]);
   if (put_api) w->f[F_API] = inj_api;
   if (put_kind) w->f[F_KIND] = inj_kind;
+  dec = put_key(d, dec, &w->f[F_NS], &w->f[F_NAME]);
   memcpy(o->f, w->f, sizeof o->f);
   label_t *ls = (label_t *)(void *)(d + tables);
   for (size_t i = 0; i < w->nl; i++) {
@@ -619,63 +647,63 @@ kl_obj_t *kl_obj_ref(kl_obj_t *o) {
 
 void kl_obj_unref(kl_obj_t *o) {
   if (o && --o->refs == 0) {
+    if (o->z) kl_objz_forget(o->z, o);
     kl_objz_unref(o->z);
     free(o);
   }
 }
 
-/* Where the tables end: the compressed JSON of a packed object. */
-static size_t tables_end(const kl_obj_t *o) {
-  return o->labels_off + o->nlabels * sizeof(label_t) +
-         o->nowners * sizeof(owner_t);
-}
-
 kl_obj_t *kl_obj_pack(const kl_obj_t *o, const char *z, size_t n,
                       kl_objz_t *codec) {
-  const label_t *ls = (const label_t *)(const void *)(o->data + o->labels_off);
-  const owner_t *os = (const owner_t *)(const void *)(ls + o->nlabels);
-  size_t strs = 1;
+  size_t strs = 2; /* the '\0' at 0 and the key's */
   for (int i = 0; i < NF; i++)
-    strs += o->f[i].len;
-  for (size_t i = 0; i < o->nlabels; i++)
-    strs += ls[i].k.len + ls[i].v.len;
-  for (size_t i = 0; i < o->nowners; i++)
-    for (int j = 0; j < NO_STR; j++)
-      strs += os[i].s[j].len;
-  size_t tables = (strs + 3) & ~(size_t)3;
-  size_t size = tables + (tables_end(o) - o->labels_off) + n;
+    strs += i == F_UID ? 0 : o->f[i].len;
+  strs += o->f[F_NS].len ? 1 : 0; /* the key's '/' */
+  size_t size = strs + n;
   kl_obj_t *p = kl_xmalloc(sizeof *p + size);
   memcpy(p, o, sizeof *p);
   p->refs = 1;
   p->size = (uint32_t)size;
-  p->labels_off = (uint32_t)tables;
+  p->nlabels = p->nowners = 0;
+  p->labels_off = (uint32_t)strs;
   p->z = kl_objz_ref(codec);
   char *d = p->data;
   uint32_t at = 1;
   d[0] = '\0';
-#define COPY(dst, src)                                                         \
-  do {                                                                         \
-    (dst).len = (src).len;                                                     \
-    (dst).off = (src).len ? at : 0;                                            \
-    memcpy(d + at, o->data + (src).off, (src).len);                            \
-    at += (src).len;                                                           \
-  } while (0)
-  for (int i = 0; i < NF; i++)
-    COPY(p->f[i], o->f[i]);
-  label_t *pl = (label_t *)(void *)(d + tables);
-  for (size_t i = 0; i < o->nlabels; i++) {
-    COPY(pl[i].k, ls[i].k);
-    COPY(pl[i].v, ls[i].v);
+  for (int i = 0; i < NF; i++) {
+    uint32_t len = i == F_UID ? 0 : o->f[i].len;
+    p->f[i].len = len;
+    p->f[i].off = len ? at : 0;
+    memcpy(d + at, o->data + o->f[i].off, len);
+    at += len;
+    if (i == F_NS && len) d[at++] = '/';
+    if (i == F_NAME) {
+      p->f[i].off = at - len;
+      d[at++] = '\0';
+    }
   }
-  owner_t *po = (owner_t *)(void *)(pl + o->nlabels);
-  for (size_t i = 0; i < o->nowners; i++) {
-    for (int j = 0; j < NO_STR; j++)
-      COPY(po[i].s[j], os[i].s[j]);
-    po[i].flags = os[i].flags;
+  memcpy(d + strs, z, n);
+  return p;
+}
+
+/* The plain form of o, for what a compressed object does not keep (uid,
+ * labels, owners): o itself, or the object rebuilt from its JSON, which
+ * the codec keeps until another object's is asked for. The JSON is what
+ * build() made, so walking it again cannot fail short of a bug. */
+static const kl_obj_t *plain(const kl_obj_t *o) {
+  if (!o->z) return o;
+  kl_obj_t *p = kl_objz_plain(o->z, o);
+  if (p) return p;
+  kl_json_span_t j = kl_obj_json(o);
+  walk_t w;
+  const char *next = NULL;
+  walk_init(&w, j.p, j.p + j.n, true, 0, true);
+  if (parse_at(&w, NULL, &p, &next) != KL_OK) {
+    fprintf(stderr, "kubelua: compressed object: %s\n", w.err);
+    abort();
   }
-#undef COPY
-  memset(d + at, 0, tables - at);
-  memcpy(d + tables_end(p), z, n);
+  walk_free(&w);
+  kl_objz_keep_plain(o->z, o, p);
   return p;
 }
 
@@ -688,12 +716,14 @@ static kl_json_span_t span(const kl_obj_t *o, sref_t r) {
 
 kl_json_span_t kl_obj_json(const kl_obj_t *o) {
   if (o->z) {
-    size_t at = tables_end(o);
+    size_t at = o->labels_off;
     return kl_objz_decompress(o->z, o->data + at, o->size - at, o->json_len);
   }
   kl_json_span_t s = {o->data, o->json_len};
   return s;
 }
+
+size_t kl_obj_json_len(const kl_obj_t *o) { return o->json_len; }
 
 size_t kl_obj_size(const kl_obj_t *o) { return sizeof *o + o->size; }
 
@@ -705,7 +735,10 @@ kl_json_span_t kl_obj_namespace(const kl_obj_t *o) {
   return span(o, o->f[F_NS]);
 }
 kl_json_span_t kl_obj_name(const kl_obj_t *o) { return span(o, o->f[F_NAME]); }
-kl_json_span_t kl_obj_uid(const kl_obj_t *o) { return span(o, o->f[F_UID]); }
+kl_json_span_t kl_obj_uid(const kl_obj_t *o) {
+  o = plain(o);
+  return span(o, o->f[F_UID]);
+}
 kl_json_span_t kl_obj_resource_version(const kl_obj_t *o) {
   return span(o, o->f[F_RV]);
 }
@@ -714,6 +747,13 @@ int64_t kl_obj_generation(const kl_obj_t *o) { return o->generation; }
 bool kl_obj_deletion_timestamp(const kl_obj_t *o, kl_json_span_t *ts) {
   if (ts) *ts = span(o, o->f[F_DEL]);
   return (o->flags & HAS_DELETION) != 0;
+}
+
+kl_json_span_t kl_obj_key_span(const kl_obj_t *o) {
+  sref_t ns = o->f[F_NS], name = o->f[F_NAME];
+  kl_json_span_t s = {o->data + (ns.len ? ns.off : name.off),
+                      ns.len ? ns.len + 1 + name.len : name.len};
+  return s;
 }
 
 size_t kl_obj_key(const kl_obj_t *o, char *buf, size_t cap) {
@@ -755,10 +795,11 @@ static const label_t *labels(const kl_obj_t *o) {
   return (const label_t *)(const void *)(o->data + o->labels_off);
 }
 
-size_t kl_obj_label_count(const kl_obj_t *o) { return o->nlabels; }
+size_t kl_obj_label_count(const kl_obj_t *o) { return plain(o)->nlabels; }
 
 void kl_obj_label(const kl_obj_t *o, size_t i, kl_json_span_t *key,
                   kl_json_span_t *val) {
+  o = plain(o);
   const label_t *l = &labels(o)[i];
   *key = span(o, l->k);
   *val = span(o, l->v);
@@ -766,6 +807,7 @@ void kl_obj_label(const kl_obj_t *o, size_t i, kl_json_span_t *key,
 
 bool kl_obj_label_get(const kl_obj_t *o, const char *key, size_t klen,
                       kl_json_span_t *val) {
+  o = plain(o);
   const label_t *l = labels(o);
   for (size_t i = 0; i < o->nlabels; i++)
     if (l[i].k.len == klen && memcmp(o->data + l[i].k.off, key, klen) == 0) {
@@ -775,9 +817,10 @@ bool kl_obj_label_get(const kl_obj_t *o, const char *key, size_t klen,
   return false;
 }
 
-size_t kl_obj_owner_count(const kl_obj_t *o) { return o->nowners; }
+size_t kl_obj_owner_count(const kl_obj_t *o) { return plain(o)->nowners; }
 
 void kl_obj_owner(const kl_obj_t *o, size_t i, kl_obj_owner_t *out) {
+  o = plain(o);
   const owner_t *w =
       &((const owner_t *)(const void *)(labels(o) + o->nlabels))[i];
   out->api_version = span(o, w->s[O_API]);
@@ -789,6 +832,7 @@ void kl_obj_owner(const kl_obj_t *o, size_t i, kl_obj_owner_t *out) {
 }
 
 bool kl_obj_controller(const kl_obj_t *o, kl_obj_owner_t *out) {
+  o = plain(o);
   for (size_t i = 0; i < o->nowners; i++) {
     kl_obj_owner(o, i, out);
     if (out->controller) return true;

@@ -6,7 +6,12 @@
  * one allocation: strings are spans into the JSON bytes (or, for the rare
  * string written with escapes, into a decoded copy in the same block).
  * Spans returned here are not NUL-terminated and stay valid while the caller
- * holds a reference; an absent string is the empty span (p is never NULL). */
+ * holds a reference; an absent string is the empty span (p is never NULL).
+ * Except on a compressed object (kl_obj_compressed), which keeps only the
+ * strings the core reads on every access: its uid, labels and owners are
+ * read from a plain form its codec rebuilds and keeps for one object at a
+ * time, so those spans stay valid until the uid, labels or owners of
+ * another compressed object of the codec are read: consume them at once. */
 #ifndef KL_OBJECT_H
 #define KL_OBJECT_H
 
@@ -81,6 +86,10 @@ void kl_obj_unref(kl_obj_t *o);
  * at once. */
 kl_json_span_t kl_obj_json(const kl_obj_t *o);
 
+/* The length of the object's JSON, compressed or not, read without
+ * decompressing it. */
+size_t kl_obj_json_len(const kl_obj_t *o);
+
 /* True when the JSON is kept compressed (objz.h). */
 bool kl_obj_compressed(const kl_obj_t *o);
 
@@ -89,7 +98,8 @@ size_t kl_obj_size(const kl_obj_t *o);
 
 /* For objz.c: a copy of the plain object o whose JSON is the n bytes at z,
  * compressed by codec (the copy takes a reference on it); the extracted
- * strings and tables are copied as they are. One reference. */
+ * strings but the uid are copied, labels and owners are not. One
+ * reference. */
 struct kl_objz;
 kl_obj_t *kl_obj_pack(const kl_obj_t *o, const char *z, size_t n,
                       struct kl_objz *codec);
@@ -111,6 +121,10 @@ bool kl_obj_deletion_timestamp(const kl_obj_t *o, kl_json_span_t *ts);
  * namespace is empty) into buf (cap bytes, NUL-terminated when cap > 0).
  * Returns the key's length; when that is >= cap the key was truncated. */
 size_t kl_obj_key(const kl_obj_t *o, char *buf, size_t cap);
+
+/* The same key as a span into the object, NUL-terminated: every object
+ * holds its key in one piece (its namespace and name spans point into it). */
+kl_json_span_t kl_obj_key_span(const kl_obj_t *o);
 
 /* A MetaNamespaceKey on the caller's stack when it is short, else on the
  * heap: p points at it, len is its length. */

@@ -20,7 +20,9 @@
  * The codec owns one compression and one decompression context and the
  * buffers they write to; they are reused for every object, so the hot path
  * allocates only the compressed object. refs counts the informer plus every
- * compressed object. */
+ * compressed object. The codec also keeps the plain form of the last
+ * compressed object whose uid, labels or owners were read (object.c makes
+ * it); it holds no reference on that object, which forgets it when freed. */
 #define ZSTD_STATIC_LINKING_ONLY /* magicless frames */
 #include "objz.h"
 
@@ -58,9 +60,11 @@ struct kl_objz {
   ZSTD_DDict *ddict;
   ZSTD_CCtx *cctx;
   ZSTD_DCtx *dctx;
-  zbuf_t out;        /* compression output */
-  zbuf_t json[RING]; /* decompression outputs, used in turn */
-  unsigned next;     /* the json buffer to use next */
+  zbuf_t out;               /* compression output */
+  zbuf_t json[RING];        /* decompression outputs, used in turn */
+  unsigned next;            /* the json buffer to use next */
+  const kl_obj_t *plain_of; /* the compressed object `plain` was made from */
+  kl_obj_t *plain;          /* its plain form (one reference), or NULL */
   kl_objz_stats_t st;
 };
 
@@ -68,7 +72,7 @@ kl_objz_t *kl_objz_new(const kl_objz_opts_t *opts) {
   kl_objz_t *z = kl_xcalloc(1, sizeof *z);
   if (opts) z->o = *opts;
   if (!z->o.min_size) z->o.min_size = 256;
-  if (!z->o.sample_size) z->o.sample_size = 16 * 1024;
+  if (!z->o.sample_size) z->o.sample_size = 32 * 1024;
   if (!z->o.level) z->o.level = 1;
   if (!z->o.samples) z->o.samples = 16;
   z->refs = 1;
@@ -82,6 +86,7 @@ kl_objz_t *kl_objz_ref(kl_objz_t *z) {
 
 void kl_objz_unref(kl_objz_t *z) {
   if (!z || --z->refs > 0) return;
+  kl_obj_unref(z->plain);
   ZSTD_freeCDict(z->cdict);
   ZSTD_freeDDict(z->ddict);
   ZSTD_freeCCtx(z->cctx);
@@ -218,6 +223,7 @@ kl_json_span_t kl_objz_decompress(kl_objz_t *z, const char *src, size_t n,
                                   size_t len) {
   char *out = reserve(&z->json[z->next], len + 1);
   z->next = (z->next + 1) % RING;
+  z->st.decompressed++;
   size_t got = ZSTD_decompressDCtx(z->dctx, out, len, src, n);
   zcheck(got, "decompress");
   if (got != len) {
@@ -228,6 +234,20 @@ kl_json_span_t kl_objz_decompress(kl_objz_t *z, const char *src, size_t n,
   out[len] = '\0';
   kl_json_span_t s = {out, len};
   return s;
+}
+
+kl_obj_t *kl_objz_plain(const kl_objz_t *z, const kl_obj_t *o) {
+  return z->plain_of == o ? z->plain : NULL;
+}
+
+void kl_objz_keep_plain(kl_objz_t *z, const kl_obj_t *o, kl_obj_t *plain) {
+  kl_obj_unref(z->plain);
+  z->plain_of = o;
+  z->plain = plain;
+}
+
+void kl_objz_forget(kl_objz_t *z, const kl_obj_t *o) {
+  if (z->plain_of == o) kl_objz_keep_plain(z, NULL, NULL);
 }
 
 void kl_objz_stats(const kl_objz_t *z, kl_objz_stats_t *st) { *st = z->st; }

@@ -8,9 +8,13 @@
  * (their JSON, up to sample_size bytes, becomes the dictionary's content,
  * and the first `samples` objects give it entropy tables), then returns
  * compressed copies of every object worth compressing.
- * Compressed objects keep their extracted metadata plain (kl_obj_name,
- * labels, … cost nothing) and hold a reference on the codec, which
- * decompresses kl_obj_json on demand into its own buffers.
+ * Compressed objects keep plain only what the store and the FIFO read on
+ * every access (namespace, name, resourceVersion, apiVersion, kind,
+ * generation, deletionTimestamp) and hold a reference on the codec, which
+ * decompresses kl_obj_json on demand into its own buffers; uid, labels and
+ * owners are read from a plain form the codec rebuilds from the JSON and
+ * keeps for the last object asked (an index update reads one object's
+ * several times in a row).
  *
  * Single-threaded, like everything on the loop. */
 #ifndef KL_OBJZ_H
@@ -25,7 +29,7 @@ typedef struct kl_objz kl_objz_t;
 
 typedef struct kl_objz_opts {
   size_t min_size;    /* JSON shorter than this stays plain; 0: 256 */
-  size_t sample_size; /* JSON bytes learned before compressing; 0: 16 KiB */
+  size_t sample_size; /* JSON bytes learned before compressing; 0: 32 KiB */
   int level;          /* zstd level; 0: 1 */
   size_t samples;     /* objects the entropy tables are learned from; 0: 16 */
 } kl_objz_opts_t;
@@ -35,6 +39,7 @@ typedef struct kl_objz_stats {
   size_t json_bytes;       /* their JSON bytes */
   size_t compressed_bytes; /* their compressed bytes */
   size_t dictionary_bytes; /* 0 while learning */
+  size_t decompressed;     /* kl_objz_decompress calls */
 } kl_objz_stats_t;
 
 /* A codec with one reference, held by the caller; opts may be NULL. */
@@ -55,6 +60,16 @@ kl_obj_t *kl_objz_compress(kl_objz_t *z, kl_obj_t *o);
  * aborts. */
 kl_json_span_t kl_objz_decompress(kl_objz_t *z, const char *src, size_t n,
                                   size_t len);
+
+/* For object.c: the plain form of the compressed object o (made from its
+ * JSON to read what o does not keep: uid, labels, owners) when it is the
+ * one the codec keeps, else NULL. Borrowed. */
+kl_obj_t *kl_objz_plain(const kl_objz_t *z, const kl_obj_t *o);
+/* Keeps plain (taking its reference) as o's plain form, releasing the one
+ * kept before: one at a time. */
+void kl_objz_keep_plain(kl_objz_t *z, const kl_obj_t *o, kl_obj_t *plain);
+/* o is being freed: releases its plain form if the codec keeps it. */
+void kl_objz_forget(kl_objz_t *z, const kl_obj_t *o);
 
 void kl_objz_stats(const kl_objz_t *z, kl_objz_stats_t *st);
 

@@ -54,8 +54,10 @@
  * unless a request of ours is live, so once stop has cancelled it nothing does.
  * r->gen changes on stop and start, so code that called out (on_error, the
  * informer) can tell it must not go on. The reflector owns its strings, its
- * list accumulator and its copy of the headers; the loop, the client, the heap
+ * list accumulator, the watch bytes it keeps back for the next piece
+ * (watch_data) and its copy of the headers; the loop, the client, the heap
  * and the informer are borrowed. */
+#define _GNU_SOURCE /* memrchr */
 #include "reflector.h"
 
 #include <limits.h>
@@ -194,6 +196,8 @@ struct kl_reflector {
   bool w_ok;      /* the last watch worked and ended normally */
   bool paused;    /* the stream waits while the informer catches up */
   kl_timer_t unpause;
+  char *carry; /* the bytes after a piece's last newline (watch_data) */
+  size_t clen, ccap;
   bool propagate, besides_added;
   failure_t evfail; /* the ERROR event that ended the stream */
 
@@ -889,7 +893,9 @@ static void watch_begin(kl_reflector_t *r, bool initial) {
   r->w_open = false;
   r->w_events = 0;
   memset(&r->evfail, 0, sizeof r->evfail);
-  if (kl_informer_watch_reset(r->inf) != 0)
+  bool kept = r->clen != 0; /* bytes of an event the last watch cut */
+  r->clen = 0;
+  if (kl_informer_watch_reset(r->inf) != 0 || kept)
     kl_log(KL_LOG_DEBUG, "reflector %s: a partial watch event was dropped",
            r->name);
   r->state = ST_WATCHING;
@@ -1187,10 +1193,61 @@ static void on_unpause(kl_timer_t *t, void *ud) {
   kl_http_resume(r->req); /* the held piece may come back in here */
 }
 
-static int watch_data(kl_http_req_t *req, const char *p, size_t n, void *ud) {
-  kl_reflector_t *r = ud;
+/* The piece p, n of the watch's stream to the informer; false when the
+ * watch ended or was stopped meanwhile. */
+static bool watch_feed(kl_reflector_t *r, const char *p, size_t n) {
   char err[512] = "";
   unsigned gen = r->gen;
+  int rc = kl_informer_feed_events(r->inf, p, n, on_event, r, err, sizeof err);
+  if (r->gen != gen || r->state != ST_WATCHING) return false; /* stopped */
+  if (rc != 0) {
+    drop_request(r);
+    watch_stream_failed(r, rc, err);
+    return false;
+  }
+  return true;
+}
+
+/* Bytes of an event kept back from one piece for the next (watch_data). */
+#define CARRY_MAX (256u * 1024u)
+
+static void carry_add(kl_reflector_t *r, const char *p, size_t n) {
+  if (!n) return;
+  if (r->clen + n > r->ccap) {
+    r->ccap = r->clen + n > 16384 ? r->clen + n : 16384;
+    r->carry = kl_xrealloc(r->carry, r->ccap);
+  }
+  memcpy(r->carry + r->clen, p, n);
+  r->clen += n;
+}
+
+/* Hands over what watch_data kept back, as it is. */
+static bool carry_flush(kl_reflector_t *r) {
+  size_t n = r->clen;
+  r->clen = 0;
+  return !n || watch_feed(r, r->carry, n);
+}
+
+/* The last byte of p, n that is not whitespace, or 0. */
+static char last_byte(const char *p, size_t n) {
+  while (n && (p[n - 1] == ' ' || p[n - 1] == '\t' || p[n - 1] == '\r'))
+    n--;
+  return n ? p[n - 1] : 0;
+}
+
+/* A server ends each watch event with a newline, and libcurl hands the
+ * stream over in pieces of at most 16 KiB that cut an event in four.
+ * The decoder reads an event a piece cuts byte by byte (it must keep its
+ * state across pieces), a third more work than one that lies whole in a
+ * piece, so the bytes after a piece's last newline are kept back and go
+ * with the next piece's head, up to its first newline: every piece the
+ * decoder sees ends with a newline. A piece without a newline (a server
+ * that does not end events with one) starts nothing kept back, and bytes
+ * that may end an event (the last one that is not whitespace is a '}')
+ * and an event longer than CARRY_MAX go at once, as they come: no event
+ * waits for bytes it does not need. */
+static int watch_data(kl_http_req_t *req, const char *p, size_t n, void *ud) {
+  kl_reflector_t *r = ud;
   (void)req;
   if (r->status != 200) {
     keep_error_body(r, p, n);
@@ -1204,12 +1261,25 @@ static int watch_data(kl_http_req_t *req, const char *p, size_t n, void *ud) {
   }
   r->w_last = now(r);
   arm_live(r);
-  int rc = kl_informer_feed_events(r->inf, p, n, on_event, r, err, sizeof err);
-  if (r->gen != gen || r->state != ST_WATCHING) return 0; /* stopped */
-  if (rc != 0) {
-    drop_request(r);
-    watch_stream_failed(r, rc, err);
+  if (r->clen) {
+    const char *nl = memchr(p, '\n', n);
+    size_t head = nl ? (size_t)(nl + 1 - p) : n;
+    if (r->clen + head > CARRY_MAX) {
+      if (!carry_flush(r)) return 0;
+    } else {
+      carry_add(r, p, head);
+      p += head;
+      n -= head;
+      if ((nl || last_byte(r->carry, r->clen) == '}') && !carry_flush(r))
+        return 0;
+      if (!n) return 0;
+    }
   }
+  const char *nl = memrchr(p, '\n', n);
+  size_t keep = nl ? n - (size_t)(nl + 1 - p) : 0;
+  if (keep > CARRY_MAX / 2 || last_byte(p + n - keep, keep) == '}') keep = 0;
+  if (n > keep && !watch_feed(r, p, n - keep)) return 0;
+  carry_add(r, p + n - keep, keep);
   return 0;
 }
 
@@ -1233,6 +1303,7 @@ static void watch_response(kl_http_req_t *req, int err, const char *msg,
     (r->initial ? wl_failed : watch_setup_failed)(r, &f);
     return;
   }
+  if (!carry_flush(r)) return; /* what watch_data kept back decides */
   if (r->initial && err == 0) {
     wl_no_bookmark(r, "the stream ended");
     return;
@@ -1497,6 +1568,7 @@ void kl_reflector_free(kl_reflector_t *r) {
   free(r->headers);
   free(r->watch_accept);
   free(r->ebody);
+  free(r->carry);
   free(r->name);
   free(r->url);
   free(r->label_selector);

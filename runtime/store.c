@@ -1,12 +1,12 @@
 /* store.c — the keyed store with indices (see store.h, CLIENTGO.md 4).
  *
- * Items: a kl_dict of st_entry, each holding the key bytes inline, the
- * object (one reference, owned by the store) and `nmember`, the number of
- * index sets that hold the entry. Indices: per index a kl_dict from value to
- * st_set, a set of entry pointers stored as one inline pointer, a small
- * vector, or (past SET_VEC_MAX) an open-addressed table. Sets never hold an
- * entry twice, and an empty set is deleted at once (ListIndexFuncValues
- * never sees an empty value, T-11).
+ * Items: a kl_dict of st_entry, each holding the object (one reference,
+ * owned by the store; its key, kl_obj_key_span, is the entry's) and
+ * `nmember`, the number of index sets that hold the entry. Indices: per index a
+ * kl_dict from value to st_set, a set of entry pointers stored as one inline
+ * pointer, a small vector, or (past SET_VEC_MAX) an open-addressed table. Sets
+ * never hold an entry twice, and an empty set is deleted at once
+ * (ListIndexFuncValues never sees an empty value, T-11).
  *
  * Invariants:
  *   - every entry in a set is in `items`, and e->nmember is the number of
@@ -39,10 +39,8 @@
 #define DEDUP_LINEAR 16u /* value lists up to this length dedup in O(k^2) */
 
 typedef struct st_entry {
-  kl_obj_t *obj;
+  kl_obj_t *obj;    /* its key (kl_obj_key_span) is the entry's */
   uint32_t nmember; /* sets holding this entry */
-  uint32_t len;
-  char key[]; /* len bytes and a NUL */
 } st_entry;
 
 typedef struct st_set {
@@ -92,9 +90,9 @@ struct kl_store {
 /* ---- keys ---- */
 
 static const char *entry_keyof(const void *val, size_t *len) {
-  const st_entry *e = val;
-  *len = e->len;
-  return e->key;
+  kl_json_span_t k = kl_obj_key_span(((const st_entry *)val)->obj);
+  *len = k.n;
+  return k.p;
 }
 
 static const char *set_keyof(const void *val, size_t *len) {
@@ -528,7 +526,8 @@ static void items_free(kl_dict_t *items) {
   size_t it = 0;
   st_entry *e;
   while ((e = kl_dict_next(items, &it))) {
-    kl_dict_del(items, e->key, e->len);
+    kl_json_span_t k = kl_obj_key_span(e->obj);
+    kl_dict_del(items, k.p, k.n);
     kl_obj_unref(e->obj);
     free(e);
   }
@@ -554,14 +553,17 @@ static int check_idle(const kl_store_t *s, char *err, size_t errlen) {
   return KL_EINVAL;
 }
 
-static st_entry *entry_new(const char *key, size_t len, kl_obj_t *o) {
-  st_entry *e = kl_xmalloc(sizeof *e + len + 1);
+static st_entry *entry_new(kl_obj_t *o) {
+  st_entry *e = kl_xmalloc(sizeof *e);
   e->obj = kl_obj_ref(o);
   e->nmember = 0;
-  e->len = (uint32_t)len;
-  memcpy(e->key, key, len);
-  e->key[len] = '\0';
   return e;
+}
+
+/* Calls fn with e's key and object. */
+static int visit(kl_store_visit_fn *fn, void *ud, st_entry *e) {
+  kl_json_span_t k = kl_obj_key_span(e->obj);
+  return fn(ud, k.p, k.n, e->obj);
 }
 
 /* Moves e from the old object's values to those in s->nv. Returns false
@@ -606,7 +608,7 @@ static int put(kl_store_t *s, kl_obj_t *o, kl_obj_t **old, char *err,
   uint64_t h = kl_hash(k.p, k.len);
   e = kl_dict_get_hashed(s->items, k.p, k.len, h);
   if (!e) {
-    e = entry_new(k.p, k.len, o);
+    e = entry_new(o);
     kl_dict_set_hashed(s->items, e, h);
     for (size_t i = 0; i < s->nix; i++)
       add_new_values(s, i, s->ix[i]->sets, e);
@@ -705,7 +707,7 @@ int kl_store_list(kl_store_t *s, kl_store_visit_fn *fn, void *ud) {
   int rc = 0;
   s->busy++;
   while ((e = kl_dict_next(s->items, &it)))
-    if ((rc = fn(ud, e->key, e->len, e->obj)) != 0) break;
+    if ((rc = visit(fn, ud, e)) != 0) break;
   s->busy--;
   return rc;
 }
@@ -731,7 +733,7 @@ int kl_store_replace(kl_store_t *s, kl_obj_t *const *objs, size_t n, char *err,
       kl_obj_unref(e->obj);
       e->obj = objs[j];
     } else {
-      kl_dict_set_hashed(items, entry_new(k.p, k.len, objs[j]), h);
+      kl_dict_set_hashed(items, entry_new(objs[j]), h);
     }
     kl_obj_keybuf_free(&k);
   }
@@ -871,7 +873,7 @@ typedef struct st_visit {
 
 static int visit_entry(st_entry *e, void *ud) {
   st_visit *v = ud;
-  return v->fn(v->ud, e->key, e->len, e->obj);
+  return visit(v->fn, v->ud, e);
 }
 
 int kl_store_by_index(kl_store_t *s, const char *name, const char *val,
@@ -936,7 +938,7 @@ int kl_store_index(kl_store_t *s, const char *name, const kl_obj_t *o,
   }
   s->busy++;
   for (size_t k = 0; k < c.n && rc == 0; k++)
-    rc = fn(ud, c.v[k]->key, c.v[k]->len, c.v[k]->obj);
+    rc = visit(fn, ud, c.v[k]);
   s->busy--;
 out:
   scratch_free(&sc);

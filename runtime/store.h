@@ -7,8 +7,9 @@
  * cached object. Objects it hands out are borrowed: they stay valid until the
  * store is next modified (take a reference to keep one longer).
  *
- * Memory: one entry per object (the key bytes inline and the object pointer,
- * found through a kl_dict), and per index a map from value to a compact set
+ * Memory: one entry per object (16 bytes: the object pointer and a count;
+ * the key is the object's own, kl_obj_key_span, found through a kl_dict),
+ * and per index a map from value to a compact set
  * of entry pointers. No per-entry copy of index values is kept: to unindex an
  * object the store recomputes the values of the old object, which it still
  * holds. A count of memberships per entry detects index functions that are

@@ -525,7 +525,7 @@ describe("the informer cache against a model", function()
     end)
   end
   -- Objects of about 1 KB, in a cache of more than 512 keys: after the
-  -- first 16 KiB of them the informer keeps the rest compressed, and
+  -- first 32 KiB of them the informer keeps the rest compressed, and
   -- nothing may read differently. (Slower: every check reads 520 more keys.)
   for _, seed in ipairs({ 3 }) do
     it("matches the model with compressed objects for seed " .. seed, function()

@@ -30,6 +30,7 @@ local _M = {}
 
 local LEASES = "coordination.k8s.io/v1"
 local JITTER = 1.2
+local RELEASE_TRIES = 3 -- reads and writes of the Lease when released
 
 local started_fns, stopped_fns = {}, {}
 
@@ -301,12 +302,19 @@ function Elector:release()
   if not self.leading then return true end
   self.leading = false
   report(self, false)
-  local lease = self:call("get", LEASES, "leases", self.namespace, self.name)
-  if not lease or record_of(lease).holder ~= self.identity then return false end
-  local wall = micro_time(core.now())
-  lease.spec = { holderIdentity = "", leaseDurationSeconds = 1, acquireTime = wall,
-                 renewTime = wall, leaseTransitions = self.observed.transitions }
-  local ok, err = self:call("update", lease)
+  -- A Conflict is this elector's own renewal, in flight when the release
+  -- began, writing the Lease after it was read: read it again (the loop
+  -- starts no other renewal once stopped).
+  local ok, err
+  for _ = 1, RELEASE_TRIES do
+    local lease = self:call("get", LEASES, "leases", self.namespace, self.name)
+    if not lease or record_of(lease).holder ~= self.identity then return false end
+    local wall = micro_time(core.now())
+    lease.spec = { holderIdentity = "", leaseDurationSeconds = 1, acquireTime = wall,
+                   renewTime = wall, leaseTransitions = self.observed.transitions }
+    ok, err = self:call("update", lease)
+    if ok or not client.is_conflict(err) then break end
+  end
   if not ok then
     log("warn", "leader election: cannot release the lease", { error = tostring(err) })
     return false

@@ -141,7 +141,8 @@ end
 -- false: the API server alone, as envtest runs it; { gc = false, … }:
 -- all but those; kubelua.sim.controllers names them). A real server's
 -- control plane is kube-controller-manager: opts.controller_manager.
--- opts.nodes: the simulator's fake Nodes (default 3); opts.pods: its
+-- opts.nodes: the simulator's fake Nodes (default 3; or { count =,
+-- allocatable = { cpu =, memory =, pods = } }); opts.pods: its
 -- Pods' lifecycle, { start_delay =, run_time =, stop_delay = (seconds),
 -- fail = function(pod) -> true to fail it } (kubelua.sim.workloads.kubelet).
 -- opts.apiserver: "sim" or "real" (default: configure's, else "sim");

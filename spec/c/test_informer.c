@@ -49,9 +49,9 @@ static void test_compresses_once_the_cache_is_large(void) {
   io.compress_min_objects = 5;
   kl_informer_t *inf = kl_informer_new(&io);
   /* Pods 1-5 come before the threshold (the key being queued is not yet
-   * counted), 6-21 are the 16 samples (and fill the 16 KiB content), 22-40
-   * are compressed. */
-  KT_EQ_INT(fill(inf, 40), 19);
+   * counted), 6-34 fill the 32 KiB content (the first 16 are the samples),
+   * 35-40 are compressed. */
+  KT_EQ_INT(fill(inf, 40), 6);
   kl_informer_free(inf);
   KT_EQ_INT(heap_used(), h0);
 }

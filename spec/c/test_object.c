@@ -346,8 +346,14 @@ static void test_pod(void) {
   size_t cn = compact_ref(text, n, c);
   KT_EQ_INT(cn, 2371);
   KT_EQ_INT(kl_obj_json(o).n, 2042);
-  /* header 96 + JSON 2042 + NUL and padding 2 + 3 labels 48 + 1 owner 36 */
-  KT_EQ_INT(kl_obj_size(o), 2224);
+  /* header 96 + JSON 2042 + NUL + the key "ns-7/web-7" and its NUL 11 +
+   * padding 2 + 3 labels 48 + 1 owner 36 */
+  KT_EQ_INT(kl_obj_size(o), 2236);
+  kl_json_span_t ks = kl_obj_key_span(o);
+  KT_EQ_SPAN(ks, "ns-7/web-7");
+  KT_EQ_INT(ks.p[ks.n], '\0');
+  KT_TRUE(kl_obj_namespace(o).p == ks.p);
+  KT_TRUE(kl_obj_name(o).p == ks.p + 5);
   KT_TRUE(strstr(kl_obj_json(o).p, "managedFields") == NULL);
   /* Reference counting. */
   KT_TRUE(kl_obj_ref(o) == o);
@@ -392,6 +398,9 @@ static void test_escaped_strings_are_decoded(void) {
   char key[32];
   kl_obj_key(o, key, sizeof key);
   KT_EQ_STR(key, "n\xf0\x9f\x98\x80/a/b");
+  kl_json_span_t ks = kl_obj_key_span(o);
+  KT_EQ_SPAN(ks, "n\xf0\x9f\x98\x80/a/b");
+  KT_EQ_INT(ks.p[ks.n], '\0');
   /* The JSON keeps the escapes as they were written. */
   KT_EQ_SPAN(kl_obj_json(o), s);
   kl_obj_unref(o);

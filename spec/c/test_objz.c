@@ -22,6 +22,11 @@
                (int)kt_y.n, kt_y.p);                                           \
   } while (0)
 
+static kl_json_span_t cstr(const char *s) {
+  kl_json_span_t r = {s, strlen(s)};
+  return r;
+}
+
 /* Every extracted field of c reads as on p, and the JSON is the same. */
 static void same_object(const kl_obj_t *p, const kl_obj_t *c) {
   KT_EQ_SPANS(kl_obj_api_version(c), kl_obj_api_version(p));
@@ -38,6 +43,9 @@ static void same_object(const kl_obj_t *p, const kl_obj_t *c) {
   char kp[64], kc[64];
   KT_EQ_INT(kl_obj_key(c, kc, sizeof kc), kl_obj_key(p, kp, sizeof kp));
   KT_EQ_STR(kc, kp);
+  kl_json_span_t ks = kl_obj_key_span(c);
+  KT_EQ_SPANS(ks, cstr(kp));
+  KT_EQ_INT(ks.p[ks.n], '\0');
   KT_EQ_INT(kl_obj_label_count(c), kl_obj_label_count(p));
   for (size_t i = 0; i < kl_obj_label_count(p); i++) {
     kl_json_span_t k1, v1, k2, v2;
@@ -171,6 +179,78 @@ static void test_small_and_incompressible_stay_plain(void) {
   KT_EQ_INT(heap_used(), h0);
 }
 
+/* The bytes of c beside its compressed JSON and the strings it keeps. */
+static size_t overhead(kl_objz_t *z, kl_obj_t *p) {
+  kl_objz_stats_t a, b;
+  kl_objz_stats(z, &a);
+  kl_obj_t *c = kl_objz_compress(z, p);
+  KT_TRUE(kl_obj_compressed(c));
+  kl_objz_stats(z, &b);
+  kl_json_span_t ts;
+  kl_obj_deletion_timestamp(c, &ts);
+  size_t kept = kl_obj_api_version(c).n + kl_obj_kind(c).n +
+                kl_obj_namespace(c).n + kl_obj_name(c).n +
+                kl_obj_resource_version(c).n + ts.n;
+  size_t n = kl_obj_size(c) - (b.compressed_bytes - a.compressed_bytes) - kept;
+  same_object(p, c);
+  kl_obj_unref(c);
+  return n;
+}
+
+/* A compressed object keeps its uid, labels and owners only in its JSON:
+ * one with three labels, two owners and a uid takes as many bytes beside
+ * its JSON as one with none of them. */
+static void test_compressed_keeps_no_labels_or_owners(void) {
+  size_t h0 = heap_used();
+  kl_objz_t *z = learned_codec();
+  kl_obj_t *full = kt_pod(2);
+  char json[2048];
+  int n = snprintf(json, sizeof json,
+                   "{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{"
+                   "\"name\":\"web-2\",\"namespace\":\"ns-2\","
+                   "\"resourceVersion\":\"1002\"},\"spec\":{\"containers\":[");
+  for (int k = 0; k < 8; k++)
+    n += snprintf(json + n, sizeof json - (size_t)n,
+                  "%s{\"name\":\"web-%d\",\"image\":\"nginx:1.25\"}",
+                  k ? "," : "", k);
+  snprintf(json + n, sizeof json - (size_t)n, "]}}");
+  kl_obj_t *bare = kt_obj_of(json);
+  KT_EQ_INT(kl_obj_label_count(full), 3);
+  KT_EQ_INT(kl_obj_owner_count(full), 2);
+  KT_EQ_INT(overhead(z, full), overhead(z, bare));
+  kl_obj_unref(full);
+  kl_obj_unref(bare);
+  kl_objz_unref(z);
+  KT_EQ_INT(heap_used(), h0);
+}
+
+/* Reading the labels of one compressed object, then another's, then the
+ * first's again gives each its own (the codec keeps one plain form). */
+static void test_labels_of_several_compressed_objects(void) {
+  size_t h0 = heap_used();
+  kl_objz_t *z = learned_codec();
+  kl_obj_t *p2 = kt_pod(2), *p3 = kt_pod(3);
+  kl_obj_t *c2 = kl_objz_compress(z, p2), *c3 = kl_objz_compress(z, p3);
+  kl_json_span_t v;
+  KT_TRUE(kl_obj_label_get(c2, "caf\xc3\xa9", 5, &v));
+  KT_EQ_SPANS(v, cstr("cr\xc3\xa8me-2"));
+  KT_TRUE(kl_obj_label_get(c3, "caf\xc3\xa9", 5, &v));
+  KT_EQ_SPANS(v, cstr("cr\xc3\xa8me-3"));
+  kl_obj_owner_t w;
+  KT_TRUE(kl_obj_controller(c2, &w));
+  KT_EQ_SPANS(w.uid, cstr("rs-2"));
+  KT_EQ_SPANS(kl_obj_uid(c3), cstr("00000003-1234-5678-9abc-def012345678"));
+  KT_TRUE(!kl_obj_label_get(c2, "none", 4, &v));
+  kl_obj_unref(c2); /* the plain form kept for c2 goes with it */
+  kl_obj_unref(p2);
+  KT_TRUE(kl_obj_controller(c3, &w));
+  KT_EQ_SPANS(w.uid, cstr("rs-3"));
+  kl_objz_unref(z);
+  kl_obj_unref(c3);
+  kl_obj_unref(p3);
+  KT_EQ_INT(heap_used(), h0);
+}
+
 static void test_objects_outlive_the_owner(void) {
   size_t h0 = heap_used();
   kl_objz_t *z = learned_codec();
@@ -214,13 +294,38 @@ static void test_spans_rotate_over_four_buffers(void) {
   KT_EQ_INT(heap_used(), h0);
 }
 
+/* A compressed object's JSON length is read without decompressing it (what
+ * inf:stats() sums on each scrape); its JSON is decompressed each time. */
+static void test_json_len_without_decompressing(void) {
+  size_t h0 = heap_used();
+  kl_objz_t *z = learned_codec();
+  kl_obj_t *p = kt_pod(2), *c = kl_objz_compress(z, p);
+  KT_TRUE(kl_obj_compressed(c));
+  kl_objz_stats_t a, b;
+  kl_objz_stats(z, &a);
+  KT_EQ_INT(kl_obj_json_len(c), kl_obj_json(p).n);
+  KT_EQ_INT(kl_obj_json_len(p), kl_obj_json(p).n);
+  kl_objz_stats(z, &b);
+  KT_EQ_INT(b.decompressed, a.decompressed);
+  KT_EQ_INT(kl_obj_json(c).n, kl_obj_json(p).n);
+  kl_objz_stats(z, &b);
+  KT_EQ_INT(b.decompressed, a.decompressed + 1);
+  kl_obj_unref(c);
+  kl_obj_unref(p);
+  kl_objz_unref(z);
+  KT_EQ_INT(heap_used(), h0);
+}
+
 int main(int argc, char **argv) {
   (void)argc;
   without_tcache(argv);
   warm_up();
   KT_RUN(test_learns_then_compresses);
   KT_RUN(test_small_and_incompressible_stay_plain);
+  KT_RUN(test_compressed_keeps_no_labels_or_owners);
+  KT_RUN(test_labels_of_several_compressed_objects);
   KT_RUN(test_objects_outlive_the_owner);
   KT_RUN(test_spans_rotate_over_four_buffers);
+  KT_RUN(test_json_len_without_decompressing);
   return KT_DONE();
 }

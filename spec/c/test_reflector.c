@@ -863,6 +863,69 @@ static void test_events_in_order(void) {
   teardown();
 }
 
+/* An event with no newline after it: EVT without its last byte. */
+static void evt_bare(char *out, size_t cap, const char *evt) {
+  snprintf(out, cap, "%s", evt);
+  out[strlen(out) - 1] = '\0';
+}
+
+/* A server that does not end its events with a newline: an event that
+ * ends in a piece reaches the informer with that piece, though the piece
+ * goes on into the next event. */
+static void test_events_without_newlines(void) {
+  char a[256], b[256], piece[512];
+  evt_bare(a, sizeof a, EVT("MODIFIED", "a", "102"));
+  evt_bare(b, sizeof b, EVT("MODIFIED", "b", "103"));
+  setup();
+  start_listed();
+  int before = nnotes;
+  snprintf(piece, sizeof piece, "%s%.20s", a, b);
+  wsend(piece);
+  UNTIL(stats().events == 1);
+  pump();
+  KT_EQ_INT(nnotes - before, 1);
+  KT_EQ_STR(notes[before], "UPDATE ns/a 102");
+  wsend(b + 20);
+  UNTIL(stats().events == 2);
+  pump();
+  KT_EQ_STR(notes[before + 1], "UPDATE ns/b 103");
+  KT_EQ_STR(kl_reflector_last_rv(refl), "103");
+  KT_EQ_INT(nerrors, 0);
+  teardown();
+}
+
+/* The bytes after a piece's last newline wait for the next piece; when
+ * the server ends the watch instead, they are decoded then: an event they
+ * hold whole reaches the informer, and the cut one after it is dropped
+ * and the watch resumes after the last whole one. */
+static void test_event_kept_back_at_the_end(void) {
+  char b[256], piece[512];
+  const char *a = EVT("MODIFIED", "a", "102");
+  evt_bare(b, sizeof b, EVT("MODIFIED", "b", "103"));
+  setup();
+  start_listed();
+  int before = nnotes;
+  snprintf(piece, sizeof piece, "%s%.30s", a, b);
+  wsend(piece);
+  UNTIL(stats().events == 1);
+  pump();
+  KT_EQ_STR(notes[before], "UPDATE ns/a 102");
+  snprintf(piece, sizeof piece, "%s{\"type\":\"MOD", b + 30);
+  wsend(piece);
+  settle_for(0.01);
+  advance(2);
+  wend();
+  UNTIL(nreq == 3 && wreq != NULL && kl_reflector_watching(refl));
+  KT_EQ_STR(reqlog[2], "allowWatchBookmarks=true&resourceVersion=103&"
+                       "timeoutSeconds=450&watch=true");
+  pump();
+  KT_EQ_INT(nnotes - before, 2);
+  KT_EQ_STR(notes[before + 1], "UPDATE ns/b 103");
+  KT_EQ_STR(cached("ns/b"), "103");
+  KT_EQ_INT(nerrors, 0);
+  teardown();
+}
+
 /* While 4096 events wait in the informer (the handlers are behind), the
  * watch stream is not read; it is read again once half are gone, and
  * nothing is lost or reordered. */
@@ -1872,6 +1935,8 @@ int main(void) {
   KT_RUN(test_synthetic_adds_do_not_move_rv);
   KT_RUN(test_list_429_retry_after);
   KT_RUN(test_events_in_order);
+  KT_RUN(test_events_without_newlines);
+  KT_RUN(test_event_kept_back_at_the_end);
   KT_RUN(test_backlog_pauses_the_watch);
   KT_RUN(test_quiet_watch_left_alone);
   KT_RUN(test_initial_timeout_configurable);

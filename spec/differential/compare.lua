@@ -97,7 +97,8 @@ local function diff(a, b, path, out)
 end
 _M.diff = diff
 
--- A tally of one run: the steps that ran and the differences found.
+-- A tally of one run: the sequences (cases) and steps that ran and the
+-- differences found.
 local Run = {}
 Run.__index = Run
 
@@ -108,7 +109,7 @@ function _M.new(known)
     assert(k.path or k.step or k.case, "known[" .. i .. "] matches everything")
   end
   return setmetatable({ known = known, hits = {}, ran = {}, unknown = {}, listed = 0,
-    steps = 0 }, Run)
+    steps = 0, cases = {}, case_seen = {} }, Run)
 end
 
 -- A matcher is a Lua pattern, or a list of them (any may match).
@@ -126,6 +127,10 @@ end
 -- the known entries that cover it must then see their difference.
 function Run:step(case, step)
   self.steps = self.steps + 1
+  if not self.case_seen[case] then
+    self.case_seen[case] = true
+    self.cases[#self.cases + 1] = case
+  end
   for i, k in ipairs(self.known) do
     if matches(k.case, case) and matches(k.step, step) then self.ran[i] = true end
   end

@@ -117,6 +117,10 @@ describe("spec.differential.compare", function()
         { { path = ".status", sim = "404", real = "201" } }))
       assert.same({}, run:stale())
       assert.same({ 2, 2 }, { run.listed, run:entries_seen() })
+      -- the sequences that ran, each once, in their order
+      run:step("random 1/1", "update leases (current)")
+      assert.same({ "fixtures", "random 1/1" }, run.cases)
+      assert.equal(3, run.steps)
     end)
 
   it("refuses an entry without a reason or one that would match everything", function()

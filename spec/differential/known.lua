@@ -29,4 +29,34 @@ return {
       .. "422), or 409 when the field is another manager's" },
   { case = "^random ", step = APPLY_UNDECODABLE, path = "^%.body%.",
     reason = "the Status of the 500 above: message, no reason, no details" },
+  { case = "^pods subresources$", step = "^web running$",
+    path = { "^%.body%.status%.conditions%[0%]%.lastProbeTime$",
+      "^%.body%.status%.conditions%[0%]%.lastTransitionTime$",
+      "^%.body%.metadata%.managedFields%[1%]%.fieldsV1%.f:status%.f:conditions%." },
+    reason = "a condition written without its times gets lastProbeTime and lastTransitionTime "
+      .. "null on the real server (Go's zero metav1.Time), and those fields then count as "
+      .. "owned; the simulator leaves them out" },
+  { case = "^pods subresources$", step = { "^create budget$", "^budget status 0$" },
+    path = { "^%.body%.status$",
+      "^%.body%.metadata%.managedFields%[1%]%.fieldsV1%.f:status%.f:disruptionsAllowed$" },
+    reason = "a new PodDisruptionBudget's status is all zeros on the real server (the "
+      .. "registry's empty status, its int fields not omitted); the simulator stores none, so "
+      .. "the status patch that follows owns disruptionsAllowed there" },
+  { case = "^pods subresources$", step = "^get budget$",
+    path = "^%.body%.metadata%.managedFields%[0%]%.fieldsV1%.f:status%.f:conditions%.%.$",
+    reason = "a list map that a write creates gets its \".\" member in the real server's "
+      .. "managedFields; the simulator's has only the items" },
+  { case = "^other subresources$", step = "^finalize none$",
+    path = "^%.body%.metadata%.managedFields%[1%]$",
+    reason = "an entry of managedFields left with no fields (spec.finalizers emptied) goes on "
+      .. "the real server; the simulator keeps it with \"f:spec\": {}" },
+  { case = "^defaults$", path = "%.f:resources%.%.$", sim = "^<absent>$", real = "^{}$",
+    reason = "a container's resources that hold limits or requests: the real server's "
+      .. "managedFields own the map itself too (\".\"), the simulator's only its members" },
+  { case = "^autoscaling$", path = "%.metadata%.managedFields",
+    reason = "a HorizontalPodAutoscaler written through autoscaling/v1 and v2 by one manager: "
+      .. "the simulator keeps one managedFields entry per manager and operation, its fields "
+      .. "named in the version of the last write; kube-apiserver keeps an Update entry per "
+      .. "apiVersion, each entry's fields computed in its own version from the object "
+      .. "converted (a v1 create owns the targetCPUUtilizationPercentage its conversion adds)" },
 }

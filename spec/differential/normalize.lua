@@ -2,9 +2,10 @@
 -- answers from one server, rewritten so that they can be compared field by
 -- field with another's. Values are replaced, never dropped, so presence
 -- and order still count:
--- - uids become "uid@STEP", STEP the label of the step whose answer first
---   carried it ("#N" for the Nth new one of a step): a recreated object gets
---   a new one, an updated object keeps its own;
+-- - uids (and the controller-uid labels holding a Job's) become
+--   "uid@STEP", STEP the label of the step whose answer first carried it
+--   ("#N" for the Nth new one of a step): a recreated object gets a new
+--   one, an updated object keeps its own;
 -- - resourceVersions (an object's metadata.resourceVersion) become
 --   "rv@STEP", STEP the label of the step whose answer first carried that
 --   version (with "#N" for the Nth new version of one step, in order), so
@@ -12,7 +13,9 @@
 --   list's, one in an error message) becomes "rv>=rv@STEP" after the last
 --   object version at or below it, since a real server's revision also
 --   moves with its own writes (a list's, even when it is an object's);
--- - server timestamps become "<time>"; the server's address "<address>"; generated names keep their prefix
+-- - server timestamps become "<time>" (those of a PodDisruptionBudget's
+--   disruptedPods too); a TokenRequest's token "<token>" (each server
+--   signs with its own key); the server's address "<address>"; generated names keep their prefix
 --   and become "prefix<gen#N>"; cluster IPs "<ip>", node ports "<port>";
 --   continue tokens "<continue>"; a Table's ages ("3s") "<age>";
 -- - managedFields entries are sorted by what identifies them (their order
@@ -27,7 +30,8 @@ local null = json.null
 local _M = {}
 
 local TIME_KEYS = { creationTimestamp = true, deletionTimestamp = true, time = true,
-  lastTransitionTime = true, lastUpdateTime = true, lastProbeTime = true }
+  lastTransitionTime = true, lastUpdateTime = true, lastProbeTime = true,
+  expirationTimestamp = true }
 local TIME_PATTERN = "^%d%d%d%d%-%d%d%-%d%dT%d%d:%d%d:%d%d[%.%d]*Z$"
 local IP_PATTERN = "^%d+%.%d+%.%d+%.%d+$"
 
@@ -138,8 +142,12 @@ end
 function Ctx:apply(v, key, parent)
   if type(v) == "string" then
     if key == "resourceVersion" and parent == "metadata" then return self:rv(v) end
-    if key == "uid" and self.uids[v] then return self.uids[v] end
-    if TIME_KEYS[key] and v:match(TIME_PATTERN) then return "<time>" end
+    -- a Job's selector and labels carry its uid
+    if (key == "uid" or key == "controller-uid") and self.uids[v] then return self.uids[v] end
+    if (TIME_KEYS[key] or parent == "disruptedPods") and v:match(TIME_PATTERN) then
+      return "<time>"
+    end
+    if key == "token" and parent == "status" then return "<token>" end
     if (key == "clusterIP" or key == "clusterIPs") and v:match(IP_PATTERN) then
       return "<ip>"
     end

@@ -91,6 +91,28 @@ describe("leader election", function()
     assert.same({ "+a", "-a", "+b" }, log)
   end)
 
+  it("releases the lease that its own renewal wrote after the release read it", function()
+    les[1] = candidate("a", log)
+    t:eventually(function() return les[1]:is_leader() end)
+    les[1].stopped = true -- its loop ends, still leading
+    kube.sleep(RETRY * 2)
+    local call, renewed = les[1].call, false
+    les[1].call = function(self, verb, ...)
+      local res, err = call(self, verb, ...)
+      if verb == "get" and not renewed then
+        renewed = true -- the renewal in flight when the release began lands now
+        local l = lease(t)
+        l.spec.renewTime = "2026-01-01T00:00:00.000000Z"
+        t:update(l)
+      end
+      return res, err
+    end
+    assert.is_true(les[1]:release())
+    assert.is_true(renewed)
+    assert.equal("", lease(t).spec.holderIdentity)
+    assert.same({ "+a", "-a" }, log)
+  end)
+
   it("calls on_new_leader once for each new holder, not at each renewal", function()
     local seen = {}
     les[1] = candidate("a", log)

@@ -69,6 +69,27 @@ describe("kubelua run", function()
     assert.matches("^first line\nsecond line\n.*no newline yet$", out)
   end)
 
+  it("writes unfinished print output when a second signal ends it at once", function()
+    local path = support.tempfile([[
+      local kube = require "kubelua"
+      local q = kube.workqueue("work")
+      kube.workers(q, 1, function()
+        io.write("no newline yet")
+        kube.log.info("working")
+        kube.sleep(60)
+      end)
+      q:add("default/a")
+    ]], ".lua")
+    local proc = proc_helper.start("--shutdown-timeout 120 " .. path)
+    finally(function() os.execute("kill -9 " .. proc.pid .. " 2>/dev/null") end)
+    proc_helper.wait_log(proc, "working")
+    assert(os.execute("kill -TERM " .. proc.pid) == 0)
+    proc_helper.wait_log(proc, "stopping: waiting for 1 running reconciles\n")
+    local out = helper.stop(proc) -- the second SIGTERM
+    os.remove(path)
+    assert.matches("WARN  second signal 15: exiting at once\nno newline yet$", out)
+  end)
+
   it("exits with the status given to kube.stop", function()
     local status = run_script("require('kubelua').stop(3)")
     assert.equal(3, status)

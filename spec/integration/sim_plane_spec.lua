@@ -191,8 +191,8 @@ describe("kubelua sim control plane", function()
   describe("switches", function()
     it("refuses an unknown controller, naming the known ones", function()
       support.raises("kubelua.testing: start: sim: unknown controller gcc (known: daemonset, "
-        .. "deployment, gc, job, kubelet, namespace, nodes, replicaset, root_ca, scheduler, "
-        .. "service_account, statefulset)",
+        .. "deployment, disruption, gc, job, kubelet, namespace, nodes, replicaset, root_ca, "
+        .. "scheduler, service_account, statefulset)",
         function() testing.start{ controllers = { gcc = false } } end)
       support.raises("kubelua.testing: start: sim: controllers.gc must be true or false, got "
         .. "string", function() testing.start{ controllers = { gc = "no" } } end)
@@ -205,8 +205,13 @@ describe("kubelua sim control plane", function()
       assert.same({}, list.items)
       local status, out = support.sh(support.kubelua .. " sim --no-controller gcc 2>&1")
       assert.same({ 2, "kubelua sim: --no-controller: unknown controller gcc (known: "
-        .. "daemonset, deployment, gc, job, kubelet, namespace, nodes, replicaset, root_ca, "
-        .. "scheduler, service_account, statefulset)" }, { status, out:match("^[^\n]*") })
+        .. "daemonset, deployment, disruption, gc, job, kubelet, namespace, nodes, replicaset, "
+        .. "root_ca, scheduler, service_account, statefulset)" }, { status, out:match("^[^\n]*") })
+      -- and its help names each one
+      status, out = support.sh(support.kubelua .. " sim --help 2>&1")
+      assert.same({ 0, true }, { status, out:find("turn one off: gc, namespace, root_ca,\n"
+        .. "%s+service_account, disruption, nodes,\n%s+scheduler, kubelet, replicaset,\n"
+        .. "%s+deployment, job, statefulset, daemonset\n") ~= nil })
     end)
 
     it("publishes the served certificate as kube-root-ca.crt over TLS", function()

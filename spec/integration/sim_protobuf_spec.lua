@@ -14,7 +14,7 @@ local PB = { ["Content-Type"] = "application/vnd.kubernetes.protobuf",
 -- The kinds read from protobuf, as a 415 lists them.
 local KINDS = "ConfigMap, Deployment, LocalSubjectAccessReview, Namespace, Pod, Secret, "
   .. "SelfSubjectAccessReview, SelfSubjectRulesReview, Service, ServiceAccount, "
-  .. "SubjectAccessReview"
+  .. "SubjectAccessReview, TokenRequest"
 local ffi = require "ffi"
 local protobuf = require "kubelua.sim.protobuf"
 
@@ -285,6 +285,16 @@ describe("kubelua sim protobuf bodies", function()
     assert.same({ 415, "the body of the request was in an unknown format - accepted media types "
       .. "include: application/json, application/yaml (application/vnd.kubernetes.protobuf for "
       .. "objects, not their status)" }, { code, st.message })
+  end)
+
+  it("issues a token for a TokenRequest, as kubectl create token sends it", function()
+    local code, tr, raw = api(sim, "POST", "/api/v1/namespaces/default/serviceaccounts/default/"
+      .. "token", envelope("authentication.k8s.io/v1", "TokenRequest", meta("", "")
+        .. f(2, f(1, "aud") .. f(4, 7200))), PB)
+    assert.equal(201, code, raw)
+    assert.same({ { "aud" }, 7200, "default" }, { tr.spec.audiences, tr.spec.expirationSeconds,
+      tr.metadata.name })
+    assert.matches("^[%w_-]+%.[%w_-]+%.[%w_-]+$", tr.status.token)
   end)
 
   it("reads negative and 64-bit varints as the Go types they were written from", function()

@@ -39,7 +39,7 @@ describe("kubelua sim workloads: nodes, scheduler, kubelet", function()
       { "DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure" },
       { "PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available" },
       { "Ready", "True", "KubeletReady", "kubelet is posting ready status" } }, conditions(n))
-    assert.same({ cpu = "4", memory = "16Gi", pods = "110", ["ephemeral-storage"] = "100Gi" },
+    assert.same({ cpu = "32", memory = "256Gi", pods = "110" },
       n.status.capacity)
     assert.same(n.status.capacity, n.status.allocatable)
     assert.same({ { type = "InternalIP", address = "172.18.0.2" },
@@ -220,7 +220,7 @@ describe("kubelua sim workloads: nodes, scheduler, kubelet", function()
     t:create(pod("n", { nodeName = "node-1" }))
     phase_of(t, "n", "Running")
     local p = t:get("v1", "pods", "demo", "p")
-    assert.same({ nil, nil }, { p.spec.nodeName, p.status and p.status.phase })
+    assert.same({ nil, "Pending" }, { p.spec.nodeName, p.status.phase })
     t:stop()
     t = testing.start{ namespaces = { "demo" }, controllers = { nodes = false } }
     kube.sleep(0.2)
@@ -228,7 +228,8 @@ describe("kubelua sim workloads: nodes, scheduler, kubelet", function()
   end)
 
   it("refuses bad nodes and pods options, naming what was wrong", function()
-    support.raises("kubelua.testing: start: sim: nodes must be a whole number from 0 to 250, "
+    support.raises("kubelua.testing: start: sim: nodes must be a whole number from 0 to 250 "
+      .. "or a table { count, allocatable }, "
       .. "got -1", function() testing.start{ nodes = -1 } end)
     support.raises("kubelua.testing: start: sim: pods.start_delay must be a number of seconds, "
       .. "at least 0, got string", function() testing.start{ pods = { start_delay = "1" } } end)

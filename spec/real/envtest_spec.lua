@@ -136,20 +136,41 @@ describe("kubelua.envtest (real servers)", function()
   end)
 
   describe("kubelua test --apiserver real", function()
-    it("stops the servers and removes their directory when interrupted", function()
-      local out = os.tmpname()
-      local spec = support.tempfile(([[
-        local kube = require "kubelua"
+    -- A spec file whose one case, name, starts the real server, writes its
+    -- directory and its servers' pids to out, one a line, then runs body.
+    local function recording_spec(out, name, body)
+      return support.tempfile(([[
         local testing = require "kubelua.testing"
-        it("waits", function()
+        it(%q, function()
           local t = testing.start{}
           local f = io.open(%q, "w")
           f:write(t.cp.dir, "\n")
           for _, p in ipairs(t.cp.procs) do f:write(p.proc:pid(), "\n") end
           f:close()
-          kube.sleep(600)
+          %s
         end)
-      ]]):format(out), "_spec.lua")
+      ]]):format(name, out, body), "_spec.lua")
+    end
+
+    it("stops the servers and removes their directory when a spec fails", function()
+      local out = os.tmpname()
+      local spec = recording_spec(out, "fails", 'assert.equal("expected", "got")')
+      local status, log = support.sh(support.kubelua .. " test --apiserver real -o TAP " .. spec)
+      os.remove(spec)
+      assert.equal(1, status, log)
+      assert.matches("^not ok 1 %- fails\n", log)
+      local lines = {}
+      for l in support.read(out):gmatch("[^\n]+") do lines[#lines + 1] = l end
+      os.remove(out)
+      assert.equal(3, #lines) -- the directory, etcd, kube-apiserver
+      assert.is_false(exists(lines[1]))
+      assert.is_false(alive(lines[2]))
+      assert.is_false(alive(lines[3]))
+    end)
+
+    it("stops the servers and removes their directory when interrupted", function()
+      local out = os.tmpname()
+      local spec = recording_spec(out, "waits", 'require("kubelua").sleep(600)')
       os.remove(out)
       local pid = proc_helper.background("exec " .. support.kubelua .. " test --apiserver real " .. spec,
         out .. ".log")

@@ -5,7 +5,8 @@
 -- (kubelua.sim.namespaces); and, toward KWOK's model, fake Nodes, the
 -- scheduler and their kubelets (kubelua.sim.workloads.nodes, .kubelet)
 -- and the workload controllers (kubelua.sim.workloads.replicaset,
--- .deployment, .job, .statefulset, .daemonset).
+-- .deployment, .job, .statefulset, .daemonset), and the disruption
+-- controller (kubelua.sim.disruption).
 --
 -- Each sees every change the store makes (store.observe) and only notes
 -- the work it calls for; the work runs on a later turn of the loop, one
@@ -18,6 +19,7 @@ local kube = require "kubelua"
 local gc = require "kubelua.sim.gc"
 local from_bytes = require("kubelua.sim.store").from_bytes
 local namespaces = require "kubelua.sim.namespaces"
+local disruption = require "kubelua.sim.disruption"
 local nodes = require "kubelua.sim.workloads.nodes"
 local kubelet = require "kubelua.sim.workloads.kubelet"
 
@@ -36,7 +38,7 @@ Plane.__index = Plane
 
 -- The controllers, by the name opts.controllers turns them off with.
 local NAMES = { gc = true, namespace = true, root_ca = true, service_account = true,
-  nodes = true, scheduler = true, kubelet = true }
+  nodes = true, scheduler = true, kubelet = true, disruption = true }
 for _, name in ipairs(WORKLOADS) do NAMES[name] = true end
 _M.names = NAMES
 
@@ -74,16 +76,15 @@ end
 -- Raises, naming what was wrong, when opts.nodes or opts.pods is not
 -- what new takes.
 function _M.check(opts)
-  local n = opts.nodes
-  if n ~= nil and not (type(n) == "number" and n >= 0 and n % 1 == 0 and n <= 250) then
-    error("sim: nodes must be a whole number from 0 to 250, got " .. tostring(n), 3)
-  end
+  local ok, err = pcall(nodes.options, opts.nodes)
+  if not ok then error(err, 3) end
   kubelet.check(opts.pods)
 end
 
 -- new(store, spec, ca, opts) -> the control plane watching store, or nil
 -- when spec turns every controller off. ca() returns the PEM the root-CA
--- publisher puts in kube-root-ca.crt; opts.nodes (default 3) and
+-- publisher puts in kube-root-ca.crt; opts.nodes (default 3; or
+-- { count =, allocatable = }: kubelua.sim.workloads.nodes) and
 -- opts.pods (kubelua.sim.workloads.kubelet) shape the workloads.
 function _M.new(store, spec, ca, opts)
   opts = opts or {}
@@ -109,6 +110,7 @@ function _M.new(store, spec, ca, opts)
   for _, name in ipairs(WORKLOADS) do
     if on[name] then wl[#wl + 1] = workloads[name].new(store, defer) end
   end
+  if on.disruption then wl[#wl + 1] = disruption.new(store, defer) end
   local parts = self.parts
   store.observe = function(res, e, etype, prev)
     for i = 1, #parts do parts[i]:observe(res, e, etype, prev) end

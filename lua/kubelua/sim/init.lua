@@ -23,6 +23,7 @@ local controllers = require "kubelua.sim.controllers"
 local namespaces = require "kubelua.sim.namespaces"
 local admission = require "kubelua.sim.admission"
 local conversion = require "kubelua.sim.conversion"
+local subresources = require "kubelua.sim.subresources"
 
 local type, pairs, ipairs, tostring, tonumber, setmetatable, pcall =
   type, pairs, ipairs, tostring, tonumber, setmetatable, pcall
@@ -79,6 +80,7 @@ function _M.new(opts)
   self.store.admission.convert = function(from, to, obj)
     return self.store.conversion:convert(from, to, obj)
   end
+  self.subs = subresources.new(self.store)
   return self
 end
 
@@ -197,7 +199,9 @@ end
 local function body_object(res, req, subresource)
   local ct = lower((req:header("Content-Type") or ""):match("^[^;%s]*"))
   if yaml_types[ct] then return store.decode_yaml_body(res, req:body()) end
-  if ct == "application/vnd.kubernetes.protobuf" and subresource then
+  -- a TokenRequest is the one subresource body a client sends as protobuf
+  -- (kubectl create token)
+  if ct == "application/vnd.kubernetes.protobuf" and subresource and subresource ~= "token" then
     return nil, unsupported(" (application/vnd.kubernetes.protobuf for objects, not their "
       .. subresource .. ")")
   elseif ct == "application/vnd.kubernetes.protobuf" then
@@ -321,6 +325,8 @@ function Sim:authenticate(req)
   local token = auth:match("^[Bb]earer%s+(.-)%s*$")
   if token == self.opts.token then return "admin" end
   if token and self.opts.users and self.opts.users[token] then return self.opts.users[token] end
+  local sa = token and self.subs:token_user(token) -- a serviceaccounts/token token
+  if sa then return sa end
   return nil, status(401, "Unauthorized", "Unauthorized")
 end
 
@@ -371,14 +377,14 @@ function Sim:resolve(r)
     local res = s:resource(r.gv, rest[3])
     if res and res.namespaced then
       r.ns, r.res, r.res_name, r.name, r.sub = rest[2], res, rest[3], rest[4], rest[5]
-      return #rest <= 5
+      return #rest <= 5 or r.sub == "proxy"
     end
   end
   r.res_name = rest[1]
   r.res = rest[1] and s:resource(r.gv, rest[1])
   r.name, r.sub = rest[2], rest[3]
   if r.res and r.res.namespaced and r.name then return false end
-  return #rest <= 3
+  return #rest <= 3 or r.sub == "proxy"
 end
 
 local function query_params(req)
@@ -420,6 +426,9 @@ function Sim:serve_resource(req, r, user)
   local params = query_params(req)
   if not r.res then return reply_status(req, not_found_resource()) end
   local res = r.res
+  if r.sub and subresources.handles(res, r.sub) then
+    return self:serve_subresource(req, r, user, params)
+  end
   if r.sub == "scale" and not res.scale then return reply_status(req, not_found_resource()) end
   if r.sub and r.sub ~= "status" and r.sub ~= "scale" then
     return reply_status(req, not_found_resource())
@@ -516,6 +525,12 @@ function Sim:serve_resource(req, r, user)
   elseif verb == "create" then
     local obj, err = body_object(res, req, r.sub)
     if not obj then return reply_status(req, err) end
+    if subresources.is_bindings(res) then -- binds the Pod it names
+      local code, out = self.subs:bind(ns, type(obj.metadata) == "table" and obj.metadata.name,
+        obj, ctx)
+      if not code then return reply_status(req, out) end
+      return reply_json(req, code, out)
+    end
     local e
     e, err = s:create(res, ns, obj, ctx)
     if not e then return reply_status(req, err) end
@@ -578,6 +593,34 @@ function Sim:serve_resource(req, r, user)
       .. concat(items, ",") .. "]}")
   end
   return reply_status(req, method_not_allowed())
+end
+
+-- The subresources beyond status and scale (kubelua.sim.subresources).
+function Sim:serve_subresource(req, r, user, params)
+  local res = r.res
+  local method = req:method()
+  local verb = not r.watch and subresources.verb(res, r.sub, method)
+  if not verb then return reply_status(req, method_not_allowed()) end
+  r.verb = verb
+  if user ~= "admin" then return reply_status(req, forbidden(user, r)) end
+  local function read()
+    return body_object({ kind = subresources.body_kind[r.sub] or res.kind }, req, r.sub)
+  end
+  local upgrade = req:header("Upgrade") ~= nil
+    or lower(req:header("Connection") or ""):find("upgrade", 1, true) ~= nil
+  local code, body, ctype = self.subs:serve(res, r, { read = read, body = req:body(),
+    content_type = req:header("Content-Type"), params = params, upgrade = upgrade },
+    ctx_of(req, params, r, user))
+  if not code then
+    local retry = type(body.details) == "table" and body.details.retryAfterSeconds
+    return reply_status(req, body, retry and { ["Retry-After"] = tostring(retry) } or nil)
+  end
+  if ctype then
+    return req:reply(code, { ["Content-Type"] = ctype, ["Cache-Control"] = "no-cache, private" },
+      body)
+  end
+  if code == 204 then return req:reply(204, { ["Cache-Control"] = "no-cache, private" }, "") end
+  return reply_json(req, code, body)
 end
 
 -- Watch -------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ NS.__index = NS
 
 local CTX = { user_agent = "kube-controller-manager" }
 local STATUS_CTX = { user_agent = "kube-controller-manager", subresource = "status" }
+local FINALIZE_CTX = { user_agent = "kube-controller-manager", subresource = "finalize" }
 
 local ROOT_CA = "kube-root-ca.crt"
 local DESCRIPTION = "Contains a CA bundle that can be used to verify the kube-apiserver when "
@@ -206,7 +207,24 @@ function NS:finalize(ns)
     error("updating the status of namespace " .. ns .. ": " .. tostring(err.message))
   end
   if next(remaining) then return end
-  -- the namespace's finalizer is done: it goes as it was last written
+  -- the namespace's finalizer is done (its finalize subresource); another
+  -- one (set through finalize) holds the namespace until it is removed
+  local keep = json.array {}
+  local spec = ne.obj.spec
+  for _, f in ipairs(type(spec) == "table" and is_array(spec.finalizers) and spec.finalizers
+      or {}) do
+    if f ~= "kubernetes" then keep[#keep + 1] = f end
+  end
+  if #keep > 0 then
+    obj = copy(ne.obj)
+    obj.spec.finalizers = keep
+    ne, err = s:commit(nsres, ne, obj, FINALIZE_CTX)
+    if not ne then
+      error("finalizing namespace " .. ns .. ": " .. tostring(err.message))
+    end
+    return
+  end
+  -- it goes as it was last written
   local gone = copy(ne.obj)
   gone.metadata.resourceVersion = tostring(s:next_rv())
   s:put(nsres, gone, "DELETED", ne)

@@ -140,6 +140,14 @@ local MESSAGES = {
   SubjectAccessReviewSpec = { partial = true, [1] = { "resourceAttributes", "ResourceAttributes" },
     [2] = { "nonResourceAttributes", "NonResourceAttributes" }, [3] = { "user", "string" },
     [4] = { "groups", "list", "string" }, [6] = { "uid", "string" } },
+  -- kubectl create token (serviceaccounts/token)
+  TokenRequest = { { "metadata", "ObjectMeta" }, { "spec", "TokenRequestSpec" },
+    { "status", "TokenRequestStatus" } },
+  TokenRequestSpec = { [1] = { "audiences", "list", "string" },
+    [3] = { "boundObjectRef", "BoundObjectReference" },
+    [4] = { "expirationSeconds", "int", nil, true } },
+  BoundObjectReference = { { "kind", "string" }, { "apiVersion", "string" },
+    { "name", "string" }, { "uid", "string" } },
   -- the envelope: runtime.Unknown, and runtime's TypeMeta (apiVersion
   -- first, unlike meta/v1's)
   Unknown = { { "typeMeta", "TypeMeta" }, { "raw", "raw" } },
@@ -152,7 +160,7 @@ local MESSAGES = {
   -- status subresource takes JSON only); a security context only empty,
   -- as a spec read back carries it: a field in it is refused
   PodStatus = {}, DeploymentStatus = {}, ServiceStatus = {}, SubjectAccessReviewStatus = {},
-  SubjectRulesReviewStatus = {},
+  SubjectRulesReviewStatus = {}, TokenRequestStatus = {},
   PodSecurityContext = { partial = true }, SecurityContext = { partial = true },
 }
 
@@ -164,7 +172,8 @@ local KINDS = { ["v1/ConfigMap"] = "ConfigMap", ["v1/Secret"] = "Secret",
   ["authorization.k8s.io/v1/SelfSubjectAccessReview"] = "SelfSubjectAccessReview",
   ["authorization.k8s.io/v1/SelfSubjectRulesReview"] = "SelfSubjectRulesReview",
   ["authorization.k8s.io/v1/SubjectAccessReview"] = "SubjectAccessReview",
-  ["authorization.k8s.io/v1/LocalSubjectAccessReview"] = "SubjectAccessReview" }
+  ["authorization.k8s.io/v1/LocalSubjectAccessReview"] = "SubjectAccessReview",
+  ["authentication.k8s.io/v1/TokenRequest"] = "TokenRequest" }
 
 local function fail(why) error({ protobuf = why }, 0) end
 

@@ -120,7 +120,8 @@ end
 -- written through either is read through both, in each one's apiVersion
 -- (PriorityLevelConfiguration's limited shares are assuredConcurrencyShares
 -- in v1beta2, nominalConcurrencyShares in v1beta3). HorizontalPodAutoscaler
--- v1 and v2 are kept apart: their conversion is not done here.
+-- v1 and v2 convert through annotations (kubelua.sim.hpa; the store links
+-- them, as it links the two APIs of Events).
 local FC = "flowcontrol.apiserver.k8s.io/"
 local shared = {
   { "storage.k8s.io/v1", "storage.k8s.io/v1beta1", "csistoragecapacities" },

@@ -322,6 +322,74 @@ function _M.set_condition(list, c)
   return out
 end
 
+-- ControllerRevisions ------------------------------------------------------------
+
+-- The data of a revision of template: the patch that puts it back
+-- ({"spec":{"template":{…,"$patch":"replace"}}}), as getPatch makes it.
+local function revision_data(template)
+  local t = copy(template)
+  t["$patch"] = "replace"
+  return { spec = { template = t } }
+end
+
+-- The ControllerRevision of owner (a StatefulSet or DaemonSet in
+-- namespace ns) for its current template, whose hash is hash: made with
+-- the next revision number when missing (labels: the template's, plus
+-- hash_label = hash; annotations), given the next number when an older
+-- template came back. Revisions neither in live (names) nor among the
+-- newest revisionHistoryLimit others are deleted. Returns the entry.
+function _M.revision(store, owner, ns, hash, hash_label, annotations, live)
+  local res = store:resource("apps/v1", "controllerrevisions")
+  local name = owner.metadata.name .. "-" .. hash
+  local top, cur = 0, nil
+  local revs = _M.owned(store, "apps/v1", "controllerrevisions", ns, owner.metadata.uid)
+  for _, r in ipairs(revs) do
+    local n = tonumber(r.obj.revision) or 0
+    if n > top then top = n end
+    if r.name == name then cur = r end
+  end
+  local template = is_object(owner.spec.template) and owner.spec.template or {}
+  if not cur then
+    local labels = {}
+    local tl = is_object(template.metadata) and template.metadata.labels
+    for k, v in pairs(is_object(tl) and tl or {}) do labels[k] = v end
+    labels[hash_label] = hash
+    local e, err = store:create(res, ns, { apiVersion = "apps/v1", kind = "ControllerRevision",
+      metadata = { name = name, namespace = ns, labels = labels,
+        annotations = annotations and copy(annotations) or nil,
+        ownerReferences = _M.owner_ref(owner) },
+      data = revision_data(template), revision = top + 1 }, _M.CTX)
+    if not e then
+      error(format("creating controllerrevision %s/%s: %s", ns, name, tostring(err.message)), 0)
+    end
+    cur = e
+    revs[#revs + 1] = e
+  elseif (tonumber(cur.obj.revision) or 0) < top then
+    local obj = copy(cur.obj)
+    obj.revision = top + 1
+    cur = _M.write(store, res, cur, obj, _M.CTX)
+  end
+  -- the history beyond revisionHistoryLimit, oldest first
+  local old = {}
+  for _, r in ipairs(revs) do
+    if r.name ~= name and not live[r.name] and not r.obj.metadata.deletionTimestamp then
+      old[#old + 1] = r
+    end
+  end
+  local limit = _M.count(owner.spec.revisionHistoryLimit, 10)
+  sort(old, function(a, b)
+    return (tonumber(a.obj.revision) or 0) < (tonumber(b.obj.revision) or 0)
+  end)
+  for i = 1, #old - limit do
+    local out, err = store:delete(res, ns, old[i].name, {}, _M.CTX)
+    if not out and err.code ~= 404 then
+      error(format("deleting controllerrevision %s/%s: %s", ns, old[i].name,
+        tostring(err.message)), 0)
+    end
+  end
+  return cur
+end
+
 -- Whole seconds of a metav1.Time ("2006-01-02T15:04:05Z"), or nil.
 function _M.seconds(ts)
   local y, mo, d, h, mi, s = tostring(ts):match("^(%d+)-(%d+)-(%d+)T(%d+):(%d+):(%d+)Z$")

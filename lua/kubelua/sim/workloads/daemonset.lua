@@ -1,14 +1,20 @@
 -- kubelua.sim.workloads.daemonset: the DaemonSet controller of
 -- kube-controller-manager, for the simulator. Each Node the template's
--- nodeSelector and node affinity allow gets one Pod (pinned to it by a
+-- nodeSelector and node affinity allow, and whose NoSchedule and
+-- NoExecute taints it tolerates (with the tolerations the controller
+-- adds: not-ready, unreachable, disk-, memory- and pid-pressure,
+-- unschedulable), gets one Pod (pinned to it by a
 -- required node affinity on metadata.name, which the scheduler honours;
 -- labels controller-revision-hash and pod-template-generation); a Pod on
 -- a Node it no longer fits is deleted; a template change (RollingUpdate)
 -- replaces the Pods, no more than maxUnavailable unready at once. status:
 -- desiredNumberScheduled, currentNumberScheduled, numberMisscheduled,
 -- numberReady, numberAvailable, numberUnavailable,
--- updatedNumberScheduled, observedGeneration. Taints and tolerations are
--- not simulated.
+-- updatedNumberScheduled, observedGeneration. Each template is kept as a
+-- ControllerRevision <name>-<hash> (labels: the template's and
+-- controller-revision-hash, the DaemonSet's annotations, revision numbers
+-- counting up, the history beyond revisionHistoryLimit deleted but for
+-- the revisions its Pods run).
 
 local json = require "kubelua.json"
 local util = require "kubelua.sim.util"
@@ -47,16 +53,48 @@ local function pin(pod, node)
       operator = "In", values = json.array { node } } } } } } }
 end
 
+-- The tolerations the controller adds to every daemon Pod
+-- (AddOrUpdateDaemonPodTolerations), in its order.
+local DAEMON_TOLERATIONS = {
+  { "node.kubernetes.io/not-ready", "NoExecute" },
+  { "node.kubernetes.io/unreachable", "NoExecute" },
+  { "node.kubernetes.io/disk-pressure", "NoSchedule" },
+  { "node.kubernetes.io/memory-pressure", "NoSchedule" },
+  { "node.kubernetes.io/pid-pressure", "NoSchedule" },
+  { "node.kubernetes.io/unschedulable", "NoSchedule" } }
+
+-- A copy of pod spec spec with those tolerations, each unless it has one
+-- of that key and effect.
+local function daemon_spec(spec)
+  local out = copy(spec)
+  local list = json.array {}
+  for _, t in ipairs(is_array(spec.tolerations) and spec.tolerations or {}) do
+    list[#list + 1] = t
+  end
+  for _, kt in ipairs(DAEMON_TOLERATIONS) do
+    local has = false
+    for _, t in ipairs(list) do
+      if type(t) == "table" and t.key == kt[1] and t.effect == kt[2] then has = true end
+    end
+    if not has then
+      list[#list + 1] = { key = kt[1], operator = "Exists", effect = kt[2] }
+    end
+  end
+  out.tolerations = list
+  return out
+end
+
 local function sync(self, e)
   local s = self.store
   local ds = e.obj
   local spec = is_object(ds.spec) and ds.spec or {}
   local template = is_object(spec.template) and spec.template or {}
   local hash = common.hash(template)
+  local pspec = daemon_spec(is_object(template.spec) and template.spec or {})
   local want = {}
   local names = {}
   for name, ne in pairs(s:resource("v1", "nodes").objects) do
-    if nodes.fits({ spec = is_object(template.spec) and template.spec or {} }, ne.obj) then
+    if nodes.fits({ spec = pspec }, ne.obj) and not nodes.untolerated(pspec, ne.obj) then
       want[name] = true
       names[#names + 1] = name
     end
@@ -76,6 +114,14 @@ local function sync(self, e)
     end
   end
   if not ds.metadata.deletionTimestamp then
+    local live = {}
+    for _, list in pairs(on) do
+      for _, pe in ipairs(list) do
+        local l = pe.obj.metadata.labels
+        if is_object(l) and l[REV] then live[ds.metadata.name .. "-" .. l[REV]] = true end
+      end
+    end
+    common.revision(s, ds, e.ns, hash, REV, ds.metadata.annotations, live)
     for n, list in pairs(on) do
       if not want[n] then
         for _, pe in ipairs(list) do common.delete_pod(s, pe) end
@@ -86,6 +132,7 @@ local function sync(self, e)
     for _, n in ipairs(names) do
       if not on[n] then
         local pod = common.pod_from(template, ds, e.ns, nil, labels)
+        pod.spec.tolerations = copy(pspec.tolerations)
         pin(pod, n)
         on[n] = { common.create_pod(s, pod) }
       end

@@ -8,8 +8,12 @@
 -- status (replicas, updatedReplicas, readyReplicas, availableReplicas,
 -- unavailableReplicas, observedGeneration) and the conditions Available
 -- and Progressing are written with the real controller's reasons and
--- messages. A paused Deployment, proportional scaling of several
--- ReplicaSets at once and progressDeadlineSeconds are not simulated.
+-- messages. A paused Deployment rolls nothing out (no new ReplicaSet; a
+-- change of replicas scales its one active ReplicaSet) and says so in
+-- Progressing (Unknown, DeploymentPaused "Deployment is paused"); resumed
+-- (DeploymentResumed "Deployment is resumed"), it rolls out what changed
+-- meanwhile. Proportional scaling of several ReplicaSets at once and
+-- progressDeadlineSeconds are not simulated.
 
 local json = require "kubelua.json"
 local util = require "kubelua.sim.util"
@@ -112,8 +116,9 @@ local function create_rs(s, d, ns, hash, rev, n, surge)
   return e
 end
 
--- The rollout's status, as calculateStatus and syncRolloutStatus write it.
-local function rollout_status(d, all, new)
+-- The rollout's status, as calculateStatus and syncRolloutStatus write it
+-- (only calculateStatus while paused).
+local function rollout_status(d, all, new, paused)
   local replicas = common.count(d.spec.replicas, 1)
   local total, actual, ready, avail = 0, 0, 0, 0
   for _, e in ipairs(all) do
@@ -139,7 +144,7 @@ local function rollout_status(d, all, new)
   local cur = get_condition(old, "Progressing")
   local complete = (status.replicas or 0) == (status.updatedReplicas or 0) and cur ~= nil
     and cur.reason == "NewReplicaSetAvailable"
-  if not complete then
+  if not complete and not paused then
     local what = new and format("ReplicaSet %q", new.name)
       or format("Deployment %q", d.metadata.name)
     if updated == replicas and (status.replicas or 0) == replicas and avail == replicas then
@@ -230,9 +235,37 @@ local function sync(self, e)
   end
   local replicas = common.count(d.spec.replicas, 1)
   local surge, unavailable = limits(d, replicas)
+  -- checkPausedConditions: a status write of its own, before the rollout
+  local paused = d.spec.paused == true
+  local progressing = get_condition(d.status, "Progressing")
+  local paused_cond = progressing ~= nil and progressing.reason == "DeploymentPaused"
+  if paused ~= paused_cond then
+    local o = copy(d)
+    o.status = is_object(o.status) and o.status or {}
+    o.status.conditions = common.set_condition(o.status.conditions, paused
+      and condition("Progressing", "Unknown", "DeploymentPaused", "Deployment is paused")
+      or condition("Progressing", "Unknown", "DeploymentResumed", "Deployment is resumed"))
+    e = common.write(s, e.res, e, o)
+    d = e.obj
+  end
   local obj = copy(d)
   obj.status = is_object(obj.status) and obj.status or {}
-  if not d.metadata.deletionTimestamp then
+  if paused and not d.metadata.deletionTimestamp then
+    -- sync: the one active (else the latest) ReplicaSet follows replicas
+    local active, latest = {}, new
+    for _, o in ipairs(olds) do
+      if replicas_of(o.obj) > 0 then active[#active + 1] = o end
+      if not latest or o.obj.metadata.creationTimestamp > latest.obj.metadata.creationTimestamp
+          then latest = o end
+    end
+    if new and replicas_of(new.obj) > 0 then active[#active + 1] = new end
+    local only = #active == 1 and active[1] or (#active == 0 and latest) or nil
+    if only and replicas_of(only.obj) ~= replicas then
+      local scaled = scale(s, only, d, replicas, surge)
+      if new and only.key == new.key then new = scaled end
+    end
+    self:clean(d, new, olds)
+  elseif not d.metadata.deletionTimestamp then
     local recreate = is_object(d.spec.strategy) and d.spec.strategy.type == "Recreate"
     local old_active = false
     for i, o in ipairs(olds) do
@@ -286,7 +319,7 @@ local function sync(self, e)
   end
   local d2 = copy(d)
   d2.status = obj.status
-  local status = rollout_status(d2, rses, new)
+  local status = rollout_status(d2, rses, new, paused)
   obj.status = status
   common.write(s, e.res, e, obj)
 end

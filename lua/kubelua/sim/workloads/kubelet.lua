@@ -20,6 +20,7 @@ local kube = require "kubelua"
 local json = require "kubelua.json"
 local util = require "kubelua.sim.util"
 local common = require "kubelua.sim.workloads.common"
+local defaults = require "kubelua.sim.workloads.defaults"
 
 local type, pairs, ipairs, setmetatable, tostring, tonumber, error, pcall =
   type, pairs, ipairs, setmetatable, tostring, tonumber, error, pcall
@@ -183,22 +184,6 @@ function Kubelet:step(key, tag)
   end
 end
 
--- The QoS class of a pod spec: Guaranteed, Burstable or BestEffort.
-local function qos(spec)
-  local any, all = false, true
-  for _, c in ipairs(is_array(spec.containers) and spec.containers or {}) do
-    local r = is_object(c.resources) and c.resources or {}
-    local req = is_object(r.requests) and r.requests or {}
-    local lim = is_object(r.limits) and r.limits or {}
-    for _, name in ipairs { "cpu", "memory" } do
-      if req[name] or lim[name] then any = true end
-      if not lim[name] or (req[name] and req[name] ~= lim[name]) then all = false end
-    end
-  end
-  if not any then return "BestEffort" end
-  return all and "Guaranteed" or "Burstable"
-end
-
 -- An image as the container runtime names it: docker.io/library/nginx:latest.
 local function full_image(image)
   image = tostring(image or "")
@@ -276,7 +261,7 @@ function Kubelet:start(pod, node)
       cond("Initialized", "True", now), ready[1], ready[2],
       cond("PodScheduled", "True", scheduled and scheduled.lastTransitionTime or now) },
     hostIP = host, podIP = ip, podIPs = json.array { { ip = ip } }, startTime = now,
-    containerStatuses = statuses, qosClass = st.qosClass or qos(pod.spec) }
+    containerStatuses = statuses, qosClass = st.qosClass or defaults.qos(pod.spec) }
 end
 
 -- Ended: Succeeded, or Failed when failure is injected.

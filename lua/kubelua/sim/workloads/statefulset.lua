@@ -8,9 +8,12 @@
 -- ordinal down to the partition, one at a time. A failed or succeeded Pod
 -- is replaced. status: replicas, readyReplicas, currentReplicas,
 -- updatedReplicas, availableReplicas, currentRevision, updateRevision,
--- collisionCount, observedGeneration. The revisions are named as the real
--- ones (<name>-<hash>), but no ControllerRevision objects are made, and
--- volumeClaimTemplates make no claims.
+-- collisionCount, observedGeneration. Each template is kept as a
+-- ControllerRevision <name>-<hash> (label controller.kubernetes.io/hash,
+-- revision numbers counting up, the history beyond revisionHistoryLimit
+-- deleted but for the revisions in use), whose name the Pods carry in
+-- their controller-revision-hash label. volumeClaimTemplates make no
+-- claims.
 
 local util = require "kubelua.sim.util"
 local common = require "kubelua.sim.workloads.common"
@@ -52,9 +55,15 @@ local function sync(self, e)
   local old = is_object(sts.status) and sts.status or {}
   local current_rev = old.currentRevision or update_rev
   local by_ord, extra = {}, {}
+  local live = { [current_rev] = true, [update_rev] = true }
   for _, pe in ipairs(common.owned_pods(s, e.ns, sts.metadata.uid)) do
     local i = ordinal(sts, pe.obj)
     if i and i < replicas then by_ord[i] = pe elseif i then extra[#extra + 1] = pe end
+    if rev_of(pe.obj) then live[rev_of(pe.obj)] = true end
+  end
+  if not sts.metadata.deletionTimestamp then
+    common.revision(s, sts, e.ns, update_rev:sub(#name + 2), "controller.kubernetes.io/hash", nil,
+      live)
   end
   local function make(i)
     -- made from the current template (no older revision is kept)
