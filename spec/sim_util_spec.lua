@@ -1,9 +1,19 @@
 -- kubelua.sim.util's checks that follow Go's: base64 as encoding/base64's
 -- StdEncoding reads it, ConfigMap keys as validation.IsConfigMapKey, and
--- values quoted as strconv.Quote.
+-- values quoted as strconv.Quote; SHA-256 and its HMAC.
 local util = require "kubelua.sim.util"
 
 describe("kubelua.sim.util", function()
+  it("hashes with SHA-256 and HMAC-SHA-256 (FIPS 180-2 and RFC 4231's forms)", function()
+    local function hex(s) return (s:gsub(".", function(c) return ("%02x"):format(c:byte()) end)) end
+    assert.equal("e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+      hex(util.sha256("")))
+    assert.equal("ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad",
+      hex(util.sha256("abc")))
+    assert.equal("f7bc83f430538424b13298e6aa6fb143ef4d59a14946175997479dbc2d1a3cd8",
+      hex(util.hmac_sha256("key", "The quick brown fox jumps over the lazy dog")))
+  end)
+
   it("finds where Go's base64 decoder stops, or nothing when it reads through", function()
     local cases = { { "eA==", nil }, { "eHl6", nil }, { "", nil }, { "eHl6\n", nil },
       { "\r\neHl6", nil }, { "eA\n=\n=", nil }, { "eHk=", nil },

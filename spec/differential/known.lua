@@ -17,10 +17,6 @@ return {
     reason = "/version: the simulator answers as the recorded v1.26.0 build (fixture 01); "
       .. "the 1.26.1 binaries the suite runs were built without a version stamp "
       .. "(gitVersion v0.0.0-master+f52833d2, empty major and minor)" },
-  { case = "^fixtures$", step = "^11%-discovery%-example%-v1$",
-    path = "^%.body%.resources%[name=widgets%]%.storageVersionHash$",
-    reason = "a custom resource's storageVersionHash is the first 8 bytes of SHA-256 of "
-      .. "group/version/kind in base64; the simulator, without SHA-256, writes other 8 bytes" },
   { case = "^random ", step = APPLY_UNDECODABLE, path = "^%.status$", real = "^500$",
     reason = "a server-side apply whose value cannot be decoded (a MicroTime without 6 "
       .. "fractional digits, a string for a custom resource's integer, data that is not "

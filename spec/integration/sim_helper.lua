@@ -242,7 +242,7 @@ end
 
 local volatile = { uid = true, creationTimestamp = true, resourceVersion = true, time = true,
   lastTransitionTime = true, deletionTimestamp = true, continue = true,
-  storageVersionHash = true, serverAddress = true }
+  serverAddress = true }
 
 -- The server orders managedFields by operation, time (in seconds), manager,
 -- apiVersion and subresource. With the times masked, the order they decide

@@ -27,7 +27,6 @@
 -- Everything goes through the store's verbs (get, commit, delete), so the
 -- watch shows what the real server's shows.
 
-local ffi = require "ffi"
 local json = require "kubelua.json"
 local store = require "kubelua.sim.store"
 local store_defaults = require "kubelua.sim.store.defaults"
@@ -40,14 +39,6 @@ local format, concat = string.format, table.concat
 local encode, decode, null, is_array = json.encode, json.decode, json.null, json.is_array
 local status, bad_request, invalid = store.status, store.bad_request, store.invalid
 local copy = util.copy
-
-ffi.cdef [[
-  typedef struct evp_md_st EVP_MD;
-  const EVP_MD *EVP_sha256(void);
-  unsigned char *HMAC(const EVP_MD *evp_md, const void *key, int key_len,
-                      const unsigned char *d, size_t n, unsigned char *md,
-                      unsigned int *md_len);
-]]
 
 local _M = {}
 local Subs = {}
@@ -313,9 +304,7 @@ local function b64url_decode(s)
 end
 
 function Subs:sign(text)
-  local md, n = ffi.new("unsigned char[32]"), ffi.new("unsigned int[1]")
-  ffi.C.HMAC(ffi.C.EVP_sha256(), self.key, #self.key, text, #text, md, n)
-  return b64url(ffi.string(md, n[0]))
+  return b64url(util.hmac_sha256(self.key, text))
 end
 
 -- Issues a token for ServiceAccount ns/name, as the token registry: 201

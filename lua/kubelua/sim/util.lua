@@ -1,8 +1,10 @@
 -- kubelua.sim.util: small pieces the API simulator needs and that have no
--- better home: base64 (continue tokens), uids, timestamps, deep copies that
+-- better home: base64 (continue tokens), SHA-256 and its HMAC (from the
+-- libcrypto the binary links), uids, timestamps, deep copies that
 -- keep kubelua.array marks, DNS-1123 checks, label and field selectors, and
 -- the 2-space indentation a real apiserver gives curl users.
 
+local ffi = require "ffi"
 local json = require "kubelua.json"
 
 local byte, char, sub, find, format, gsub = string.byte, string.char, string.sub,
@@ -15,6 +17,32 @@ local null = json.null
 local is_array = json.is_array
 
 local _M = {}
+
+-- SHA-256 ------------------------------------------------------------------
+
+ffi.cdef [[
+  typedef struct evp_md_st EVP_MD;
+  const EVP_MD *EVP_sha256(void);
+  int EVP_Digest(const void *data, size_t count, unsigned char *md,
+                 unsigned int *size, const EVP_MD *type, void *impl);
+  unsigned char *HMAC(const EVP_MD *evp_md, const void *key, int key_len,
+                      const unsigned char *d, size_t n, unsigned char *md,
+                      unsigned int *md_len);
+]]
+
+-- The 32 bytes of SHA-256 of s.
+function _M.sha256(s)
+  local md, n = ffi.new("unsigned char[32]"), ffi.new("unsigned int[1]")
+  assert(ffi.C.EVP_Digest(s, #s, md, n, ffi.C.EVP_sha256(), nil) == 1, "EVP_Digest failed")
+  return ffi.string(md, n[0])
+end
+
+-- The 32 bytes of HMAC-SHA-256 of text under key.
+function _M.hmac_sha256(key, text)
+  local md, n = ffi.new("unsigned char[32]"), ffi.new("unsigned int[1]")
+  assert(ffi.C.HMAC(ffi.C.EVP_sha256(), key, #key, text, #text, md, n) ~= nil, "HMAC failed")
+  return ffi.string(md, n[0])
+end
 
 -- base64 ------------------------------------------------------------------
 

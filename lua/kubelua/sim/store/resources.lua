@@ -14,7 +14,7 @@ local scaling = require "kubelua.sim.store.scale"
 
 local type, pairs, ipairs = type, pairs, ipairs
 local sort, remove = table.sort, table.remove
-local sub = string.sub
+local sub, format = string.sub, string.format
 local null, is_array = json.null, json.is_array
 local copy = util.copy
 local make_entry = entries.make_entry
@@ -155,6 +155,14 @@ function Store:crd_changed(obj, etype)
     self.crd_objects[crd] = nil
     return
   end
+  -- discovery's storageVersionHash: the first 8 bytes of SHA-256 of
+  -- group/storage version/kind, as the real server hashes them
+  local storage = ""
+  for _, v in ipairs(spec.versions or {}) do
+    if v.storage then storage = v.name end
+  end
+  local hash = util.b64encode(sub(util.sha256(format("%s/%s/%s", group, storage,
+    spec.names.kind)), 1, 8))
   for _, v in ipairs(spec.versions or {}) do
     local had = self:resource(group .. "/" .. v.name, plural)
     -- a resource served by something else (a built-in, another CRD) stays
@@ -166,7 +174,7 @@ function Store:crd_changed(obj, etype)
         namespaced = namespaced, kind = names.kind,
         verbs = json.array { "delete", "deletecollection", "get", "list", "patch", "create",
           "update", "watch" },
-        storageVersionHash = util.b64encode(sub(names.kind .. group .. "........", 1, 8)) }
+        storageVersionHash = hash }
       if is_array(names.shortNames) and #names.shortNames > 0 then
         disco.shortNames = names.shortNames
       end
