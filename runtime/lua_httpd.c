@@ -34,6 +34,7 @@
  * only a few positions of a long string), and every new one is compared
  * with all of them. */
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,9 +59,10 @@ typedef struct lbytes {
 typedef struct lsrv {
   kl_httpd_t *h;
   kl_rt_t *rt;
-  int handler_ref; /* the Lua handler */
-  int self_ref;    /* keeps the server userdata while open */
-  unsigned gen;    /* the script generation that started it */
+  int handler_ref;     /* the Lua handler */
+  int self_ref;        /* keeps the server userdata while open */
+  unsigned gen;        /* the script generation that started it */
+  bool while_stopping; /* serves after the runtime began to stop */
 } lsrv_t;
 
 typedef struct lreq {
@@ -739,7 +741,7 @@ static lsrv_t *check_srv(lua_State *L, const char *fn) {
 static void on_request(kl_httpd_req_t *req, void *ud) {
   lsrv_t *s = ud;
   lua_State *L = kl_rt_lua(s->rt);
-  if (kl_rt_stopping(s->rt)) {
+  if (kl_rt_stopping(s->rt) && !s->while_stopping) {
     kl_httpd_set_header(req, "Connection", "close");
     kl_httpd_reply(req, 503, "stopping\n", 9);
     return;
@@ -902,8 +904,10 @@ static double opt_number(lua_State *L, int idx, const char *k) {
 }
 
 /* httpd.listen{host, port, handler, tls_cert, tls_key, limits...,
- *   send_date, send_thread, error_pages} -> server | nil, message
- * (send_thread: see kl_httpd_opts_t) */
+ *   send_date, send_thread, error_pages, serve_while_stopping} -> server |
+ * nil, message (send_thread: see kl_httpd_opts_t). A server answers 503
+ * once the runtime is stopping, unless serve_while_stopping: the
+ * in-process simulator serves the reconciles a graceful stop waits for. */
 static int l_listen(lua_State *L) {
   kl_rt_t *rt = kl_rt_from(L);
   if (lua_type(L, 1) != LUA_TTABLE)
@@ -928,7 +932,9 @@ static int l_listen(lua_State *L) {
   o.send_date = lua_toboolean(L, -1);
   lua_getfield(L, 1, "send_thread");
   o.send_thread = lua_toboolean(L, -1);
-  lua_pop(L, 2);
+  lua_getfield(L, 1, "serve_while_stopping");
+  bool while_stopping = lua_toboolean(L, -1);
+  lua_pop(L, 3);
   /* error_pages = { [status] = { content_type, body } } */
   kl_httpd_error_page_t pages[16];
   lua_getfield(L, 1, "error_pages");
@@ -966,6 +972,7 @@ static int l_listen(lua_State *L) {
   lsrv_t *s = kl_xcalloc(1, sizeof *s);
   s->rt = rt;
   s->gen = kl_rt_generation(rt);
+  s->while_stopping = while_stopping;
   s->handler_ref = s->self_ref = LUA_NOREF;
   *box = s;
   o.handler = on_request;

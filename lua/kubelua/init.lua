@@ -248,7 +248,8 @@ function _M.start_sim(opts)
     local n, err = sim:load(opts.load)
     if not n then error("--sim-load: " .. err, 0) end
   end
-  local srv, err = sim:listen{ host = host, port = port }
+  -- it serves the reconciles a graceful stop waits for until the end
+  local srv, err = sim:listen{ host = host, port = port, serve_while_stopping = true }
   if not srv then error("--sim-listen " .. opts.listen .. ": " .. err, 0) end
   local url = simlib.url(host, srv:port())
   if opts.kubeconfig then

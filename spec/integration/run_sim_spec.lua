@@ -81,6 +81,29 @@ describe("kubelua run --sim", function()
       assert.is_nil(read_file(kc))
     end)
 
+  it("serves the reconciles a graceful stop waits for until they end", function()
+    local slow = dir .. "/slow.lua"
+    local f = assert(io.open(slow, "w"))
+    f:write([[
+local kube = require "kubelua"
+kube.controller{ name = "slow", watches = { "v1", "ConfigMap" },
+  reconcile = function(req)
+    if req.name ~= "kube-root-ca.crt" or req.namespace ~= "default" then return end
+    kube.log.info("reconciling")
+    kube.sleep(1)
+    local cm, err = kube.get("v1", "configmaps", req.namespace, req.name)
+    kube.log.info("read after the stop began", { found = cm ~= nil, err = err and err.message })
+  end }
+]])
+    f:close()
+    local proc = proc_helper.start("--sim " .. helper.quote(slow))
+    proc_helper.wait_log(proc, "INFO  reconciling\n")
+    local out = helper.stop(proc)
+    assert.matches("INFO  stopping: waiting for 1 running reconciles\n", out, 1, true)
+    assert.matches("INFO  read after the stop began found=true\n", out, 1, true)
+    assert.is_nil(out:find("ERROR", 1, true), out)
+  end)
+
   it("refuses its options without --sim, and says what is wrong with their values", function()
     for _, c in ipairs {
       { "--sim-listen 127.0.0.1:0", 2, "kubelua: --sim-listen needs --sim\n" },

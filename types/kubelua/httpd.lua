@@ -6,8 +6,9 @@ local httpd = {}
 
 ---Starts a server: {host, port (0: any free one), handler = fn(req),
 ---tls_cert, tls_key, limits (read_timeout, max_header_bytes, ...),
----send_date, send_thread, error_pages}. A handler that ends without
----answering gets a 500 sent for it.
+---send_date, send_thread, error_pages, serve_while_stopping}. A handler
+---that ends without answering gets a 500 sent for it. Once the runtime is
+---stopping a server answers 503, unless serve_while_stopping.
 ---@param opts table
 ---@return kubelua.httpd.server|nil server
 ---@return string? err

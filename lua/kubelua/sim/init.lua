@@ -1014,14 +1014,16 @@ end
 -- A real apiserver reads at most 3 MiB of a request body.
 local MAX_BODY = 3 * 1024 * 1024
 
--- listen{host, port, tls_cert, tls_key, max_body} -> server | nil, message
+-- listen{host, port, tls_cert, tls_key, max_body, serve_while_stopping}
+-- -> server | nil, message (serve_while_stopping: httpd.listen's, for a
+-- simulator in the process of the controllers it serves)
 function Sim:listen(opts)
   local max_body = opts.max_body or MAX_BODY
   local too_large = encode(status(413, "RequestEntityTooLarge",
     format("Request entity too large: limit is %d", max_body))) .. "\n"
   local srv, err = httpd.listen {
     host = opts.host, port = opts.port or 0, tls_cert = opts.tls_cert, tls_key = opts.tls_key,
-    send_date = true, max_body_bytes = max_body,
+    send_date = true, max_body_bytes = max_body, serve_while_stopping = opts.serve_while_stopping,
     send_thread = true, -- watches' bursts leave the writer's core
     error_pages = { [413] = { "application/json", too_large } },
     handler = function(req)
