@@ -106,17 +106,27 @@ local function convert_versions(self, res, obj, ctx)
   return c:prepare(res, obj)
 end
 
--- create(res, ns, obj, ctx) -> entry | nil, status. ctx: user_agent,
--- field_manager, dry_run, internal, trusted (a body the simulator made:
--- no field validation).
-function Store:create(res, ns, obj, ctx, operation, owned)
-  ctx = ctx or {}
+-- A write's body as the decoder leaves it: checked, a copy whose unknown
+-- fields ctx.field_validation handled, with the resource's kind and
+-- apiVersion; or nil, status.
+local function decoded(res, obj, ctx)
   local err = check_decoding(res, obj)
   if err then return nil, err end
   obj = copy(obj)
   err = field_validation(res, obj, ctx)
   if err then return nil, err end
   obj.kind, obj.apiVersion = res.kind, res.api_version
+  return obj
+end
+
+-- create(res, ns, obj, ctx) -> entry | nil, status. ctx: user_agent,
+-- field_manager, dry_run, internal, trusted (a body the simulator made:
+-- no field validation).
+function Store:create(res, ns, obj, ctx, operation, owned)
+  ctx = ctx or {}
+  local err
+  obj, err = decoded(res, obj, ctx)
+  if not obj then return nil, err end
   local md = obj.metadata
   if not is_object(md) then
     md = {}
@@ -293,12 +303,9 @@ end
 -- missing name, whatever resourceVersion the body says.
 function Store:update(res, ns, name, obj, ctx)
   ctx = ctx or {}
-  local err = check_decoding(res, obj)
-  if err then return nil, err end
-  obj = copy(obj)
-  err = field_validation(res, obj, ctx)
-  if err then return nil, err end
-  obj.kind, obj.apiVersion = res.kind, res.api_version
+  local err
+  obj, err = decoded(res, obj, ctx)
+  if not obj then return nil, err end
   if not is_object(obj.metadata) then obj.metadata = {} end
   local md = obj.metadata
   if md.name ~= nil and md.name ~= name then
