@@ -473,9 +473,21 @@ static bool view_of(lua_State *L, int mt, doc_t **doc, size_t *off) {
   return true;
 }
 
+/* The table at registry VIEW_FNS: what views' metatables hold, so that
+ * making one neither pushes a C function nor interns a name. */
+enum {
+  VF_INDEX = 1, /* view_index */
+  VF_NEWINDEX,  /* view_newindex */
+  VF_NEXT,      /* iter_next */
+  VF_INEXT,     /* iter_inext */
+  VF_KINDEX,    /* "__index" */
+  VF_KNEWINDEX, /* "__newindex" */
+  VF_N = VF_KNEWINDEX
+};
+
 /* Pushes a view of the container at off of the document at di, whose text
- * is at ti; fns holds view_index and view_newindex at fns, fns + 1. */
-static void view_push(lua_State *L, int di, int ti, int fns, size_t off) {
+ * is at ti; f is the VIEW_FNS table. */
+static void view_push(lua_State *L, int di, int ti, int f, size_t off) {
   lua_createtable(L, 0, 0);
   lua_createtable(L, 3, 2);
   lua_pushvalue(L, di);
@@ -484,18 +496,20 @@ static void view_push(lua_State *L, int di, int ti, int fns, size_t off) {
   lua_rawseti(L, -2, 2);
   lua_pushvalue(L, ti);
   lua_rawseti(L, -2, 3);
-  lua_pushvalue(L, fns);
-  lua_setfield(L, -2, "__index");
-  lua_pushvalue(L, fns + 1);
-  lua_setfield(L, -2, "__newindex");
+  lua_rawgeti(L, f, VF_KINDEX);
+  lua_rawgeti(L, f, VF_INDEX);
+  lua_rawset(L, -3);
+  lua_rawgeti(L, f, VF_KNEWINDEX);
+  lua_rawgeti(L, f, VF_NEWINDEX);
+  lua_rawset(L, -3);
   lua_setmetatable(L, -2);
 }
 
 /* Reads the value at d->p (no leading whitespace): a scalar is pushed as
  * decode pushes it, a container as a view (pushed by view_push). */
-static int view_value(dec_t *d, doc_t *doc, int di, int ti, int fns) {
+static int view_value(dec_t *d, doc_t *doc, int di, int ti, int f) {
   if (*d->p == '{' || *d->p == '[') {
-    view_push(d->L, di, ti, fns, (size_t)(d->p - doc->text));
+    view_push(d->L, di, ti, f, (size_t)(d->p - doc->text));
     d->p = kl_json_skip_in(&doc->v, d->p, d->end);
     return d->p ? 0 : -1;
   }
@@ -504,7 +518,8 @@ static int view_value(dec_t *d, doc_t *doc, int di, int ti, int fns) {
 
 /* Pushes the table of the level of the container at off (a checked
  * document's, so only a number decode refuses can fail: raises then). */
-static void view_level(lua_State *L, doc_t *doc, int di, int ti, size_t off) {
+static void view_level(lua_State *L, doc_t *doc, int di, int ti, int f,
+                       size_t off) {
   char err[256] = "";
   dec_t d = {.L = L,
              .p = doc->text + off + 1,
@@ -513,11 +528,7 @@ static void view_level(lua_State *L, doc_t *doc, int di, int ti, size_t off) {
              .err = err,
              .errlen = sizeof err};
   bool object = doc->text[off] == '{';
-  luaL_checkstack(L, 8, "json: stack overflow");
-  lua_getfield(L, LUA_REGISTRYINDEX, VIEW_FNS);
-  lua_rawgeti(L, -1, 1);
-  lua_rawgeti(L, -2, 2);
-  int fns = lua_gettop(L) - 1, first = fns + 2, n = 0;
+  int first = lua_gettop(L) + 1, n = 0;
   bool dup = false;
   uint64_t keys = 0;
   dec_ws(&d);
@@ -533,7 +544,7 @@ static void view_level(lua_State *L, doc_t *doc, int di, int ti, size_t off) {
       d.p++; /* ':' */
       dec_ws(&d);
     }
-    if (view_value(&d, doc, di, ti, fns) != 0) goto fail;
+    if (view_value(&d, doc, di, ti, f) != 0) goto fail;
     n++;
     dec_ws(&d);
     if (*d.p == ',') {
@@ -545,8 +556,6 @@ static void view_level(lua_State *L, doc_t *doc, int di, int ti, size_t off) {
     dec_pairs_to_table(L, first, n, dup);
   else
     dec_items_to_table(L, first, n);
-  lua_replace(L, fns - 1);
-  lua_settop(L, fns - 1);
   return;
 fail:
   if (!err[0])
@@ -556,29 +565,33 @@ fail:
 }
 
 /* Pushes the level table of the view whose metatable is at mt (made on
- * first use and kept as its __index). */
-static void view_table(lua_State *L, int mt, doc_t *doc, size_t off) {
-  lua_getfield(L, mt, "__index");
+ * first use and kept as its __index); f is the VIEW_FNS table. */
+static void view_table(lua_State *L, int mt, int f, doc_t *doc, size_t off) {
+  luaL_checkstack(L, 8, "json: stack overflow");
+  lua_rawgeti(L, f, VF_KINDEX);
+  lua_rawget(L, mt);
   if (lua_istable(L, -1)) return;
   lua_pop(L, 1);
   lua_rawgeti(L, mt, 1);
   lua_rawgeti(L, mt, 3);
   int di = lua_gettop(L) - 1;
-  view_level(L, doc, di, di + 1, off);
+  view_level(L, doc, di, di + 1, f, off);
   lua_replace(L, di);
   lua_settop(L, di);
-  lua_pushvalue(L, -1);
-  lua_setfield(L, mt, "__index");
+  lua_rawgeti(L, f, VF_KINDEX);
+  lua_pushvalue(L, -2);
+  lua_rawset(L, mt);
 }
 
-/* __index of a view not read yet: its level, then the member. */
+/* __index of a view not read yet (upvalue: the VIEW_FNS table): its
+ * level, then the member. */
 static int view_index(lua_State *L) {
   doc_t *doc;
   size_t off;
   lua_settop(L, 2);
   if (!lua_getmetatable(L, 1) || !view_of(L, 3, &doc, &off))
     return luaL_error(L, "json: not a view");
-  view_table(L, 3, doc, off);
+  view_table(L, 3, lua_upvalueindex(1), doc, off);
   lua_pushvalue(L, 2);
   lua_rawget(L, -2);
   return 1;
@@ -607,8 +620,10 @@ static bool view_push_table(lua_State *L, int idx) {
     lua_pop(L, 1);
     return false;
   }
-  view_table(L, lua_gettop(L), doc, off);
-  lua_remove(L, -2);
+  lua_getfield(L, LUA_REGISTRYINDEX, VIEW_FNS);
+  view_table(L, lua_gettop(L) - 1, lua_gettop(L), doc, off);
+  lua_replace(L, -3);
+  lua_pop(L, 1);
   return true;
 }
 
@@ -1317,9 +1332,7 @@ static int l_view(lua_State *L) {
   }
   doc->text = s;
   lua_getfield(L, LUA_REGISTRYINDEX, VIEW_FNS);
-  lua_rawgeti(L, 3, 1);
-  lua_rawgeti(L, 3, 2);
-  view_push(L, 2, 1, 4, (size_t)(doc->v.json.p - s));
+  view_push(L, 2, 1, 3, (size_t)(doc->v.json.p - s));
   return 1;
 }
 
@@ -1350,7 +1363,7 @@ static int iter_inext(lua_State *L) {
 static int l_pairs(lua_State *L) {
   iter_table(L, "json.pairs");
   lua_getfield(L, LUA_REGISTRYINDEX, VIEW_FNS);
-  lua_rawgeti(L, 2, 3);
+  lua_rawgeti(L, 2, VF_NEXT);
   lua_pushvalue(L, 1);
   lua_pushnil(L);
   return 3;
@@ -1360,7 +1373,7 @@ static int l_pairs(lua_State *L) {
 static int l_ipairs(lua_State *L) {
   iter_table(L, "json.ipairs");
   lua_getfield(L, LUA_REGISTRYINDEX, VIEW_FNS);
-  lua_rawgeti(L, 2, 4);
+  lua_rawgeti(L, 2, VF_INEXT);
   lua_pushvalue(L, 1);
   lua_pushinteger(L, 0);
   return 3;
@@ -1397,11 +1410,16 @@ int kl_luaopen_json(lua_State *L) {
   lua_pop(L, 1);
   static const lua_CFunction view_fns[] = {view_index, view_newindex, iter_next,
                                            iter_inext};
-  lua_createtable(L, 4, 0);
+  lua_createtable(L, VF_N, 0);
   for (int i = 0; i < 4; i++) {
-    lua_pushcfunction(L, view_fns[i]);
+    lua_pushvalue(L, -1); /* view_index's upvalue; harmless for others */
+    lua_pushcclosure(L, view_fns[i], 1);
     lua_rawseti(L, -2, i + 1);
   }
+  lua_pushliteral(L, "__index");
+  lua_rawseti(L, -2, VF_KINDEX);
+  lua_pushliteral(L, "__newindex");
+  lua_rawseti(L, -2, VF_KNEWINDEX);
   lua_setfield(L, LUA_REGISTRYINDEX, VIEW_FNS);
   lua_pushlightuserdata(L, NULL);
   lua_setfield(L, LUA_REGISTRYINDEX, NULL_KEY);
