@@ -445,9 +445,11 @@ int kl_lua_json_decode(lua_State *L, const char *s, size_t n, char *err,
  * index, freed with it), M[2] the container's offset in the text, M[3] the
  * text (a string, kept alive by every view of it; LuaJIT does not move
  * strings). On the first index, view_index decodes the container's own
- * level into a table T (scalars as decode makes them, containers as views
- * of their own) and makes T M's __index, so later reads are plain table
- * reads. Writes raise. */
+ * level into a table T (scalars as decode makes them) and makes T M's
+ * __index, so later reads are plain table reads; T's containers become
+ * views of their own when they are first read (view_lazy), so a read of
+ * one field makes a table for each container on its way, not for every
+ * container beside it. Writes raise. */
 typedef struct doc {
   kl_json_value_t v;
   kl_json_ctbuf_t ix;
@@ -482,7 +484,8 @@ enum {
   VF_INEXT,     /* iter_inext */
   VF_KINDEX,    /* "__index" */
   VF_KNEWINDEX, /* "__newindex" */
-  VF_N = VF_KNEWINDEX
+  VF_CHILD,     /* view_child */
+  VF_N = VF_CHILD
 };
 
 /* Pushes a view of the container at off of the document at di, whose text
@@ -505,19 +508,64 @@ static void view_push(lua_State *L, int di, int ti, int f, size_t off) {
   lua_setmetatable(L, -2);
 }
 
-/* Reads the value at d->p (no leading whitespace): a scalar is pushed as
- * decode pushes it, a container as a view (pushed by view_push). */
-static int view_value(dec_t *d, doc_t *doc, int di, int ti, int f) {
-  if (*d->p == '{' || *d->p == '[') {
-    view_push(d->L, di, ti, f, (size_t)(d->p - doc->text));
-    d->p = kl_json_skip_in(&doc->v, d->p, d->end);
-    return d->p ? 0 : -1;
+/* Moves the n pairs (object) or items (array) held from first into a new
+ * table T, and the containers among them, held as light userdata at their
+ * first byte (nc of them, never NULL, so never JSON null), into O, member
+ * -> offset: T's metatable {__index = view_child, doc, O, text} makes a
+ * container a view when it is first read. dup: a member name may repeat;
+ * the later one then takes the place of the earlier in T or O. */
+static void view_lazy(lua_State *L, int first, int n, int nc, bool object,
+                      bool dup, int di, int ti, int f, const char *text) {
+  int t = lua_gettop(L) + 1, o = t + 1;
+  if (object)
+    lua_createtable(L, 0, n - nc);
+  else
+    lua_createtable(L, n, 0);
+  lua_createtable(L, 0, nc);
+  for (int i = 0; i < n; i++) {
+    int k = object ? first + 2 * i : 0, v = object ? k + 1 : first + i;
+    const char *c =
+        lua_type(L, v) == LUA_TLIGHTUSERDATA ? lua_touserdata(L, v) : NULL;
+    if (object)
+      lua_pushvalue(L, k);
+    else
+      lua_pushinteger(L, i + 1);
+    if (dup) { /* the earlier one, in the other table, goes */
+      lua_pushvalue(L, -1);
+      lua_rawget(L, c ? t : o);
+      if (!lua_isnil(L, -1)) {
+        lua_pushvalue(L, -2);
+        lua_pushnil(L);
+        lua_rawset(L, c ? t : o);
+      }
+      lua_pop(L, 1);
+    }
+    if (c)
+      lua_pushnumber(L, (double)(c - text));
+    else
+      lua_pushvalue(L, v);
+    lua_rawset(L, c ? o : t);
   }
-  return dec_value(d, 0);
+  lua_createtable(L, 3, 1);
+  lua_pushvalue(L, di);
+  lua_rawseti(L, -2, 1);
+  lua_pushvalue(L, o);
+  lua_rawseti(L, -2, 2);
+  lua_pushvalue(L, ti);
+  lua_rawseti(L, -2, 3);
+  lua_rawgeti(L, f, VF_KINDEX);
+  lua_rawgeti(L, f, VF_CHILD);
+  lua_rawset(L, -3);
+  lua_setmetatable(L, t);
+  lua_pop(L, 1); /* O */
+  lua_replace(L, first);
+  lua_settop(L, first);
 }
 
 /* Pushes the table of the level of the container at off (a checked
- * document's, so only a number decode refuses can fail: raises then). */
+ * document's, so only a number decode refuses can fail: raises then):
+ * scalars as decode makes them; containers become views when first read
+ * (see view_lazy); a later duplicate member wins, as in decode. */
 static void view_level(lua_State *L, doc_t *doc, int di, int ti, int f,
                        size_t off) {
   char err[256] = "";
@@ -528,7 +576,7 @@ static void view_level(lua_State *L, doc_t *doc, int di, int ti, int f,
              .err = err,
              .errlen = sizeof err};
   bool object = doc->text[off] == '{';
-  int first = lua_gettop(L) + 1, n = 0;
+  int first = lua_gettop(L) + 1, n = 0, nc = 0;
   bool dup = false;
   uint64_t keys = 0;
   dec_ws(&d);
@@ -544,13 +592,24 @@ static void view_level(lua_State *L, doc_t *doc, int di, int ti, int f,
       d.p++; /* ':' */
       dec_ws(&d);
     }
-    if (view_value(&d, doc, di, ti, f) != 0) goto fail;
+    if (*d.p == '{' || *d.p == '[') {
+      lua_pushlightuserdata(L, (void *)d.p); /* see view_lazy */
+      d.p = kl_json_skip_in(&doc->v, d.p, d.end);
+      if (!d.p) goto fail;
+      nc++;
+    } else if (dec_value(&d, 0) != 0) {
+      goto fail;
+    }
     n++;
     dec_ws(&d);
     if (*d.p == ',') {
       d.p++;
       dec_ws(&d);
     }
+  }
+  if (nc) {
+    view_lazy(L, first, n, nc, object, dup, di, ti, f, doc->text);
+    return;
   }
   if (object)
     dec_pairs_to_table(L, first, n, dup);
@@ -562,6 +621,28 @@ fail:
     snprintf(err, sizeof err, "byte %zu: invalid JSON",
              (size_t)(d.p - doc->text));
   luaL_error(L, "json: %s", err);
+}
+
+/* Makes every container of the level table at t that is not a view yet
+ * one (json.pairs, ipairs and len read the table whole). */
+static void view_complete(lua_State *L, int t, int f) {
+  if (!lua_getmetatable(L, t)) return;
+  int tm = lua_gettop(L);
+  lua_rawgeti(L, tm, 1);
+  lua_rawgeti(L, tm, 3);
+  lua_rawgeti(L, tm, 2);
+  int o = lua_gettop(L);
+  lua_pushnil(L);
+  while (lua_next(L, o)) {
+    view_push(L, o - 2, o - 1, f, (size_t)lua_tonumber(L, -1));
+    lua_replace(L, -2);
+    lua_pushvalue(L, -2);
+    lua_insert(L, -2);
+    lua_rawset(L, t);
+  }
+  lua_pushnil(L);
+  lua_setmetatable(L, t);
+  lua_settop(L, tm - 1);
 }
 
 /* Pushes the level table of the view whose metatable is at mt (made on
@@ -583,6 +664,27 @@ static void view_table(lua_State *L, int mt, int f, doc_t *doc, size_t off) {
   lua_rawset(L, mt);
 }
 
+/* __index of a level table (upvalue: the VIEW_FNS table): the container
+ * member k made a view, kept in the table from then on. */
+static int view_child(lua_State *L) {
+  lua_settop(L, 2);
+  lua_getmetatable(L, 1);
+  lua_rawgeti(L, 3, 2);
+  lua_pushvalue(L, 2);
+  lua_rawget(L, 4);
+  if (lua_isnil(L, 5)) return 1;
+  lua_rawgeti(L, 3, 1);
+  lua_rawgeti(L, 3, 3);
+  view_push(L, 6, 7, lua_upvalueindex(1), (size_t)lua_tonumber(L, 5));
+  lua_pushvalue(L, 2);
+  lua_pushvalue(L, -2);
+  lua_rawset(L, 1);
+  lua_pushvalue(L, 2);
+  lua_pushnil(L);
+  lua_rawset(L, 4);
+  return 1;
+}
+
 /* __index of a view not read yet (upvalue: the VIEW_FNS table): its
  * level, then the member. */
 static int view_index(lua_State *L) {
@@ -593,7 +695,7 @@ static int view_index(lua_State *L) {
     return luaL_error(L, "json: not a view");
   view_table(L, 3, lua_upvalueindex(1), doc, off);
   lua_pushvalue(L, 2);
-  lua_rawget(L, -2);
+  lua_gettable(L, -2); /* a container member through view_child */
   return 1;
 }
 
@@ -621,8 +723,10 @@ static bool view_push_table(lua_State *L, int idx) {
     return false;
   }
   lua_getfield(L, LUA_REGISTRYINDEX, VIEW_FNS);
-  view_table(L, lua_gettop(L) - 1, lua_gettop(L), doc, off);
-  lua_replace(L, -3);
+  int f = lua_gettop(L);
+  view_table(L, f - 1, f, doc, off);
+  view_complete(L, f + 1, f);
+  lua_replace(L, f - 1);
   lua_pop(L, 1);
   return true;
 }
@@ -1420,6 +1524,9 @@ int kl_luaopen_json(lua_State *L) {
   lua_rawseti(L, -2, VF_KINDEX);
   lua_pushliteral(L, "__newindex");
   lua_rawseti(L, -2, VF_KNEWINDEX);
+  lua_pushvalue(L, -1);
+  lua_pushcclosure(L, view_child, 1);
+  lua_rawseti(L, -2, VF_CHILD);
   lua_setfield(L, LUA_REGISTRYINDEX, VIEW_FNS);
   lua_pushlightuserdata(L, NULL);
   lua_setfield(L, LUA_REGISTRYINDEX, NULL_KEY);

@@ -353,6 +353,23 @@ describe("kubelua.json", function()
       assert.equal('{"x":[[1],{"f":2}]}', json.encode{ x = v.e })
     end)
 
+    it("keeps the member a later duplicate name gives, and the same view for each read",
+      function()
+        local v = assert(json.view('{"a":{"x":1},"a":2,"b":2,"b":{"y":[3]},"c":[{"z":1},5,[6]],'
+          .. '"d":{"e":{"f":1}}}'))
+        assert.equal(2, v.a)
+        assert.equal(3, v.b.y[1])
+        assert.equal(1, v.c[1].z)
+        assert.equal(5, v.c[2])
+        assert.equal(v.c[3], v.c[3])
+        local e = v.d.e
+        local seen = {}
+        for k, x in json.pairs(v.d) do seen[k] = x end
+        assert.equal(e, seen.e)
+        assert.equal(1, e.f)
+        assert.equal(3, json.len(v.c))
+      end)
+
     it("reads every apiserver fixture as decode does", function()
       local n = 0
       for line in io.lines(FIXTURES .. "sorted.tsv") do
