@@ -249,11 +249,15 @@ end
 
 -- settle(v) -> true | nil, status: waits (in the calling task) until
 -- version v's cache holds every event stored so far; the conversion's
--- failure while it cannot.
+-- failure while it cannot, a 500 when its task has stopped.
 function Conversion:settle(v)
   local q = self.queues[v]
   while q and q.first <= q.last and self.store:resource(v.gv, v.name) == v do
     if q.failed then return nil, q.failed end
+    if not q.task then
+      return nil, status(500, "InternalError", "Internal error occurred: the cache of "
+        .. v.gv .. " " .. v.name .. " has stopped")
+    end
     kube.sleep(0.002)
   end
   return true
