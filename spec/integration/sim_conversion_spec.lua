@@ -248,6 +248,17 @@ describe("simulator conversion webhooks", function()
       assert.equal(0, #t:list("example.com/v1alpha1", "greetings"))
     end)
 
+  it("fails a request that waits for a version's cache whose task has stopped", function()
+    t.sim.store.conversion.serving = function() return false end -- as once the servers close
+    t:create(greeting("v1", { message = "hi" }))
+    local obj, err = kube.get("example.com/v1alpha1", "greetings", "demo", "hello")
+    assert.is_nil(obj)
+    assert.same({ code = 500, reason = "InternalError", message = "Internal error occurred: the "
+      .. "cache of example.com/v1alpha1 greetings has stopped" },
+      { code = err.code, reason = err.reason, message = err.message })
+    assert.same({}, reviews)
+  end)
+
   it("fails a write the webhook cannot convert, in kube-apiserver's words", function()
     local obj, err = kube.create(greeting("v1alpha1", { text = "fail" }))
     assert.is_nil(obj)
