@@ -23,6 +23,7 @@ local schema_steps = require "spec.differential.schema_steps"
 local subresource_steps = require "spec.differential.subresource_steps"
 local default_steps = require "spec.differential.default_steps"
 local autoscaling_steps = require "spec.differential.autoscaling_steps"
+local conversion_steps = require "spec.differential.conversion_steps"
 
 local concat = table.concat
 
@@ -92,6 +93,15 @@ describe("the simulator against a real kube-apiserver", function()
   it("converts a HorizontalPodAutoscaler between autoscaling/v1 and v2 as the real server does",
     function()
       report(runner.run(targets, "autoscaling", autoscaling_steps.steps(), tally))
+    end)
+
+  it("converts a custom resource through its conversion webhook as the real server does: "
+    .. "reads, writes, watches, the reviews the webhook gets", function()
+      local steps, stop = conversion_steps.steps()
+      local ok, lines = pcall(runner.run, targets, "conversion", steps, tally)
+      stop()
+      assert(ok, lines)
+      report(lines)
     end)
 
   it("answers randomized sequences as the real server does", function()
