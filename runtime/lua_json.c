@@ -777,6 +777,8 @@ typedef struct enc {
   lua_State *L;
   ebuf_t *b;
   int mt;
+  int room;  /* tables may hold values up to this stack index */
+  int limit; /* and grow room up to this one */
   int depth;
   const void *seen[MAX_DEPTH + 1];
   seg_t path[MAX_DEPTH + 1];
@@ -963,6 +965,24 @@ static void sort_keys(ekey_t *k, size_t n) {
 
 static void enc_value(enc_t *e, int idx);
 
+/* Whether a table may keep values on the stack up to index want. room
+ * grows by HOLD_STEP, with one lua_checkstack for the step; limit keeps
+ * RESERVE slots of the C function's LUAI_MAXCSTACK for the deepest
+ * nesting (each level checks its own few slots on entry). */
+static inline bool enc_hold(enc_t *e, int want) {
+  if (want <= e->room) return true;
+  int room = e->room + HOLD_STEP;
+  if (room < want) room = want;
+  if (room > e->limit) room = e->limit;
+  if (room < want) return false;
+  if (!lua_checkstack(e->L, room - lua_gettop(e->L))) {
+    e->limit = e->room; /* do not ask again */
+    return false;
+  }
+  e->room = room;
+  return true;
+}
+
 static void enc_table(enc_t *e, int idx) {
   lua_State *L = e->L;
   const void *self = lua_topointer(L, idx);
@@ -1007,8 +1027,8 @@ static void enc_table(enc_t *e, int idx) {
       }
       b->keys[b->nkeys].s = lua_tolstring(L, -2, &b->keys[b->nkeys].n);
       b->keys[b->nkeys].v = 0;
-      if (lua_checkstack(L, RESERVE)) { /* room for the deepest nesting */
-        lua_insert(L, -2);              /* the value stays below the key */
+      if (enc_hold(e, lua_gettop(L) + 1)) {
+        lua_insert(L, -2); /* the value stays below the key */
         b->keys[b->nkeys].v = lua_gettop(L) - 1;
         lua_pushnil(L); /* popped below */
       }
@@ -1142,6 +1162,9 @@ void kl_lua_json_encode(lua_State *L, int idx) {
   e.L = L;
   e.b = b;
   e.mt = box + 1;
+  e.room = e.mt;
+  e.limit = LUAI_MAXCSTACK - RESERVE;
+  if (e.limit > e.room + HOLD_MAX) e.limit = e.room + HOLD_MAX;
   e.depth = 0;
   enc_value(&e, idx);
   lua_pushlstring(L, b->p ? b->p : "", b->len);

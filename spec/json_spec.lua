@@ -567,6 +567,20 @@ describe("kubelua.json", function()
       assert.equal("{" .. table.concat(parts, ",") .. "}", json.encode(big))
     end)
 
+    it("nests as deep as allowed in every member of an object past the stack room for values", function()
+      local function nest(n)
+        local t = { x = 1 }
+        for _ = 1, n - 1 do t = { t } end
+        return t
+      end
+      local want = string.rep("[", 126) .. '{"x":1}' .. string.rep("]", 126)
+      local big, parts = {}, {}
+      for i = 1, 5000 do big[string.format("k%04d", i)] = nest(127) end
+      for i = 1, 5000 do parts[i] = string.format('"k%04d":%s', i, want) end
+      assert.equal("{" .. table.concat(parts, ",") .. "}", json.encode(big))
+      assert.equal("[" .. want .. "]", json.encode(nest(128)))
+    end)
+
     it("refuses cycles and nesting deeper than 128", function()
       local t = { a = {} }
       t.a.b = t
