@@ -906,8 +906,8 @@ static void enc_string(enc_t *e, const char *str, size_t n, bool key) {
   e->b->p[e->b->len++] = '"';
   while (s < end) {
     const unsigned char *run = s;
-    while (s < end && *s >= 0x20 && *s < 0x80 && *s != '"' && *s != '\\')
-      s++;
+    s = (const unsigned char *)kl_scan_special((const char *)s,
+                                               (const char *)end);
     put(e, (const char *)run, (size_t)(s - run));
     if (s == end) break;
     unsigned char c = *s;
