@@ -72,8 +72,9 @@ struct kl_task {
   kl_task_t *wprev, *wnext;
   /* kube.run: a joiner waits for its child; the outcome is kept here */
   kl_task_t *child, *joiner;
-  int join_status; /* JOIN_* */
-  int join_ref;    /* results table, or the error message */
+  int join_status;     /* JOIN_* */
+  int join_ref;        /* results table, or the error message */
+  double join_timeout; /* the deadline's length, for its message */
   kl_task_deliver_fn *deliver;
   kl_task_cancel_fn *cancel; /* ends the pending operation if the task dies */
   void *op;
@@ -885,10 +886,11 @@ static int core_stopping(lua_State *L) {
 }
 
 static int deliver_join(kl_task_t *t, lua_State *co, void *op) {
+  (void)op;
   if (t->join_status == JOIN_PENDING) { /* the deadline came first */
     char msg[64];
     if (t->child) task_end(t->child);
-    snprintf(msg, sizeof msg, "timed out after %gs", *(double *)op);
+    snprintf(msg, sizeof msg, "timed out after %gs", t->join_timeout);
     lua_pushboolean(co, 0);
     lua_pushstring(co, msg);
     lua_pushboolean(co, 1); /* the caller's error: give it a position */
@@ -931,12 +933,11 @@ static int core_run(lua_State *L) {
   t->child = child;
   t->join_status = JOIN_PENDING;
   /* The deadline reuses the sleep timer: a joiner does not sleep. */
-  double *op = lua_newuserdata(L, sizeof *op); /* kept on L's stack */
-  *op = timeout;
+  t->join_timeout = timeout;
   t->timer.fn = join_deadline;
   kl_timers_start(kl_loop_timers(rt->loop), &t->timer,
                   kl_loop_now(rt->loop) + timeout);
-  return kl_task_wait(L, NULL, deliver_join, op);
+  return kl_task_wait(L, NULL, deliver_join, NULL);
 }
 
 /* core.log(level, message [, fields]) — fields already formatted. */
