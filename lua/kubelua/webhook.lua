@@ -243,13 +243,12 @@ end
 local function call(hook, fn, ...)
   local args, n = { ... }, select("#", ...)
   local ok, res = core.run(function()
-    local r = { xpcall(fn, traceback, unpack(args, 1, n)) }
-    if not r[1] then error(r[2], 0) end
-    return r
+    local ok, a, b, c = xpcall(fn, traceback, unpack(args, 1, n))
+    if not ok then error(a, 0) end
+    return a, b, c -- all that admit and convert read
   end, hook.timeout)
   if not ok then return false, tostring(res) end
-  local r = res[1]
-  return true, r[2], r[3], r[4]
+  return true, res[1], res[2], res[3]
 end
 
 local function failed(hook, uid, msg)
