@@ -1101,6 +1101,11 @@ key:
   if (end - p >= 3 && p[1] == ':') {
     p += 2; /* compact input: the value follows the colon */
     if (*p == '"') goto string;
+    if (*p == '{' && end - p >= 2 && p[1] == '}' && depth >= ixd && depth > 1 &&
+        depth < lim) {
+      p += 2; /* {}, unindexed: a leaf of managedFields' fieldsV1 */
+      goto after;
+    }
   } else {
     p++;
     WHOLE_WS();

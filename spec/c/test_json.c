@@ -1040,6 +1040,24 @@ static void test_check_whole(void) {
   char err[128];
   KT_EQ_INT(kl_json_check(deep, n + 2, &a, err, sizeof err), KL_EPARSE);
   KT_EQ_STR(err, "byte 132: nesting deeper than 128 levels");
+  /* An empty object after a name, deep and unindexed (as the leaves of
+   * managedFields' fieldsV1), counts against the limit as well. */
+  char objs[1100];
+  for (int levels = 128; levels <= 129; levels++) {
+    n = 0;
+    for (int i = 0; i < levels - 1; i++) {
+      memcpy(objs + n, "{\"f:a\":", 7);
+      n += 7;
+    }
+    memcpy(objs + n, "{}", 2);
+    n += 2;
+    for (int i = 0; i < levels - 1; i++)
+      objs[n++] = '}';
+    KT_EQ_INT(kl_json_check_whole(objs, n, &a, &ix), levels == 128);
+    KT_EQ_INT(kl_json_check(objs, n, &a, err, sizeof err),
+              levels == 128 ? KL_OK : KL_EPARSE);
+  }
+  KT_EQ_STR(err, "byte 896: nesting deeper than 128 levels");
   free(ix.ct);
 }
 
