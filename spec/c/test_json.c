@@ -1204,15 +1204,14 @@ static void isa_check(kl_json_isa_t isa, const char *text, size_t n,
 
 /* Whether isa gives the portable checker's answers for the n bytes at
  * text (a heap copy of exactly n bytes: ASan sees a read past them); why
- * not in *why. */
+ * not in *why. ix: room for the two indexes. */
 static bool isa_agrees(kl_json_isa_t isa, const char *text, size_t n,
-                       const char **why) {
-  static kl_json_ctbuf_t ia, ib;
+                       kl_json_ctbuf_t ix[2], const char **why) {
   isa_out_t a, b;
   char *c = malloc(n ? n : 1);
   memcpy(c, text, n);
-  isa_check(KL_JSON_ISA_PORTABLE, c, n, &ia, &a);
-  isa_check(isa, c, n, &ib, &b);
+  isa_check(KL_JSON_ISA_PORTABLE, c, n, &ix[0], &a);
+  isa_check(isa, c, n, &ix[1], &b);
   *why = NULL;
   if (a.ok != b.ok)
     *why = "answer";
@@ -1231,11 +1230,6 @@ static bool isa_agrees(kl_json_isa_t isa, const char *text, size_t n,
              (a.m.ns != b.m.ns || a.m.name != b.m.name || a.m.rv != b.m.rv))))
     *why = "metadata's members";
   free(c);
-  if (!text) { /* the last call: free the indexes */
-    free(ia.ct);
-    free(ib.ct);
-    ia = ib = (kl_json_ctbuf_t){NULL, 0};
-  }
   return *why == NULL;
 }
 
@@ -1251,6 +1245,7 @@ static void test_check_isas(void) {
   static const kl_json_isa_t isas[] = {KL_JSON_ISA_SSE2, KL_JSON_ISA_AVX2,
                                        KL_JSON_ISA_BEST};
   const char *why;
+  kl_json_ctbuf_t ix[2] = {{NULL, 0}, {NULL, 0}};
   size_t texts = 0, mutants = 0, tried = 0;
   strbuf_t t = {0};
   for (size_t k = 0; k < sizeof isas / sizeof isas[0]; k++) {
@@ -1282,7 +1277,7 @@ static void test_check_isas(void) {
           sb_add(&t, " ", 1);
         sb_add(&t, text, n);
         texts++;
-        if (!isa_agrees(isas[k], t.p, t.len, &why))
+        if (!isa_agrees(isas[k], t.p, t.len, ix, &why))
           KT_FAIL_("isa %d, text %zu shifted by %zu: the %s differs",
                    (int)isas[k], i, sh, why);
       }
@@ -1293,14 +1288,16 @@ static void test_check_isas(void) {
         t.p[at] = put[rnd(sizeof put - 1)];
         if (rnd(4) == 0) t.p[rnd(n)] = put[rnd(sizeof put - 1)];
         mutants++;
-        if (!isa_agrees(isas[k], t.p, rnd(8) ? t.len : rnd(t.len + 1), &why))
+        if (!isa_agrees(isas[k], t.p, rnd(8) ? t.len : rnd(t.len + 1), ix,
+                        &why))
           KT_FAIL_("isa %d, fixture %zu with byte %zu changed: the %s differs",
                    (int)isas[k], i, at, why);
       }
       free(f.text);
     }
   }
-  isa_agrees(KL_JSON_ISA_PORTABLE, NULL, 0, &why);
+  free(ix[0].ct);
+  free(ix[1].ct);
   free(t.p);
   KT_TRUE(tried >= 1);
   KT_TRUE(texts >= 64 * NFIXTURES);
