@@ -147,18 +147,31 @@ static const char *bad(walk_t *w, const char *at) {
   return werr(w, at, "malformed JSON");
 }
 
-/* p at the opening quote: returns the closing quote; *esc tells whether the
- * contents hold a backslash. */
-static const char *str_end(walk_t *w, const char *p, bool *esc) {
-  const char *q = p + 1, *end = w->end;
-  *esc = false;
+/* str_end's rest for a string with a backslash at q (or unterminated). */
+static const char *str_end_escaped(walk_t *w, const char *p, const char *q,
+                                   bool *esc) {
+  const char *end = w->end;
   for (;;) {
-    q = kl_scan_quote_bs(q, end);
     if (q >= end) return bad(w, p);
     if (*q == '"') return q;
     *esc = true;
-    q += 2;
+    q = kl_scan_quote_bs(q + 2, end);
   }
+}
+
+/* p at the opening quote: returns the closing quote; *esc tells whether the
+ * contents hold a backslash. Inline: the walk reads about forty strings an
+ * object, nearly all short and plain, and a call each cost as much as the
+ * scan. */
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+static inline const char *
+str_end(walk_t *w, const char *p, bool *esc) {
+  const char *q = kl_scan_quote_bs(p + 1, w->end);
+  *esc = false;
+  if (q < w->end && *q == '"') return q;
+  return str_end_escaped(w, p, q, esc);
 }
 
 /* The end of the container at p from the stream's index, or NULL when it
@@ -203,18 +216,65 @@ typedef struct name {
 #define NAME(s)                                                                \
   { s, sizeof s - 1 }
 
+/* A key longer than this (as written) matches no name. */
+#define KEY_MAX 128
+
+/* Points *k, *n at the key's bytes: its escapes resolved into tmp (KEY_MAX
+ * bytes) when esc; false when it is too long to be a name. */
+static bool key_bytes(const char **k, size_t *n, bool esc, char *tmp) {
+  if (!esc) return true;
+  if (*n > KEY_MAX) return false;
+  *n = kl_json_unescape(*k, *n, tmp);
+  *k = tmp;
+  return true;
+}
+
 static int key_id(const char *k, size_t n, bool esc, const name_t *names,
                   int count) {
-  char tmp[128];
-  if (esc) {
-    if (n > sizeof tmp) return -1;
-    n = kl_json_unescape(k, n, tmp);
-    k = tmp;
-  }
+  char tmp[KEY_MAX];
+  if (!key_bytes(&k, &n, esc, tmp)) return -1;
   for (int i = 0; i < count; i++)
     if (names[i].n == n && memcmp(names[i].s, k, n) == 0) return i;
   return -1;
 }
+
+/* key_id for the keys of every object's metadata and owner references,
+ * where a loop over the names cost more than the rest of the key's walk:
+ * the key's length picks the one name it can be (two for fifteen bytes),
+ * one comparison of a known length confirms it. Same indices as key_id. */
+#define IS(k, n, s) ((n) == sizeof s - 1 && memcmp(k, s, sizeof s - 1) == 0)
+
+static int meta_key_id(const char *k, size_t n, bool esc) {
+  char tmp[KEY_MAX];
+  if (!key_bytes(&k, &n, esc, tmp)) return -1;
+  switch (n) {
+  case 3: return IS(k, n, "uid") ? 2 : -1;
+  case 4: return IS(k, n, "name") ? 1 : -1;
+  case 6: return IS(k, n, "labels") ? 5 : -1;
+  case 9: return IS(k, n, "namespace") ? 0 : -1;
+  case 10: return IS(k, n, "generation") ? 4 : -1;
+  case 13: return IS(k, n, "managedFields") ? 8 : -1;
+  case 15:
+    return IS(k, n, "resourceVersion")   ? 3
+           : IS(k, n, "ownerReferences") ? 6
+                                         : -1;
+  case 17: return IS(k, n, "deletionTimestamp") ? 7 : -1;
+  default: return -1;
+  }
+}
+
+static int owner_key_id(const char *k, size_t n, bool esc) {
+  char tmp[KEY_MAX];
+  if (!key_bytes(&k, &n, esc, tmp)) return -1;
+  switch (n) {
+  case 3: return IS(k, n, "uid") ? 3 : -1;
+  case 4: return IS(k, n, "kind") ? 1 : IS(k, n, "name") ? 2 : -1;
+  case 10: return IS(k, n, "apiVersion") ? 0 : IS(k, n, "controller") ? 4 : -1;
+  case 18: return IS(k, n, "blockOwnerDeletion") ? 5 : -1;
+  default: return -1;
+  }
+}
+#undef IS
 
 /* A string value at p into *r (null: absent). Returns the end or NULL;
  * path (prefix + name) names the field in the error. */
@@ -306,7 +366,7 @@ static const char *owner_member(walk_t *w, const char *ks, size_t kn, bool kesc,
       NAME("apiVersion"), NAME("kind"),       NAME("name"),
       NAME("uid"),        NAME("controller"), NAME("blockOwnerDeletion")};
   owner_ctx_t *c = ud;
-  int id = key_id(ks, kn, kesc, names, 6);
+  int id = owner_key_id(ks, kn, kesc);
   if (id < 0) return skip(w, v);
   if (id >= NO_STR)
     return bool_field(w, v, &c->o->flags, id == 4 ? OWN_CONTROLLER : OWN_BLOCK,
@@ -362,7 +422,7 @@ static const char *meta_member(walk_t *w, const char *ks, size_t kn, bool kesc,
                                  NAME("managedFields")};
   static const int fields[] = {F_NS, F_NAME, F_UID, F_RV};
   (void)ud;
-  int id = key_id(ks, kn, kesc, names, 9);
+  int id = meta_key_id(ks, kn, kesc);
   switch (id) {
   case 0:
   case 1:

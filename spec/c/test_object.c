@@ -406,6 +406,34 @@ static void test_escaped_strings_are_decoded(void) {
   kl_obj_unref(o);
 }
 
+/* Metadata and owner keys are told apart by length, then compared: keys
+ * written with escapes, and keys of a known length that are not the name,
+ * read as the JSON means them. */
+static void test_metadata_keys_escaped_or_near(void) {
+  kl_obj_t *o = parse_ok(
+      "{\"metadata\":{\"nbme\":\"x\",\"n\\u0061me\":\"a\","
+      "\"namespacf\":\"y\",\"namespac\\u0065\":\"ns\","
+      "\"resourceVersioo\":\"9\",\"resourceVersi\\u006fn\":\"7\","
+      "\"ownerReferencez\":[1],\"\\u006fwnerReferences\":[{\"kinc\":\"Q\","
+      "\"kin\\u0064\":\"RS\",\"controllex\":true,\"uie\":\"z\","
+      "\"\\u0075id\":\"u1\",\"blockOwnerDeletiom\":true}],"
+      "\"deletionTimestamq\":\"t\"}}",
+      NULL);
+  if (!o) return;
+  KT_EQ_SPAN(kl_obj_name(o), "a");
+  KT_EQ_SPAN(kl_obj_namespace(o), "ns");
+  KT_EQ_SPAN(kl_obj_resource_version(o), "7");
+  KT_TRUE(!kl_obj_deletion_timestamp(o, NULL));
+  KT_EQ_INT(kl_obj_owner_count(o), 1);
+  kl_obj_owner_t w;
+  kl_obj_owner(o, 0, &w);
+  KT_EQ_SPAN(w.kind, "RS");
+  KT_EQ_SPAN(w.uid, "u1");
+  KT_TRUE(!w.controller);
+  KT_TRUE(!w.block_owner_deletion);
+  kl_obj_unref(o);
+}
+
 static void test_managed_fields_anywhere(void) {
   static const char *const cases[][2] = {
       {"{\"metadata\":{\"managedFields\":[{\"a\":\"]\"}]}}",
@@ -716,6 +744,7 @@ int main(void) {
   KT_RUN(test_list_items_get_api_version_and_kind);
   KT_RUN(test_pod);
   KT_RUN(test_escaped_strings_are_decoded);
+  KT_RUN(test_metadata_keys_escaped_or_near);
   KT_RUN(test_managed_fields_anywhere);
   KT_RUN(test_type_errors);
   KT_RUN(test_many_labels_and_owners);
