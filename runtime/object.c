@@ -837,19 +837,14 @@ size_t kl_obj_key(const kl_obj_t *o, char *buf, size_t cap) {
 }
 
 int kl_obj_keybuf(const kl_obj_t *o, kl_obj_keybuf_t *k) {
-  if (kl_obj_name(o).n == 0) return KL_EINVAL;
-  k->p = k->buf;
-  k->len = kl_obj_key(o, k->buf, sizeof k->buf);
-  if (k->len >= sizeof k->buf) {
-    k->p = kl_xmalloc(k->len + 1);
-    kl_obj_key(o, k->p, k->len + 1);
-  }
+  if (o->f[F_NAME].len == 0) return KL_EINVAL;
+  kl_json_span_t s = kl_obj_key_span(o);
+  k->p = s.p;
+  k->len = s.n;
   return KL_OK;
 }
 
-void kl_obj_keybuf_free(kl_obj_keybuf_t *k) {
-  if (k->p != k->buf) free(k->p);
-}
+void kl_obj_keybuf_free(kl_obj_keybuf_t *k) { (void)k; }
 
 static const label_t *labels(const kl_obj_t *o) {
   return (const label_t *)(const void *)(o->data + o->labels_off);

@@ -354,6 +354,12 @@ static void test_pod(void) {
   KT_EQ_INT(ks.p[ks.n], '\0');
   KT_TRUE(kl_obj_namespace(o).p == ks.p);
   KT_TRUE(kl_obj_name(o).p == ks.p + 5);
+  /* kl_obj_keybuf hands out that key, not a copy. */
+  kl_obj_keybuf_t kb;
+  KT_EQ_INT(kl_obj_keybuf(o, &kb), KL_OK);
+  KT_TRUE(kb.p == ks.p);
+  KT_EQ_INT(kb.len, ks.n);
+  kl_obj_keybuf_free(&kb);
   KT_TRUE(strstr(kl_obj_json(o).p, "managedFields") == NULL);
   /* Reference counting. */
   KT_TRUE(kl_obj_ref(o) == o);
