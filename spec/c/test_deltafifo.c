@@ -629,7 +629,7 @@ static void test_popped_items_are_reused(void) {
   KT_EQ_INT(heap_used(), heap1);
   KT_EQ_STR(pop_one(f), "ns/b:[Updated b@1]");
   KT_EQ_INT(kl_fifo_update(f, l), 0);
-  KT_TRUE(!heap_exact || heap_used() > heap1);
+  KT_TRUE(heap1 == 0 || heap_used() > heap1); /* 0: not counted (ASan) */
   KT_EQ_STR(
       pop_one(f),
       "ns/a-name-longer-than-the-sixty-four-bytes-of-room-the-first-item-has-1:"
