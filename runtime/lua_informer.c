@@ -468,6 +468,8 @@ static void add_indexers(lua_State *L, linf_t *li, int idx, const char *fn) {
                    "\"controller\" or \"namespace\", got %s",
                    ix.name, luaL_typename(L, -1));
     }
+    if (ix.kind == KL_STORE_INDEX_LABEL || ix.kind == KL_STORE_INDEX_CONTROLLER)
+      kl_informer_keep_refs(li->inf);
     lua_State *saved_cur = li->cur;
     li->cur = L;
     int rc = kl_store_add_indexers(kl_informer_store(li->inf), &ix, 1, err,

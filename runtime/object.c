@@ -22,6 +22,12 @@
  * '\0' after the JSON with length 0. The object never changes after it is
  * built; refs counts the holders (single-threaded, plain integer).
  *
+ * Parsed with opts.lazy_refs, an object whose labels (or owners) hold no
+ * escape has no table of them (flag LAZY_LABELS / LAZY_OWNERS): each read
+ * walks its JSON again and hands out spans into it (walk_refs), so the
+ * event path, which never reads them without a label or controller index,
+ * skips those containers through the stream's index.
+ *
  * A compressed object (kl_obj_pack, for objz.c) has the same header, with z
  * set, no labels or owners and data[] = '\0' | the extracted strings but the
  * uid, copied, the namespace, a '/' and the name forming the key and a
@@ -75,7 +81,9 @@ struct kl_obj {
   char data[];
 };
 
-enum { HAS_DELETION = 1 };
+/* flags; LAZY_*: the labels or the owners are read from the JSON when
+ * asked (kl_obj_opts_t.lazy_refs), the object holds no table of them. */
+enum { HAS_DELETION = 1, LAZY_LABELS = 2, LAZY_OWNERS = 4 };
 
 /* --- the walk ------------------------------------------------------------ */
 
@@ -90,6 +98,8 @@ typedef struct walk {
   size_t nct, ci; /* its containers; ci: the next one to look at */
   sref_t f[NF];
   bool has_api, has_kind, has_del;
+  bool lazy_refs; /* leave plain labels and owners in the JSON */
+  uint32_t lazy;  /* LAZY_LABELS | LAZY_OWNERS: those left there */
   int64_t generation;
   label_t *labels, lsmall[16];
   size_t nl, lcap;
@@ -424,6 +434,17 @@ static const char *walk_owners(walk_t *w, const char *p) {
   }
 }
 
+/* Whether the labels or owners (bit) container at v is left in the JSON
+ * (opts.lazy_refs): when it holds no escape, so that a later walk of the
+ * JSON can hand out its strings as they lie there; marks it so. */
+static bool lazy_ref(walk_t *w, const char *v, uint32_t bit) {
+  if (!w->lazy_refs) return false;
+  const char *e = skip(w, v);
+  if (!e || memchr(v, '\\', (size_t)(e - v))) return false;
+  w->lazy |= bit;
+  return true;
+}
+
 static const char *meta_member(walk_t *w, const char *ks, size_t kn, bool kesc,
                                const char *v, void *ud) {
   static const name_t names[] = {NAME("namespace"),
@@ -456,8 +477,12 @@ static const char *meta_member(walk_t *w, const char *ks, size_t kn, bool kesc,
     if (is_null(w, v)) return v + 4;
     if (v >= w->end || *v != '{')
       return werr(w, v, "metadata.labels is not an object");
+    if (lazy_ref(w, v, LAZY_LABELS)) return skip(w, v);
     return members(w, v, label_member, NULL);
-  case 6: return walk_owners(w, v);
+  case 6:
+    if (v < w->end && *v == '[' && lazy_ref(w, v, LAZY_OWNERS))
+      return skip(w, v);
+    return walk_owners(w, v);
   case 7: {
     const char *e =
         str_field(w, v, &w->f[F_DEL], "metadata.", "deletionTimestamp");
@@ -576,7 +601,7 @@ static int build(walk_t *w, size_t n, const kl_obj_opts_t *opts,
   o->nowners = (uint16_t)w->no;
   o->generation = w->generation;
   o->labels_off = (uint32_t)tables;
-  o->flags = w->has_del ? HAS_DELETION : 0;
+  o->flags = (w->has_del ? HAS_DELETION : 0) | w->lazy;
   o->z = NULL;
 
   /* The JSON: '{', injected members, the rest minus managedFields. */
@@ -677,6 +702,7 @@ static int report(walk_t *w, int rc, char *err, size_t errlen) {
 static int parse_at(walk_t *w, const kl_obj_opts_t *opts, kl_obj_t **out,
                     const char **next) {
   const char *src = w->src;
+  w->lazy_refs = opts && opts->lazy_refs;
   if (src >= w->end || *src != '{') {
     werr(w, src, "not a JSON object");
     return KL_EPARSE;
@@ -865,49 +891,117 @@ static const label_t *labels(const kl_obj_t *o) {
   return (const label_t *)(const void *)(o->data + o->labels_off);
 }
 
-size_t kl_obj_label_count(const kl_obj_t *o) { return plain(o)->nlabels; }
+/* The labels and owners of o as a table-less object holds them: in its
+ * JSON, which a walk reads into w (offsets into o->data; none is escaped,
+ * lazy_ref saw to it). Malformed ones (a value that is not a string, which
+ * the eager walk refuses) read as none. Release w with walk_free. */
+static void walk_refs(const kl_obj_t *o, walk_t *w) {
+  walk_init(w, o->data, o->data + o->json_len, true, 0, true);
+  if (!members(w, o->data, top_member, NULL)) w->nl = w->no = 0;
+}
+
+/* Label i of o, which holds its own (pl), or of the walk w (lazy). */
+static void label_at(const kl_obj_t *o, const walk_t *w, size_t i,
+                     kl_json_span_t *key, kl_json_span_t *val) {
+  const label_t *l = w ? &w->labels[i] : &labels(o)[i];
+  key->p = o->data + l->k.off;
+  key->n = l->k.len & ~ESCAPED;
+  val->p = l->v.len ? o->data + l->v.off : o->data + o->json_len;
+  val->n = l->v.len & ~ESCAPED;
+}
+
+static void owner_at(const kl_obj_t *o, const walk_t *w, size_t i,
+                     kl_obj_owner_t *out) {
+  const owner_t *ow =
+      w ? &w->owners[i]
+        : &((const owner_t *)(const void *)(labels(o) + o->nlabels))[i];
+  kl_json_span_t *s[NO_STR] = {&out->api_version, &out->kind, &out->name,
+                               &out->uid};
+  for (int j = 0; j < NO_STR; j++) {
+    sref_t r = ow->s[j];
+    s[j]->p = r.len ? o->data + r.off : o->data + o->json_len;
+    s[j]->n = r.len & ~ESCAPED;
+  }
+  out->controller = (ow->flags & OWN_CONTROLLER) != 0;
+  out->block_owner_deletion = (ow->flags & OWN_BLOCK) != 0;
+}
+
+/* The labels (bit LAZY_LABELS) or owners (LAZY_OWNERS) of o, a plain
+ * object: returns their count; when o left them in its JSON (*lazy), *w
+ * holds them. Release with refs_end. */
+static size_t refs_begin(const kl_obj_t *o, uint32_t bit, walk_t *w,
+                         bool *lazy) {
+  *lazy = (o->flags & bit) != 0;
+  if (!*lazy) return bit == LAZY_LABELS ? o->nlabels : o->nowners;
+  walk_refs(o, w);
+  return bit == LAZY_LABELS ? w->nl : w->no;
+}
+
+static void refs_end(walk_t *w, bool lazy) {
+  if (lazy) walk_free(w);
+}
+
+size_t kl_obj_label_count(const kl_obj_t *o) {
+  walk_t w;
+  bool lazy;
+  size_t n = refs_begin(plain(o), LAZY_LABELS, &w, &lazy);
+  refs_end(&w, lazy);
+  return n;
+}
 
 void kl_obj_label(const kl_obj_t *o, size_t i, kl_json_span_t *key,
                   kl_json_span_t *val) {
+  walk_t w;
+  bool lazy;
   o = plain(o);
-  const label_t *l = &labels(o)[i];
-  *key = span(o, l->k);
-  *val = span(o, l->v);
+  if (i < refs_begin(o, LAZY_LABELS, &w, &lazy))
+    label_at(o, lazy ? &w : NULL, i, key, val);
+  refs_end(&w, lazy);
 }
 
 bool kl_obj_label_get(const kl_obj_t *o, const char *key, size_t klen,
                       kl_json_span_t *val) {
+  walk_t w;
+  bool lazy, found = false;
   o = plain(o);
-  const label_t *l = labels(o);
-  for (size_t i = 0; i < o->nlabels; i++)
-    if (l[i].k.len == klen && memcmp(o->data + l[i].k.off, key, klen) == 0) {
-      *val = span(o, l[i].v);
-      return true;
-    }
-  return false;
+  size_t n = refs_begin(o, LAZY_LABELS, &w, &lazy);
+  for (size_t i = 0; i < n && !found; i++) {
+    kl_json_span_t k;
+    label_at(o, lazy ? &w : NULL, i, &k, val);
+    found = k.n == klen && memcmp(k.p, key, klen) == 0;
+  }
+  refs_end(&w, lazy);
+  return found;
 }
 
-size_t kl_obj_owner_count(const kl_obj_t *o) { return plain(o)->nowners; }
+size_t kl_obj_owner_count(const kl_obj_t *o) {
+  walk_t w;
+  bool lazy;
+  size_t n = refs_begin(plain(o), LAZY_OWNERS, &w, &lazy);
+  refs_end(&w, lazy);
+  return n;
+}
 
 void kl_obj_owner(const kl_obj_t *o, size_t i, kl_obj_owner_t *out) {
+  walk_t w;
+  bool lazy;
   o = plain(o);
-  const owner_t *w =
-      &((const owner_t *)(const void *)(labels(o) + o->nlabels))[i];
-  out->api_version = span(o, w->s[O_API]);
-  out->kind = span(o, w->s[O_KIND]);
-  out->name = span(o, w->s[O_NAME]);
-  out->uid = span(o, w->s[O_UID]);
-  out->controller = (w->flags & OWN_CONTROLLER) != 0;
-  out->block_owner_deletion = (w->flags & OWN_BLOCK) != 0;
+  if (i < refs_begin(o, LAZY_OWNERS, &w, &lazy))
+    owner_at(o, lazy ? &w : NULL, i, out);
+  refs_end(&w, lazy);
 }
 
 bool kl_obj_controller(const kl_obj_t *o, kl_obj_owner_t *out) {
+  walk_t w;
+  bool lazy, found = false;
   o = plain(o);
-  for (size_t i = 0; i < o->nowners; i++) {
-    kl_obj_owner(o, i, out);
-    if (out->controller) return true;
+  size_t n = refs_begin(o, LAZY_OWNERS, &w, &lazy);
+  for (size_t i = 0; i < n && !found; i++) {
+    owner_at(o, lazy ? &w : NULL, i, out);
+    found = out->controller;
   }
-  return false;
+  refs_end(&w, lazy);
+  return found;
 }
 
 /* --- Status and watch events -------------------------------------------- */

@@ -31,6 +31,13 @@ typedef struct kl_obj_opts {
    * none), insert this one at the front of its JSON; NULL inserts nothing.
    * Must not need JSON escaping (else KL_EINVAL). */
   const char *api_version, *kind;
+  /* Leave metadata.labels and metadata.ownerReferences in the JSON instead
+   * of extracting tables of them (unless they hold escapes): the object is
+   * smaller and quicker to build, and kl_obj_label…/kl_obj_owner… walk its
+   * JSON on each call; a malformed label or owner, which is refused
+   * otherwise, then reads as none. For a cache that reads them rarely
+   * (no label or controller index). */
+  bool lazy_refs;
 } kl_obj_opts_t;
 
 typedef struct kl_obj_owner {
