@@ -14,8 +14,6 @@
  * "queued but not listed" is the items without the stamp, and a known key
  * not listed is one with no item at all once the listed keys are queued.
  *
- * A popped item's memory is kept (up to SPARE_MAX) for the next key queued.
- *
  * HasSynced is populated && initial_count == 0, sticky through `synced`.
  * Callbacks: transform runs inside an enqueue and must not call the FIFO;
  * process may call anything but kl_fifo_free (the popped item is detached
@@ -31,17 +29,12 @@
 #include "mem.h"
 
 #define RING_MIN 16u
-/* Popped items kept for the next keys to come, at most; an item's key room
- * is rounded up to KEY_ROOM bytes so that one fits most keys. */
-#define SPARE_MAX 64u
-#define KEY_ROOM 64u
 
 typedef struct ff_item {
   kl_delta_t *d; /* &one while cap == 1 */
   uint32_t n, cap;
   uint32_t stamp; /* the Replace that listed this key */
   uint32_t len;
-  uint32_t room; /* bytes key[] can hold, its NUL included */
   uint64_t hash;
   kl_delta_t one;
   char key[]; /* len bytes and a NUL */
@@ -52,8 +45,6 @@ struct kl_fifo {
   kl_dict_t *items; /* key -> ff_item */
   ff_item **ring;   /* ring[(head + i) & (rcap - 1)], i < count */
   size_t head, count, rcap;
-  ff_item *spare[SPARE_MAX]; /* popped items to reuse, with one delta */
-  size_t nspare;
   uint32_t gen; /* stamp of the current Replace */
   size_t initial_count;
   bool populated, synced, synced_told, closed;
@@ -134,28 +125,11 @@ static ff_item *ring_shift(kl_fifo_t *f) {
 
 /* ---- items ---- */
 
-/* Releases the item's deltas and keeps the item for a next key (a watch
- * event's key is new to the queue and gone after its pop: one malloc and
- * free each otherwise), or frees it. */
-static void item_free(kl_fifo_t *f, ff_item *it) {
+static void item_free(ff_item *it) {
   for (uint32_t i = 0; i < it->n; i++)
     kl_obj_unref(it->d[i].obj);
   if (it->d != &it->one) free(it->d);
-  if (f->nspare < SPARE_MAX) {
-    f->spare[f->nspare++] = it;
-    return;
-  }
   free(it);
-}
-
-/* A spare item that holds a key of len bytes, or a new one. */
-static ff_item *item_alloc(kl_fifo_t *f, size_t len) {
-  if (f->nspare && f->spare[f->nspare - 1]->room > len)
-    return f->spare[--f->nspare];
-  size_t room = (len + KEY_ROOM) / KEY_ROOM * KEY_ROOM;
-  ff_item *it = kl_xmalloc(sizeof *it + room);
-  it->room = (uint32_t)room;
-  return it;
 }
 
 /* The item of key, created and queued when absent (NULL past the limit). */
@@ -165,7 +139,7 @@ static ff_item *item_get(kl_fifo_t *f, const char *key, size_t len,
   ff_item *it = kl_dict_get_hashed(f->items, key, len, h);
   if (it || !create) return it;
   if (kl_dict_size(f->items) >= KL_FIFO_MAX_KEYS) return NULL;
-  it = item_alloc(f, len);
+  it = kl_xmalloc(sizeof *it + len + 1);
   it->d = &it->one;
   it->n = 0;
   it->cap = 1;
@@ -253,9 +227,7 @@ kl_fifo_t *kl_fifo_new(const kl_fifo_opts_t *opts) {
 void kl_fifo_free(kl_fifo_t *f) {
   if (!f) return;
   for (size_t i = 0; i < f->count; i++)
-    item_free(f, f->ring[(f->head + i) & (f->rcap - 1)]);
-  for (size_t i = 0; i < f->nspare; i++)
-    free(f->spare[i]);
+    item_free(f->ring[(f->head + i) & (f->rcap - 1)]);
   kl_dict_free(f->items);
   free(f->ring);
   free(f);
@@ -412,7 +384,7 @@ int kl_fifo_pop(kl_fifo_t *f, kl_fifo_process_fn *process, void *ud) {
     kl_dict_set_hashed(f->items, it, it->hash);
     ring_push(f, it);
   } else {
-    item_free(f, it);
+    item_free(it);
   }
   finish(f, was_empty);
   return rc;

@@ -612,39 +612,6 @@ static void test_many_keys_in_order(void) {
   KT_EQ_INT(heap_used(), heap0);
 }
 
-/* A watch event's key is new to the queue and leaves it at the pop: the
- * item of a popped key is reused for the next one, not freed and made
- * again, and one too small for a longer key is not taken. */
-static void test_popped_items_are_reused(void) {
-  size_t heap0 = heap_used();
-  kl_fifo_t *f = new_fifo(NULL);
-  kl_obj_t *a = P("a", "1"), *b = P("b", "1");
-  kl_obj_t *l =
-      P("a-name-longer-than-the-sixty-four-bytes-of-room-the-first-item-has-1",
-        "1");
-  KT_EQ_INT(kl_fifo_update(f, a), 0);
-  KT_EQ_STR(pop_one(f), "ns/a:[Updated a@1]");
-  size_t heap1 = heap_used();
-  KT_EQ_INT(kl_fifo_update(f, b), 0);
-  KT_EQ_INT(heap_used(), heap1);
-  KT_EQ_STR(pop_one(f), "ns/b:[Updated b@1]");
-  KT_EQ_INT(kl_fifo_update(f, l), 0);
-  KT_TRUE(heap1 == 0 || heap_used() > heap1); /* 0: not counted (ASan) */
-  KT_EQ_STR(
-      pop_one(f),
-      "ns/a-name-longer-than-the-sixty-four-bytes-of-room-the-first-item-has-1:"
-      "[Updated "
-      "a-name-longer-than-the-sixty-four-bytes-of-room-the-first-item-has-1@"
-      "1]");
-  KT_EQ_INT(kl_fifo_update(f, a), 0);
-  KT_EQ_STR(pop_all(f), "ns/a:[Updated a@1]");
-  kl_obj_unref(a);
-  kl_obj_unref(b);
-  kl_obj_unref(l);
-  kl_fifo_free(f);
-  KT_EQ_INT(heap_used(), heap0);
-}
-
 static void test_limit_per_key(void) {
   size_t heap0 = heap_used();
   kl_fifo_t *f = new_fifo(NULL);
@@ -679,7 +646,6 @@ int main(int argc, char **argv) {
   KT_RUN(test_requeue);
   KT_RUN(test_reentrant_pop_and_producers);
   KT_RUN(test_many_keys_in_order);
-  KT_RUN(test_popped_items_are_reused);
   KT_RUN(test_limit_per_key);
   return KT_DONE();
 }
