@@ -83,6 +83,25 @@ describe("webhooks called by the API server", function()
     assert.same({ y = "2" }, cm.data)
   end)
 
+  it("applies it to an update too, with or without a resourceVersion", function()
+    t:create(configmap("m", "mutate", { x = "1" }))
+    local cm = t:get("v1", "configmaps", "hooks", "m")
+    cm.data = { z = "3" }
+    cm.metadata.annotations = nil
+    assert.same({ y = "2", z = "3" }, t:update(cm).data)
+    local put = configmap("m", "mutate", { w = "4" })
+    local got = t:update(put)
+    assert.same({ y = "2", w = "4" }, got.data)
+    assert.same({ ["hooks.kubelua.io/mutated"] = "yes" }, got.metadata.annotations)
+    -- a body without its namespace: the request's is the object's, for the
+    -- namespaceSelector too
+    put = configmap("m", "mutate", { v = "5" })
+    put.metadata.namespace = nil
+    got = assert(kube.client.default():request("PUT", "/api/v1/namespaces/hooks/configmaps/m",
+      nil, kube.json.encode(put), "application/json"))
+    assert.same({ "hooks", { v = "5", y = "2" } }, { got.metadata.namespace, got.data })
+  end)
+
   it("refuses with a validating webhook's message as 403 Forbidden, allows the rest", function()
     assert.same({ 403, "Forbidden", 'admission webhook "validate.hooks.kubelua.io" denied the '
       .. "request: data.forbidden is not allowed here" },

@@ -315,6 +315,9 @@ function Store:update(res, ns, name, obj, ctx)
     return nil, bad_request("the namespace of the provided object does not match the namespace "
       .. "sent on the request")
   end
+  -- the request's, as kube-apiserver's handler fills it in before the
+  -- admission webhooks see the object (their namespaceSelector with it)
+  if res.namespaced then md.namespace = ns end
   local e
   e, err = self:get(res, ns, name)
   if not e and res.create_on_update and not ctx.subresource then
