@@ -75,6 +75,16 @@ describe("webhooks called by the API server", function()
   end)
   after_each(function() t:stop() end)
 
+  it("stores the configurations with the defaults of the webhooks they leave out", function()
+    local w = t:get(REG, "mutatingwebhookconfigurations", nil, "kubelua-spec").webhooks[1]
+    assert.same({ "Fail", "Equivalent", "Never", 5, "*" },
+      { w.failurePolicy, w.matchPolicy, w.reinvocationPolicy, w.timeoutSeconds, w.rules[1].scope })
+    w = t:get(REG, "validatingwebhookconfigurations", nil, "kubelua-spec").webhooks[5]
+    assert.same({ "slow-ignore.hooks.kubelua.io", "Ignore", "Equivalent", 1, "*" },
+      { w.name, w.failurePolicy, w.matchPolicy, w.timeoutSeconds, w.rules[1].scope })
+    assert.is_nil(w.reinvocationPolicy)
+  end)
+
   it("applies a mutating webhook's JSON Patch to the object stored", function()
     t:create(configmap("m", "mutate", { x = "1" }))
     local cm = t:get("v1", "configmaps", "hooks", "m")
