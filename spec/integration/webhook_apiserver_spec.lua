@@ -91,6 +91,11 @@ describe("webhooks called by the API server", function()
     assert.same({ case = "mutate", ["mutated-by"] = "kubelua" }, cm.metadata.labels)
     assert.same({ ["hooks.kubelua.io/mutated"] = "yes" }, cm.metadata.annotations)
     assert.same({ y = "2" }, cm.data)
+    -- the field manager ran before the webhook: its fields are the request's
+    assert.same({ { "kubelua", { ["f:data"] = { ["."] = {}, ["f:x"] = {} },
+      ["f:metadata"] = { ["f:labels"] = { ["."] = {}, ["f:case"] = {} } } } } },
+      { { cm.metadata.managedFields[1].manager, cm.metadata.managedFields[1].fieldsV1 } })
+    assert.equal(1, #cm.metadata.managedFields)
   end)
 
   it("applies it to an update too, with or without a resourceVersion", function()
