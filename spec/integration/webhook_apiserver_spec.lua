@@ -83,6 +83,16 @@ describe("webhooks called by the API server", function()
     assert.same({ "slow-ignore.hooks.kubelua.io", "Ignore", "Equivalent", 1, "*" },
       { w.name, w.failurePolicy, w.matchPolicy, w.timeoutSeconds, w.rules[1].scope })
     assert.is_nil(w.reinvocationPolicy)
+    local c = t:create{ apiVersion = REG, kind = "ValidatingWebhookConfiguration",
+      metadata = { name = "kubelua-spec-unused" }, webhooks = { hook("unused", "/none", "none") } }
+    -- a struct held by value in a list's item owns a "." of its own
+    local fields = { ["."] = {}, ["f:admissionReviewVersions"] = {},
+      ["f:clientConfig"] = { ["."] = {}, ["f:url"] = {} }, ["f:failurePolicy"] = {},
+      ["f:matchPolicy"] = {}, ["f:name"] = {}, ["f:namespaceSelector"] = {},
+      ["f:objectSelector"] = {}, ["f:rules"] = {}, ["f:sideEffects"] = {},
+      ["f:timeoutSeconds"] = {} }
+    assert.same({ ["f:webhooks"] = { ["."] = {}, ['k:{"name":"unused.hooks.kubelua.io"}'] = fields } },
+      c.metadata.managedFields[1].fieldsV1)
   end)
 
   it("applies a mutating webhook's JSON Patch to the object stored", function()
