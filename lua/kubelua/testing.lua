@@ -64,6 +64,7 @@ local _M = {}
 local Harness = {}
 
 local active
+local served_dir -- serve_webhooks' certificates
 local defaults = { apiserver = "sim", controller_manager = false }
 local real -- the real control plane of this process: { cp, controller_manager, err }
 
@@ -504,6 +505,57 @@ local function await_conversion(self, crd, path)
   end
 end
 
+-- Serves the webhooks of this process over HTTPS on a loopback port with
+-- a serving certificate (for 127.0.0.1 and dns_names) of a CA made for
+-- it, in a new directory: -> the server, the CA (base64, as caBundle
+-- wants it), the directory. Raises naming fname, for its caller's caller.
+local function serve_webhooks(fname, dns_names)
+  local process = require "kubelua.process"
+  local webhook = require "kubelua.webhook"
+  local envtest = require "kubelua.envtest"
+  local dir, err = process.mkdtemp((os.getenv("TMPDIR") or "/tmp") .. "/kubelua-webhook-")
+  if not dir then fail(fname, "cannot make a directory: " .. tostring(err), 3) end
+  local ok
+  ok, err = envtest.serving_certs(dir, "kubelua-webhook", dns_names)
+  if not ok then fail(fname, err, 3) end
+  assert(os.rename(dir .. "/server.crt", dir .. "/tls.crt"))
+  assert(os.rename(dir .. "/server.key", dir .. "/tls.key"))
+  local f = assert(io.open(dir .. "/ca.crt", "rb"))
+  local ca = require("kubelua.sim.util").b64encode(f:read("*a"))
+  f:close()
+  webhook.stop()
+  local srv
+  srv, err = webhook.serve{ address = "127.0.0.1:0", cert_dir = dir }
+  if not srv then fail(fname, err, 3) end
+  return srv, ca, dir
+end
+
+-- serve_webhooks() -> url, ca: the webhooks of this process (kube.webhook)
+-- served over HTTPS at url (https://127.0.0.1:PORT) with a certificate of
+-- a CA made for them (ca: base64, as a clientConfig's caBundle wants it),
+-- for specs that write their own webhook configurations (t:webhooks does
+-- it all for a harness); stop_webhooks() ends it.
+---Serves the process's webhooks over HTTPS on a loopback port with a CA
+---made for them, for specs that write their own configurations (t:webhooks
+---does it all for a harness); stop_webhooks() ends it.
+---@return string url https://127.0.0.1:PORT
+---@return string ca the CA, base64 (a clientConfig's caBundle)
+---@usage local url, ca = testing.serve_webhooks()
+function _M.serve_webhooks()
+  _M.stop_webhooks()
+  local srv, ca, dir = serve_webhooks("serve_webhooks", {})
+  served_dir = dir
+  return "https://127.0.0.1:" .. srv:port(), ca
+end
+
+---Stops what serve_webhooks started and removes its certificates.
+---@usage testing.stop_webhooks()
+function _M.stop_webhooks()
+  require("kubelua.webhook").stop()
+  if served_dir then os.execute("rm -rf '" .. served_dir .. "'") end
+  served_dir = nil
+end
+
 -- t:webhooks(objects) -> the webhook server's URL ("https://127.0.0.1:PORT"):
 -- registers the script's webhooks (kube.webhook, kube.controller's
 -- webhooks) with the API server in one call. It serves them over HTTPS on
@@ -546,24 +598,8 @@ function Harness:webhooks(objects)
       end
     end
   end
-  local process = require "kubelua.process"
-  local webhook = require "kubelua.webhook"
-  local envtest = require "kubelua.envtest"
-  local dir, err = process.mkdtemp((os.getenv("TMPDIR") or "/tmp") .. "/kubelua-webhook-")
-  if not dir then fail("webhooks", "cannot make a directory: " .. tostring(err), 2) end
+  local srv, ca, dir = serve_webhooks("webhooks", dns)
   self.webhook_dir = dir
-  local ok
-  ok, err = envtest.serving_certs(dir, "kubelua-webhook", dns)
-  if not ok then fail("webhooks", err, 2) end
-  assert(os.rename(dir .. "/server.crt", dir .. "/tls.crt"))
-  assert(os.rename(dir .. "/server.key", dir .. "/tls.key"))
-  local f = assert(io.open(dir .. "/ca.crt", "rb"))
-  local ca = require("kubelua.sim.util").b64encode(f:read("*a"))
-  f:close()
-  webhook.stop()
-  local srv
-  srv, err = webhook.serve{ address = "127.0.0.1:0", cert_dir = dir }
-  if not srv then fail("webhooks", err, 2) end
   local addr = "127.0.0.1:" .. srv:port()
   local configs, conversions = {}, {}
   for _, obj in ipairs(objects) do

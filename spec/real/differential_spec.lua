@@ -23,6 +23,7 @@ local schema_steps = require "spec.differential.schema_steps"
 local subresource_steps = require "spec.differential.subresource_steps"
 local default_steps = require "spec.differential.default_steps"
 local autoscaling_steps = require "spec.differential.autoscaling_steps"
+local admission_steps = require "spec.differential.admission_steps"
 
 local concat = table.concat
 
@@ -93,6 +94,16 @@ describe("the simulator against a real kube-apiserver", function()
     function()
       report(runner.run(targets, "autoscaling", autoscaling_steps.steps(), tally))
     end)
+
+  it("calls kubelua's admission webhooks as the real server does", function()
+    local testing = require "kubelua.testing"
+    local url, ca = testing.serve_webhooks()
+    admission_steps.register()
+    local ok, lines = pcall(runner.run, targets, "admission", admission_steps.steps(url, ca), tally)
+    testing.stop_webhooks()
+    assert(ok, lines)
+    report(lines)
+  end)
 
   it("answers randomized sequences as the real server does", function()
     print(string.format("differential: %d randomized sequences, seed %d "
