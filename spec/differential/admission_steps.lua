@@ -4,8 +4,9 @@
 -- HTTPS: register() and the url and CA given to steps()), then creates,
 -- updates and dry runs of ConfigMaps that a mutating webhook patches, a
 -- validating one refuses, one whose server is down lets through under
--- failurePolicy Ignore and fails under Fail, and ones that a
--- namespaceSelector or an objectSelector leaves out.
+-- failurePolicy Ignore and fails under Fail, ones that a
+-- namespaceSelector or an objectSelector leaves out, and one that three
+-- mutating webhooks change in turn (their order, a reinvocation).
 local kube = require "kubelua"
 
 local _M = {}
@@ -26,6 +27,13 @@ function _M.register()
   kube.webhook{ path = "/adm-deny", validate = function(req)
     return false, "kubelua says no to " .. req.name
   end }
+  for _, letter in ipairs { "a", "b", "c" } do
+    kube.webhook{ path = "/adm-append-" .. letter, mutate = function(req)
+      local md = req.object.metadata
+      md.annotations = md.annotations or {}
+      md.annotations.order = (md.annotations.order or "") .. letter
+    end }
+  end
   kube.webhook{ path = "/adm-patch", mutate = function(req)
     local o = req.object
     o.metadata.labels.patched = "yes"
@@ -62,6 +70,17 @@ function _M.steps(url, ca)
       metadata = { name = "adm-on", labels = { hooks = "on" } } }),
     create("create namespace adm-off", NS, { apiVersion = "v1", kind = "Namespace",
       metadata = { name = "adm-off" } }),
+    -- called in the order of the configurations' names, then of their
+    -- webhooks: b, c, a; b once more (IfNeeded) as c and a changed the object
+    create("create mutating configuration adm-order-2", REG .. "mutatingwebhookconfigurations", {
+      apiVersion = "admissionregistration.k8s.io/v1", kind = "MutatingWebhookConfiguration",
+      metadata = { name = "adm-order-2" }, webhooks = {
+        hook("c", url .. "/adm-append-c", ca, "order"),
+        hook("a", url .. "/adm-append-a", ca, "order") } }),
+    create("create mutating configuration adm-order-1", REG .. "mutatingwebhookconfigurations", {
+      apiVersion = "admissionregistration.k8s.io/v1", kind = "MutatingWebhookConfiguration",
+      metadata = { name = "adm-order-1" }, webhooks = {
+        hook("b", url .. "/adm-append-b", ca, "order", { reinvocationPolicy = "IfNeeded" }) } }),
     create("create mutating configuration", REG .. "mutatingwebhookconfigurations", {
       apiVersion = "admissionregistration.k8s.io/v1", kind = "MutatingWebhookConfiguration",
       metadata = { name = "adm" }, webhooks = { hook("patch", url .. "/adm-patch", ca, "patch") } }),
@@ -72,8 +91,8 @@ function _M.steps(url, ca)
         hook("down-fail", DOWN, ca, "down-fail", { failurePolicy = "Fail" }),
         hook("deny", url .. "/adm-deny", ca, "deny") } }),
     -- the real server's admission plugins see the configurations a moment
-    -- later (one informer per kind, in order): the first write that each
-    -- kind's webhook answers tells that the whole configuration is seen
+    -- later (one informer per kind, its events in order): a write that the
+    -- last configuration of a kind answers tells that all are seen
     create("dry-run create deny (waits for the validating webhooks)", ON .. "?dryRun=All",
       configmap("adm-wait", "deny"), function(res) return res.status == 403 end),
     create("dry-run create patch (waits for the mutating webhooks)", ON .. "?dryRun=All",
@@ -81,6 +100,7 @@ function _M.steps(url, ca)
         local md = type(res.body) == "table" and res.body.metadata
         return type(md) == "table" and type(md.labels) == "table" and md.labels.patched == "yes"
       end),
+    create("create order", ON, configmap("adm-order", "order")),
     create("create deny", ON, configmap("adm-deny", "deny", { x = "1" })),
     { label = "get deny", method = "GET", path = ON .. "/adm-deny" },
     create("create patch", ON, configmap("adm-patch", "patch", { x = "1" })),
@@ -99,6 +119,10 @@ function _M.steps(url, ca)
       path = REG .. "validatingwebhookconfigurations/adm" },
     { label = "delete mutating configuration", method = "DELETE",
       path = REG .. "mutatingwebhookconfigurations/adm" },
+    { label = "delete mutating configuration adm-order-1", method = "DELETE",
+      path = REG .. "mutatingwebhookconfigurations/adm-order-1" },
+    { label = "delete mutating configuration adm-order-2", method = "DELETE",
+      path = REG .. "mutatingwebhookconfigurations/adm-order-2" },
   }
 end
 
