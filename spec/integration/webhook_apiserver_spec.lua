@@ -23,11 +23,6 @@ local function hook(name, path, case, extra)
   return w
 end
 
-local function schema(props)
-  return { openAPIV3Schema = { type = "object", properties = {
-    spec = { type = "object", properties = props } } } }
-end
-
 local OBJECTS = {
   { apiVersion = REG, kind = "MutatingWebhookConfiguration",
     metadata = { name = "kubelua-spec" }, webhooks = { hook("mutate", "/mutate", "mutate") } },
@@ -39,19 +34,14 @@ local OBJECTS = {
       hook("slow-fail", "/slow", "slow-fail", { timeoutSeconds = 1 }),
       hook("slow-ignore", "/slow", "slow-ignore", { timeoutSeconds = 1,
         failurePolicy = "Ignore" }) } },
-  { apiVersion = "apiextensions.k8s.io/v1", kind = "CustomResourceDefinition",
-    metadata = { name = "widgets.hooks.kubelua.io" },
-    spec = { group = "hooks.kubelua.io", scope = "Namespaced",
-      names = { plural = "widgets", singular = "widget", kind = "Widget", listKind = "WidgetList" },
-      conversion = { strategy = "Webhook", webhook = { conversionReviewVersions = { "v1" },
-        clientConfig = { url = "https://webhooks.invalid/convert" } } },
-      versions = {
-        { name = "v1", served = true, storage = true,
-          schema = schema{ size = { type = "integer" } } },
-        { name = "v2", served = true, storage = false,
-          schema = schema{ shape = { type = "object", properties = {
-            size = { type = "integer" } } } } } } } },
 }
+
+-- the Widgets' CRD, converted by the webhook
+do
+  local f = assert(io.open("spec/fixtures/webhooks/widgets.yaml", "rb"))
+  OBJECTS[#OBJECTS + 1] = assert(require("kubelua.sim.yaml").decode(f:read("*a")))
+  f:close()
+end
 
 local function configmap(name, case, data)
   return { apiVersion = "v1", kind = "ConfigMap",
