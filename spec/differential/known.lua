@@ -52,4 +52,17 @@ return {
       .. "named in the version of the last write; kube-apiserver keeps an Update entry per "
       .. "apiVersion, each entry's fields computed in its own version from the object "
       .. "converted (a v1 create owns the targetCPUUtilizationPercentage its conversion adds)" },
+  { case = "^conversion$", path = "%.clientConfig%.url$",
+    reason = "each server calls the conversion webhook at its own path (/sim, /real), so that "
+      .. "the reviews each one makes are told apart" },
+  { case = "^conversion$", path = "%.metadata%.managedFields",
+    reason = "a custom resource written through v1alpha1 and then v1 by one manager: as for the "
+      .. "HorizontalPodAutoscaler above, the simulator keeps one managedFields entry per manager "
+      .. "and operation, kube-apiserver one per apiVersion" },
+  { case = "^conversion$", step = "^reviews patch a$", path = "^%.body%.reviews%[%d%]$",
+    sim = "^<absent>$",
+    reason = "kube-apiserver's field manager converts the object, before and after the write, "
+      .. "into the apiVersion of each managedFields entry (v1alpha1 here) to compute the fields "
+      .. "it owns: three reviews more than the watch cache's one; the simulator, whose entries "
+      .. "are per manager (above), makes none" },
 }

@@ -24,6 +24,7 @@ local subresource_steps = require "spec.differential.subresource_steps"
 local default_steps = require "spec.differential.default_steps"
 local autoscaling_steps = require "spec.differential.autoscaling_steps"
 local admission_steps = require "spec.differential.admission_steps"
+local conversion_steps = require "spec.differential.conversion_steps"
 
 local concat = table.concat
 
@@ -104,6 +105,14 @@ describe("the simulator against a real kube-apiserver", function()
     assert(ok, lines)
     report(lines)
   end)
+  it("converts a custom resource through its conversion webhook as the real server does: "
+    .. "reads, writes, watches, the reviews the webhook gets", function()
+      local steps, stop = conversion_steps.steps()
+      local ok, lines = pcall(runner.run, targets, "conversion", steps, tally)
+      stop()
+      assert(ok, lines)
+      report(lines)
+    end)
 
   it("answers randomized sequences as the real server does", function()
     print(string.format("differential: %d randomized sequences, seed %d "

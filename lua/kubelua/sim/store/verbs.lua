@@ -116,10 +116,11 @@ local function admit(self, phase, op, res, obj, old, ctx)
   return out, err
 end
 
--- A custom resource written over HTTP, about to be stored: converted into
--- its CRD's other versions through its conversion webhook
--- (kubelua.sim.conversion, set as store.conversion), which put then
--- stores. true | nil, status. It may yield the request's task.
+-- A custom resource written over HTTP through a version other than its
+-- CRD's storage version, about to be stored: converted into the storage
+-- version through its conversion webhook (kubelua.sim.conversion, set as
+-- store.conversion), which put then stores. true | nil, status. It may
+-- yield the request's task.
 local function convert_versions(self, res, obj, ctx)
   local c = self.conversion
   if not c or not ctx.admit or not res.mirrors then return true end
