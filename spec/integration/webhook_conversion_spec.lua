@@ -1,8 +1,8 @@
--- A conversion webhook's refusal as a real kube-apiserver answers it (the
--- simulator converts a write into every version when it stores it, so a
--- refusal fails the write there; the real server converts on each read):
--- t:webhooks with spec/fixtures/webhooks' Widgets, whose /convert refuses
--- a size of 13.
+-- A conversion webhook's refusal as kube-apiserver answers it, on the
+-- simulator and (scripts/test's real_specs) on a real server: both store an
+-- object in the storage version and convert on each read through another,
+-- so a refusal fails the reads, not the write. t:webhooks with
+-- spec/fixtures/webhooks' Widgets, whose /convert refuses a size of 13.
 local kube = require "kubelua"
 local testing = require "kubelua.testing"
 
@@ -13,7 +13,7 @@ local function widget(version, name, spec)
     spec = spec }
 end
 
-describe("a conversion webhook's refusal on a real kube-apiserver", function()
+describe("a conversion webhook's refusal", function()
   local t
   before_each(function()
     t = testing.start{ namespaces = { "conv" } }
