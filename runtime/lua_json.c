@@ -67,6 +67,8 @@
 #define NULL_KEY "kubelua.null"
 #define BUF_MT "kubelua.json.buffer"
 #define SHARED_KEY "kubelua.json.shared" /* the state's shared ebuf */
+#define DOC_MT "kubelua.json.doc"        /* a view's document */
+#define VIEW_FNS "kubelua.json.view"     /* a view's metamethods, iterators */
 #define SHARED_MAX 65536 /* memory the shared ebuf keeps between encodes */
 #define MAX_DEPTH 128
 /* Stack slots for members held by open containers, and the slots kept
@@ -436,6 +438,319 @@ int kl_lua_json_decode(lua_State *L, const char *s, size_t n, char *err,
   return KL_EPARSE;
 }
 
+/* --- views -------------------------------------------------------------- */
+
+/* A view is an empty table whose metatable M describes a container of a
+ * checked document: M[1] the document (a userdata: the check's container
+ * index, freed with it), M[2] the container's offset in the text, M[3] the
+ * text (a string, kept alive by every view of it; LuaJIT does not move
+ * strings). On the first index, view_index decodes the container's own
+ * level into a table T (scalars as decode makes them) and makes T M's
+ * __index, so later reads are plain table reads; T's containers become
+ * views of their own when they are first read (view_lazy), so a read of
+ * one field makes a table for each container on its way, not for every
+ * container beside it. Writes raise. */
+typedef struct doc {
+  kl_json_value_t v;
+  kl_json_ctbuf_t ix;
+  const char *text; /* the text's first byte: offsets count from it */
+} doc_t;
+
+static int doc_gc(lua_State *L) {
+  doc_t *d = lua_touserdata(L, 1); /* only ever its own userdata */
+  free(d->ix.ct);
+  d->ix.ct = NULL;
+  return 0;
+}
+
+/* When the metatable at mt describes a view: its document and offset. */
+static bool view_of(lua_State *L, int mt, doc_t **doc, size_t *off) {
+  lua_rawgeti(L, mt, 1);
+  *doc = luaL_testudata(L, -1, DOC_MT);
+  lua_pop(L, 1);
+  if (!*doc) return false;
+  lua_rawgeti(L, mt, 2);
+  *off = (size_t)lua_tonumber(L, -1);
+  lua_pop(L, 1);
+  return true;
+}
+
+/* The table at registry VIEW_FNS: what views' metatables hold, so that
+ * making one neither pushes a C function nor interns a name. */
+enum {
+  VF_INDEX = 1, /* view_index */
+  VF_NEWINDEX,  /* view_newindex */
+  VF_NEXT,      /* iter_next */
+  VF_INEXT,     /* iter_inext */
+  VF_KINDEX,    /* "__index" */
+  VF_KNEWINDEX, /* "__newindex" */
+  VF_CHILD,     /* view_child */
+  VF_N = VF_CHILD
+};
+
+/* Pushes a view of the container at off of the document at di, whose text
+ * is at ti; f is the VIEW_FNS table. */
+static void view_push(lua_State *L, int di, int ti, int f, size_t off) {
+  lua_createtable(L, 0, 0);
+  lua_createtable(L, 3, 2);
+  lua_pushvalue(L, di);
+  lua_rawseti(L, -2, 1);
+  lua_pushnumber(L, (double)off);
+  lua_rawseti(L, -2, 2);
+  lua_pushvalue(L, ti);
+  lua_rawseti(L, -2, 3);
+  lua_rawgeti(L, f, VF_KINDEX);
+  lua_rawgeti(L, f, VF_INDEX);
+  lua_rawset(L, -3);
+  lua_rawgeti(L, f, VF_KNEWINDEX);
+  lua_rawgeti(L, f, VF_NEWINDEX);
+  lua_rawset(L, -3);
+  lua_setmetatable(L, -2);
+}
+
+/* Moves the n pairs (object) or items (array) held from first into a new
+ * table T, and the containers among them, held as light userdata at their
+ * first byte (nc of them, never NULL, so never JSON null), into O, member
+ * -> offset: T's metatable {__index = view_child, doc, O, text} makes a
+ * container a view when it is first read. dup: a member name may repeat;
+ * the later one then takes the place of the earlier in T or O. */
+static void view_lazy(lua_State *L, int first, int n, int nc, bool object,
+                      bool dup, int di, int ti, int f, const char *text) {
+  int t = lua_gettop(L) + 1, o = t + 1;
+  if (object)
+    lua_createtable(L, 0, n - nc);
+  else
+    lua_createtable(L, n, 0);
+  lua_createtable(L, 0, nc);
+  for (int i = 0; i < n; i++) {
+    int k = object ? first + 2 * i : 0, v = object ? k + 1 : first + i;
+    const char *c =
+        lua_type(L, v) == LUA_TLIGHTUSERDATA ? lua_touserdata(L, v) : NULL;
+    if (object)
+      lua_pushvalue(L, k);
+    else
+      lua_pushinteger(L, i + 1);
+    if (dup) { /* the earlier one, in the other table, goes */
+      lua_pushvalue(L, -1);
+      lua_rawget(L, c ? t : o);
+      if (!lua_isnil(L, -1)) {
+        lua_pushvalue(L, -2);
+        lua_pushnil(L);
+        lua_rawset(L, c ? t : o);
+      }
+      lua_pop(L, 1);
+    }
+    if (c)
+      lua_pushnumber(L, (double)(c - text));
+    else
+      lua_pushvalue(L, v);
+    lua_rawset(L, c ? o : t);
+  }
+  lua_createtable(L, 3, 1);
+  lua_pushvalue(L, di);
+  lua_rawseti(L, -2, 1);
+  lua_pushvalue(L, o);
+  lua_rawseti(L, -2, 2);
+  lua_pushvalue(L, ti);
+  lua_rawseti(L, -2, 3);
+  lua_rawgeti(L, f, VF_KINDEX);
+  lua_rawgeti(L, f, VF_CHILD);
+  lua_rawset(L, -3);
+  lua_setmetatable(L, t);
+  lua_pop(L, 1); /* O */
+  lua_replace(L, first);
+  lua_settop(L, first);
+}
+
+/* Pushes the table of the level of the container at off (a checked
+ * document's, so only a number decode refuses can fail: raises then):
+ * scalars as decode makes them; containers become views when first read
+ * (see view_lazy); a later duplicate member wins, as in decode. */
+static void view_level(lua_State *L, doc_t *doc, int di, int ti, int f,
+                       size_t off) {
+  char err[256] = "";
+  dec_t d = {.L = L,
+             .p = doc->text + off + 1,
+             .start = doc->text,
+             .end = doc->v.json.p + doc->v.json.n,
+             .err = err,
+             .errlen = sizeof err};
+  bool object = doc->text[off] == '{';
+  int first = lua_gettop(L) + 1, n = 0, nc = 0;
+  bool dup = false;
+  uint64_t keys = 0;
+  dec_ws(&d);
+  while (*d.p != '}' && *d.p != ']') { /* checked: a member, ',' or end */
+    luaL_checkstack(L, 4, "json: stack overflow");
+    if (object) {
+      const char *k = d.p + 1;
+      if (dec_string(&d) != 0) goto fail;
+      uint64_t bit = key_bit(k, (size_t)(d.p - 1 - k));
+      dup |= d.esc || (keys & bit);
+      keys |= bit;
+      dec_ws(&d);
+      d.p++; /* ':' */
+      dec_ws(&d);
+    }
+    if (*d.p == '{' || *d.p == '[') {
+      lua_pushlightuserdata(L, (void *)d.p); /* see view_lazy */
+      d.p = kl_json_skip_in(&doc->v, d.p, d.end);
+      if (!d.p) goto fail;
+      nc++;
+    } else if (dec_value(&d, 0) != 0) {
+      goto fail;
+    }
+    n++;
+    dec_ws(&d);
+    if (*d.p == ',') {
+      d.p++;
+      dec_ws(&d);
+    }
+  }
+  if (nc) {
+    view_lazy(L, first, n, nc, object, dup, di, ti, f, doc->text);
+    return;
+  }
+  if (object)
+    dec_pairs_to_table(L, first, n, dup);
+  else
+    dec_items_to_table(L, first, n);
+  return;
+fail:
+  if (!err[0])
+    snprintf(err, sizeof err, "byte %zu: invalid JSON",
+             (size_t)(d.p - doc->text));
+  luaL_error(L, "json: %s", err);
+}
+
+/* Makes every container of the level table at t that is not a view yet
+ * one (json.pairs, ipairs and len read the table whole). */
+static void view_complete(lua_State *L, int t, int f) {
+  if (!lua_getmetatable(L, t)) return;
+  int tm = lua_gettop(L);
+  lua_rawgeti(L, tm, 1);
+  lua_rawgeti(L, tm, 3);
+  lua_rawgeti(L, tm, 2);
+  int o = lua_gettop(L);
+  lua_pushnil(L);
+  while (lua_next(L, o)) {
+    view_push(L, o - 2, o - 1, f, (size_t)lua_tonumber(L, -1));
+    lua_replace(L, -2);
+    lua_pushvalue(L, -2);
+    lua_insert(L, -2);
+    lua_rawset(L, t);
+  }
+  lua_pushnil(L);
+  lua_setmetatable(L, t);
+  lua_settop(L, tm - 1);
+}
+
+/* Pushes the level table of the view whose metatable is at mt (made on
+ * first use and kept as its __index); f is the VIEW_FNS table. */
+static void view_table(lua_State *L, int mt, int f, doc_t *doc, size_t off) {
+  luaL_checkstack(L, 8, "json: stack overflow");
+  lua_rawgeti(L, f, VF_KINDEX);
+  lua_rawget(L, mt);
+  if (lua_istable(L, -1)) return;
+  lua_pop(L, 1);
+  lua_rawgeti(L, mt, 1);
+  lua_rawgeti(L, mt, 3);
+  int di = lua_gettop(L) - 1;
+  view_level(L, doc, di, di + 1, f, off);
+  lua_replace(L, di);
+  lua_settop(L, di);
+  lua_rawgeti(L, f, VF_KINDEX);
+  lua_pushvalue(L, -2);
+  lua_rawset(L, mt);
+}
+
+/* __index of a level table (upvalue: the VIEW_FNS table): the container
+ * member k made a view, kept in the table from then on. */
+static int view_child(lua_State *L) {
+  lua_settop(L, 2);
+  lua_getmetatable(L, 1);
+  lua_rawgeti(L, 3, 2);
+  lua_pushvalue(L, 2);
+  lua_rawget(L, 4);
+  if (lua_isnil(L, 5)) return 1;
+  lua_rawgeti(L, 3, 1);
+  lua_rawgeti(L, 3, 3);
+  view_push(L, 6, 7, lua_upvalueindex(1), (size_t)lua_tonumber(L, 5));
+  lua_pushvalue(L, 2);
+  lua_pushvalue(L, -2);
+  lua_rawset(L, 1);
+  lua_pushvalue(L, 2);
+  lua_pushnil(L);
+  lua_rawset(L, 4);
+  return 1;
+}
+
+/* __index of a view not read yet (upvalue: the VIEW_FNS table): its
+ * level, then the member. */
+static int view_index(lua_State *L) {
+  doc_t *doc;
+  size_t off;
+  lua_settop(L, 2);
+  if (!lua_getmetatable(L, 1) || !view_of(L, 3, &doc, &off))
+    return luaL_error(L, "json: not a view");
+  view_table(L, 3, lua_upvalueindex(1), doc, off);
+  lua_pushvalue(L, 2);
+  lua_gettable(L, -2); /* a container member through view_child */
+  return 1;
+}
+
+/* __newindex of a view: "json: cannot set K: a view is read-only" (K a
+ * member name, or [i]). */
+static int view_newindex(lua_State *L) {
+  lua_settop(L, 2);
+  if (lua_type(L, 2) == LUA_TNUMBER)
+    lua_pushfstring(L, "[%d]", (int)lua_tointeger(L, 2));
+  else
+    lua_pushstring(L, luaL_typename(L, 2));
+  return luaL_error(L, "json: cannot set %s: a view is read-only",
+                    lua_type(L, 2) == LUA_TSTRING ? lua_tostring(L, 2)
+                                                  : lua_tostring(L, 3));
+}
+
+/* Pushes the level table of v at idx when it is a view (true), else
+ * nothing (false). */
+static bool view_push_table(lua_State *L, int idx) {
+  doc_t *doc;
+  size_t off;
+  if (!lua_getmetatable(L, idx)) return false;
+  if (!view_of(L, lua_gettop(L), &doc, &off)) {
+    lua_pop(L, 1);
+    return false;
+  }
+  lua_getfield(L, LUA_REGISTRYINDEX, VIEW_FNS);
+  int f = lua_gettop(L);
+  view_table(L, f - 1, f, doc, off);
+  view_complete(L, f + 1, f);
+  lua_replace(L, f - 1);
+  lua_pop(L, 1);
+  return true;
+}
+
+/* Pushes the full decode of the view of the container at off, as
+ * json.decode makes it; false (nothing pushed, err set) when decode
+ * refuses a number in it. */
+static bool view_decode(lua_State *L, doc_t *doc, size_t off, char *err,
+                        size_t errlen) {
+  const char *p = doc->text + off,
+             *e = kl_json_skip_in(&doc->v, p, doc->v.json.p + doc->v.json.n);
+  char sub[256];
+  size_t at;
+  int len = 0;
+  if (e && kl_lua_json_decode(L, p, (size_t)(e - p), sub, sizeof sub) == KL_OK)
+    return true;
+  /* Its "byte N" counts from the container: made to count from the text. */
+  if (sscanf(sub, "byte %zu: %n", &at, &len) == 1 && len > 0)
+    snprintf(err, errlen, "byte %zu: %s", at + off, sub + len);
+  else
+    snprintf(err, errlen, "%s", e ? sub : "invalid JSON");
+  return false;
+}
+
 /* --- encode ------------------------------------------------------------- */
 
 typedef struct ekey {
@@ -660,7 +975,16 @@ static void enc_table(enc_t *e, int idx) {
     if (e->seen[i] == self) enc_fail(e, "cannot encode a reference cycle");
   luaL_checkstack(L, 6, "json: stack overflow");
   if (lua_getmetatable(L, idx)) {
+    doc_t *doc;
+    size_t off;
     array = lua_rawequal(L, -1, e->mt);
+    if (!array && view_of(L, lua_gettop(L), &doc, &off)) {
+      char err[256]; /* a view is written as its full decode */
+      if (!view_decode(L, doc, off, err, sizeof err)) enc_fail(e, err);
+      enc_value(e, lua_gettop(L));
+      lua_pop(L, 2);
+      return;
+    }
     lua_pop(L, 1);
   }
   /* Classify the keys; keep the string ones for sorting, and their values
@@ -1070,21 +1394,107 @@ static int l_array(lua_State *L) {
   return 1;
 }
 
-/* json.is_array(v) -> whether v carries the array metatable. */
+/* json.is_array(v) -> whether v carries the array metatable or is a view
+ * of an array. */
 static int l_is_array(lua_State *L) {
   bool yes = false;
   if (lua_getmetatable(L, 1)) {
+    doc_t *doc;
+    size_t off;
     push_array_mt(L);
-    yes = lua_rawequal(L, -1, -2);
+    yes = lua_rawequal(L, -1, -2) ||
+          (view_of(L, 2, &doc, &off) && doc->text[off] == '[');
   }
   lua_pushboolean(L, yes);
+  return 1;
+}
+
+/* json.view(s) -> view | nil, "json: byte N: reason": a read-only view of
+ * the JSON object s, checked whole as json.check does. Each container is
+ * decoded on the first read of one of its members, one level at a time;
+ * reads give exactly what json.decode(s) would hold there (containers are
+ * views in turn). LuaJIT calls no __pairs or __len, so pairs, ipairs and #
+ * see an empty table: json.pairs, json.ipairs and json.len iterate and
+ * count a view; json.encode and json.is_array know views; a write raises
+ * "json: cannot set K: a view is read-only". A number json.decode refuses
+ * (an integer beyond 2^53) raises its error when its level is read. */
+static int l_view(lua_State *L) {
+  size_t n;
+  char err[256];
+  luaL_checktype(L, 1, LUA_TSTRING); /* the views keep it */
+  const char *s = lua_tolstring(L, 1, &n);
+  lua_settop(L, 1);
+  doc_t *doc = lua_newuserdata(L, sizeof *doc);
+  memset(doc, 0, sizeof *doc);
+  luaL_getmetatable(L, DOC_MT);
+  lua_setmetatable(L, 2);
+  if (kl_json_check_indexed(s, n, &doc->v, &doc->ix, err, sizeof err) !=
+      KL_OK) {
+    lua_pushnil(L);
+    lua_pushfstring(L, "json: %s", err);
+    return 2;
+  }
+  doc->text = s;
+  lua_getfield(L, LUA_REGISTRYINDEX, VIEW_FNS);
+  view_push(L, 2, 1, 3, (size_t)(doc->v.json.p - s));
+  return 1;
+}
+
+/* The table json.pairs, ipairs and len read: a view's level, or v. */
+static void iter_table(lua_State *L, const char *fn) {
+  if (!lua_istable(L, 1))
+    kl_lua_error(L, fn, "expected a table or a view, got %s",
+                 luaL_typename(L, 1));
+  lua_settop(L, 1);
+  if (view_push_table(L, 1)) lua_replace(L, 1);
+}
+
+static int iter_next(lua_State *L) {
+  lua_settop(L, 2);
+  if (lua_next(L, 1)) return 2;
+  lua_pushnil(L);
+  return 1;
+}
+
+static int iter_inext(lua_State *L) {
+  lua_Number i = luaL_checknumber(L, 2) + 1;
+  lua_pushnumber(L, i);
+  lua_rawgeti(L, 1, (int)i);
+  return lua_isnil(L, -1) ? 1 : 2;
+}
+
+/* json.pairs(v) -> next, t, nil: the members of a view or a table. */
+static int l_pairs(lua_State *L) {
+  iter_table(L, "json.pairs");
+  lua_getfield(L, LUA_REGISTRYINDEX, VIEW_FNS);
+  lua_rawgeti(L, 2, VF_NEXT);
+  lua_pushvalue(L, 1);
+  lua_pushnil(L);
+  return 3;
+}
+
+/* json.ipairs(v) -> inext, t, 0: the items of a view or a table. */
+static int l_ipairs(lua_State *L) {
+  iter_table(L, "json.ipairs");
+  lua_getfield(L, LUA_REGISTRYINDEX, VIEW_FNS);
+  lua_rawgeti(L, 2, VF_INEXT);
+  lua_pushvalue(L, 1);
+  lua_pushinteger(L, 0);
+  return 3;
+}
+
+/* json.len(v) -> #v, of a view's items too. */
+static int l_len(lua_State *L) {
+  iter_table(L, "json.len");
+  lua_pushinteger(L, (lua_Integer)lua_objlen(L, 1));
   return 1;
 }
 
 static const luaL_Reg json_funcs[] = {
     {"decode", l_decode},     {"check", l_check},   {"meta", l_meta},
     {"omit", l_omit},         {"encode", l_encode}, {"array", l_array},
-    {"is_array", l_is_array}, {NULL, NULL},
+    {"is_array", l_is_array}, {"view", l_view},     {"pairs", l_pairs},
+    {"ipairs", l_ipairs},     {"len", l_len},       {NULL, NULL},
 };
 
 int kl_luaopen_json(lua_State *L) {
@@ -1097,6 +1507,27 @@ int kl_luaopen_json(lua_State *L) {
     lua_setfield(L, -2, "__gc");
   }
   lua_pop(L, 1);
+  if (luaL_newmetatable(L, DOC_MT)) {
+    lua_pushcfunction(L, doc_gc);
+    lua_setfield(L, -2, "__gc");
+  }
+  lua_pop(L, 1);
+  static const lua_CFunction view_fns[] = {view_index, view_newindex, iter_next,
+                                           iter_inext};
+  lua_createtable(L, VF_N, 0);
+  for (int i = 0; i < 4; i++) {
+    lua_pushvalue(L, -1); /* view_index's upvalue; harmless for others */
+    lua_pushcclosure(L, view_fns[i], 1);
+    lua_rawseti(L, -2, i + 1);
+  }
+  lua_pushliteral(L, "__index");
+  lua_rawseti(L, -2, VF_KINDEX);
+  lua_pushliteral(L, "__newindex");
+  lua_rawseti(L, -2, VF_KNEWINDEX);
+  lua_pushvalue(L, -1);
+  lua_pushcclosure(L, view_child, 1);
+  lua_rawseti(L, -2, VF_CHILD);
+  lua_setfield(L, LUA_REGISTRYINDEX, VIEW_FNS);
   lua_pushlightuserdata(L, NULL);
   lua_setfield(L, LUA_REGISTRYINDEX, NULL_KEY);
   lua_newtable(L);

@@ -324,6 +324,107 @@ describe("kubelua.json", function()
     end)
   end)
 
+  describe("view", function()
+    -- The plain value a view reads as, walked through json.pairs.
+    local function plain(v)
+      if type(v) ~= "table" then return v end
+      local t = json.is_array(v) and json.array() or {}
+      for k, x in json.pairs(v) do t[k] = plain(x) end
+      return t
+    end
+
+    it("reads as decode decodes: escapes, numbers, null, nesting, the last duplicate", function()
+      local text = ' {"a":1,"a":{"b":[true,false,null,-0.5e2,"x\\u00e9\\n"]},"c":{},"d":[],'
+        .. '"k\\u0065y":"v","e":[[1],{"f":2}]} '
+      local v = assert(json.view(text))
+      assert.equal("table", type(v))
+      assert.is_true(v.a.b[1])
+      assert.equal(json.null, v.a.b[3])
+      assert.equal(-50, v.a.b[4])
+      assert.equal("x\195\169\n", v.a.b[5])
+      assert.equal("v", v.key)
+      assert.equal(2, v.e[2].f)
+      assert.is_nil(v.nope)
+      assert.is_true(json.is_array(v.d))
+      assert.is_false(json.is_array(v.c))
+      assert.is_true(same_json(plain(v), assert(json.decode(text))))
+      assert.equal(json.encode(json.decode(text)), json.encode(v))
+      assert.equal('{"f":2}', json.encode(v.e[2]))
+      assert.equal('{"x":[[1],{"f":2}]}', json.encode{ x = v.e })
+    end)
+
+    it("keeps the member a later duplicate name gives, and the same view for each read",
+      function()
+        local v = assert(json.view('{"a":{"x":1},"a":2,"b":2,"b":{"y":[3]},"c":[{"z":1},5,[6]],'
+          .. '"d":{"e":{"f":1}}}'))
+        assert.equal(2, v.a)
+        assert.equal(3, v.b.y[1])
+        assert.equal(1, v.c[1].z)
+        assert.equal(5, v.c[2])
+        assert.equal(v.c[3], v.c[3])
+        local e = v.d.e
+        local seen = {}
+        for k, x in json.pairs(v.d) do seen[k] = x end
+        assert.equal(e, seen.e)
+        assert.equal(1, e.f)
+        assert.equal(3, json.len(v.c))
+      end)
+
+    it("reads every apiserver fixture as decode does", function()
+      local n = 0
+      for line in io.lines(FIXTURES .. "sorted.tsv") do
+        local name, expected = line:match("^([^\t]+)\t(.*)$")
+        local v = assert(json.view(read(FIXTURES .. "apiserver/" .. name)))
+        assert.equal(expected, json.encode(plain(v)), name)
+        assert.equal(expected, json.encode(v), name)
+        n = n + 1
+      end
+      assert.equal(99, n)
+    end)
+
+    it("is counted and iterated by json.len, json.pairs and json.ipairs, as tables are",
+      function()
+        local v = assert(json.view('{"l":["a","b","c"],"m":{"x":1}}'))
+        assert.equal(0, #v.l)
+        assert.equal(3, json.len(v.l))
+        assert.equal(2, json.len{ 1, 2 })
+        local got = {}
+        for i, x in json.ipairs(v.l) do got[#got + 1] = i .. x end
+        for k, x in json.pairs(v.m) do got[#got + 1] = k .. x end
+        for i, x in json.ipairs{ "p", "q" } do got[#got + 1] = i .. x end
+        assert.same({ "1a", "2b", "3c", "x1", "1p", "2q" }, got)
+        assert.is_nil(next(v))
+        local ok, err = pcall(json.len, "s")
+        assert.is_false(ok)
+        assert.matches("json.len: expected a table or a view, got string$", err)
+      end)
+
+    it("refuses writes, naming the member", function()
+      local v = assert(json.view('{"m":{"x":1},"l":[1]}'))
+      raises("json: cannot set x: a view is read-only", function() v.m.x = 2 end)
+      raises("json: cannot set y: a view is read-only", function() v.y = 2 end)
+      raises("json: cannot set [2]: a view is read-only", function() v.l[2] = 2 end)
+      assert.equal(1, v.m.x)
+    end)
+
+    it("refuses what check refuses with its message, and raises decode's number error when "
+      .. "the number is read", function()
+      assert.same({ nil, "json: byte 0: top-level value is not an object" }, { json.view("[1]") })
+      assert.same({ json.check('{"a":') }, { json.view('{"a":') })
+      local text = '{"a":1,"b":{"c":12345678901234567890}}'
+      assert.same({ nil, "json: byte 16: integer 12345678901234567890 cannot be represented "
+        .. "exactly (beyond 2^53)" }, { json.decode(text) })
+      local v = assert(json.view(text))
+      assert.equal(1, v.a)
+      raises("json: byte 16: integer 12345678901234567890 cannot be represented exactly "
+        .. "(beyond 2^53)", function() return v.b.c end)
+      local ok, err = pcall(json.encode, { b = v.b })
+      assert.is_false(ok)
+      assert.equal("json: byte 16: integer 12345678901234567890 cannot be represented exactly "
+        .. "(beyond 2^53) at b", err)
+    end)
+  end)
+
   describe("omit", function()
     it("drops top-level members by name, keeping the others byte for byte", function()
       assert.equal('{"metadata":{"kind":"x","apiVersion":"y"},"spec":{}}', tostring(json.omit(

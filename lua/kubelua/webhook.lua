@@ -23,6 +23,13 @@
 -- object (or obj changed in place) | nil, message; one failure fails the
 -- review. The converted objects get apiVersion = desiredAPIVersion.
 --
+-- read_only = true (validate only) hands the handler a read-only view of
+-- the request instead (json.view): each object is decoded when a member of
+-- it is first read, so a handler that reads a few fields does not pay for
+-- the whole object; values read are exactly the decoded ones, a write
+-- raises, and pairs, ipairs and # see nothing (json.pairs, json.ipairs and
+-- json.len iterate and count; json.encode writes a view whole).
+--
 -- Handlers run as tasks (they may read caches and call the API), at most
 -- `timeout` seconds (default 10, kube-apiserver's default timeoutSeconds).
 -- One that raises or times out answers allowed = false, code 500 with the
@@ -201,10 +208,13 @@ local function conversion_review(resp)
   return { apiVersion = "apiextensions.k8s.io/v1", kind = "ConversionReview", response = resp }
 end
 
--- decode(hook, body) -> review, request | nil, message: the review's
--- envelope as the API server sends it.
-function _M.decode(kind, body)
-  local review, err = json.decode(body)
+-- decode(kind, body [, view]) -> review, request | nil, message: the
+-- review's envelope as the API server sends it; view: as a json.view (a
+-- body it refuses is decoded, so that the message is decode's).
+function _M.decode(kind, body, view)
+  local review, err
+  if view then review = json.view(body) end
+  if review == nil then review, err = json.decode(body) end
   if review == nil then return nil, "cannot decode the body: " .. tostring(err) end
   if not is_object(review) then return nil, "the body is not a JSON object" end
   local want = kind == "convert" and "ConversionReview" or "AdmissionReview"
@@ -305,7 +315,7 @@ end
 -- of one POST.
 function _M.review(hook, body)
   local wrap = hook.kind == "convert" and conversion_review or admission_review
-  local review, req = _M.decode(hook.kind, body)
+  local review, req = _M.decode(hook.kind, body, hook.read_only)
   if not review then
     local uid = type(req) == "table" and req.uid or ""
     if hook.kind == "convert" then
@@ -357,13 +367,20 @@ local function check(spec, level)
     error(format("kube.webhook %s: name must be a string, got %s", spec.path, type(spec.name)),
       level)
   end
+  if spec.read_only ~= nil and type(spec.read_only) ~= "boolean" then
+    error(format("kube.webhook %s: read_only must be a boolean, got %s", spec.path,
+      type(spec.read_only)), level)
+  end
+  if spec.read_only and kind ~= "validate" then
+    error(format("kube.webhook %s: read_only is for validate, not %s", spec.path, kind), level)
+  end
   local timeout = spec.timeout
   if timeout ~= nil and (type(timeout) ~= "number" or timeout ~= timeout or timeout <= 0) then
     error(format("kube.webhook %s: timeout must be seconds > 0", spec.path), level)
   end
   return { name = spec.name or spec.path, path = spec.path, kind = kind,
     validate = spec.validate, mutate = spec.mutate, convert = spec.convert,
-    timeout = spec.timeout or 10 }
+    timeout = spec.timeout or 10, read_only = spec.read_only or false }
 end
 
 local JSON_TYPE = { ["Content-Type"] = "application/json" }
@@ -383,9 +400,15 @@ local function series_of(path)
   return s
 end
 
+-- The requests the server got at each path, whatever their answer (a 404
+-- included): kubelua.testing waits on them to know that kube-apiserver
+-- calls a webhook it was just given.
+local received = {}
+
 local function handle(req)
   local path = req:path()
   if find(path, "?", 1, true) then path = path:gsub("%?.*", "") end
+  received[path] = (received[path] or 0) + 1
   local hooks = by_gen[generation.current()]
   local hook = hooks and hooks[path]
   if not hook then
@@ -515,7 +538,8 @@ end
 ---Registers an admission or conversion webhook, served over HTTPS by
 ---`kubelua run` (--webhook-bind-address): {path, name, timeout = 10,
 ---validate = fn(req) -> true | false, message [, warnings], mutate =
----fn(req) changing req.object, or convert = fn(obj, to_api_version)}.
+---fn(req) changing req.object, or convert = fn(obj, to_api_version);
+---read_only = true: validate gets a read-only view, decoded as it is read}.
 ---@param spec table
 ---@param level? integer where errors point (for wrappers)
 ---@return table hook
@@ -544,6 +568,10 @@ function _M.new(spec, level)
   end
   return hook
 end
+
+-- received(path) -> the requests the server got at path since the process
+-- started, whatever it answered (an unknown path's 404 included).
+function _M.received(path) return received[path] or 0 end
 
 -- The hooks of a generation, for the tests: { path -> hook }.
 function _M.registered(gen) return by_gen[gen or generation.current()] or {} end

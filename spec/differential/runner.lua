@@ -10,7 +10,8 @@
 -- sent at once (watches that each wait for their timeout); unordered =
 -- true compares a list's items or a watch's events sorted by name (a real
 -- server's watch cache keeps no order); wait(res) false sends the request
--- again 50 ms later (for at most 5 s). prepare(st, rq)
+-- again 50 ms later (for at most 5 s); call(t, st) -> res replaces the
+-- request (something else to compare, or requests of its own). prepare(st, rq)
 -- fills in what differs per server (a resourceVersion, a continue token)
 -- from st, the target's state; after(st, res) records what later steps
 -- need. st.last[path] is the last object read or written at an object's
@@ -61,11 +62,17 @@ local function send(t, st, step)
   if step.prepare then step.prepare(st, rq) end
   local res
   for _ = 1, 100 do
-    if step.watch then res = t:watch(rq.path) else res = t:request(rq) end
+    if step.call then
+      res = step.call(t, st)
+    elseif step.watch then
+      res = t:watch(rq.path)
+    else
+      res = t:request(rq)
+    end
     if not step.wait or step.wait(res) then break end
     kube.sleep(0.05)
   end
-  remember(st, rq, res)
+  if not step.call then remember(st, rq, res) end
   if step.after then step.after(st, res) end
   return res
 end

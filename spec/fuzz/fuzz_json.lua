@@ -115,6 +115,37 @@ local function meta_and_omit(v, input)
   identical(want, rest, "omit")
 end
 
+-- w, a json.view read by indexing alone, holds what v holds.
+local function read_as(v, w, path)
+  if type(v) ~= "table" then
+    if v ~= w and not (v ~= v and w ~= w) then
+      error(format("%s: view %s, decode %s", path, tostring(w), tostring(v)), 0)
+    end
+    return
+  end
+  if type(w) ~= "table" or json.is_array(v) ~= json.is_array(w) then
+    error(format("%s: view %s, decode %s", path, type(w), type(v)), 0)
+  end
+  for k, x in pairs(v) do read_as(x, w[k], path .. "/" .. tostring(k)) end
+end
+
+-- The plain value a view is, walked through json.pairs.
+local function plain(w)
+  if type(w) ~= "table" then return w end
+  local t = json.is_array(w) and json.array() or {}
+  for k, x in json.pairs(w) do t[k] = plain(x) end
+  return t
+end
+
+-- json.view reads what decode reads, indexed and iterated, and encodes
+-- as it does (v: the decoded object).
+local function view_agrees(v, input, e1)
+  read_as(v, assert(json.view(input)), "view")
+  identical(v, plain(assert(json.view(input))), "view")
+  local e = json.encode(assert(json.view(input)))
+  if e ~= e1 then error(format("view encodes differently:\n%s\n%s", e1, e), 0) end
+end
+
 return function(v, input, obj_json, c_fields, colons)
   local e1 = json.encode(v)
   local v2 = decode(e1)
@@ -135,6 +166,7 @@ return function(v, input, obj_json, c_fields, colons)
     nmembers = members(v)
     if nmembers == colons then fields_agree(v, c_fields) end
     meta_and_omit(v, input)
+    view_agrees(v, input, e1)
   end
   return e1, nmembers or members(v)
 end

@@ -1,13 +1,21 @@
 -- The simulator's conversion webhooks (kubelua.sim.conversion): a CRD with
 -- conversion.strategy Webhook converts its objects through the script's
 -- webhook (kube.webhook convert, registered with t:webhooks) between its
--- versions, on writes, reads, lists and watches, as kube-apiserver does.
+-- versions, as kube-apiserver 1.26 does: the storage version (v1 here) is
+-- what is stored; a get or a list of another version converts each object
+-- when it is made, a write through one converts it to storage and back,
+-- and that version's watches get each change converted, in order, by its
+-- watch cache.
 -- #sim
 local kube = require "kubelua"
 local testing = require "kubelua.testing"
 local http = require "kubelua.http"
 
-local reviews = {} -- "from → to" of each object the webhook converted
+local core = require "kubelua.core"
+
+local reviews = {} -- "from → to" of each object the webhook converted (one a review)
+local names = {} -- the name of each object it converted
+local prefix = "" -- put before what it converts to v1alpha1 (the webhook "fixed")
 local seen -- the last AdmissionReview request the validating webhook got
 
 local function schema()
@@ -32,6 +40,22 @@ local function greeting(version, spec)
     metadata = { name = "hello", namespace = "demo" }, spec = spec }
 end
 
+-- Watches the v1alpha1 greetings of demo from resourceVersion rv for the
+-- given seconds, in a task; returns the events (filled when it ends) and a
+-- function that says whether it has ended. It has started on return.
+local function watch_v1alpha1(rv, seconds)
+  local events, ended = {}, false
+  kube.spawn(function()
+    local r = http.request{ url = kube.server() .. "/apis/example.com/v1alpha1/"
+      .. "namespaces/demo/greetings?watch=true&timeoutSeconds=" .. seconds
+      .. "&resourceVersion=" .. rv }
+    for line in r.body:gmatch("[^\n]+") do events[#events + 1] = kube.json.decode(line) end
+    ended = true
+  end)
+  kube.sleep(0.3)
+  return events, function() return ended end
+end
+
 describe("simulator conversion webhooks", function()
   local t
 
@@ -39,11 +63,14 @@ describe("simulator conversion webhooks", function()
     kube.webhook{ path = "/convert", convert = function(obj, to)
       local s = obj.spec
       reviews[#reviews + 1] = obj.apiVersion .. " → " .. to
-      if s.text == "fail" or s.message == "fail" then return nil, "cannot convert fail" end
+      names[#names + 1] = obj.metadata.name
+      if s.text == "fail" or s.message == "fail" or prefix == "fail" then
+        return nil, "cannot convert fail"
+      end
       if to == "example.com/v1" then
         s.message, s.text = s.text, nil
       else
-        s.text, s.message = s.message, nil
+        s.text, s.message = prefix .. s.message, nil
       end
       return obj
     end }
@@ -54,17 +81,22 @@ describe("simulator conversion webhooks", function()
   end)
 
   before_each(function()
-    reviews, seen = {}, nil
+    reviews, names, prefix, seen = {}, {}, "", nil
     t = testing.start{ namespaces = { "demo", "webhooks" }, controllers = { root_ca = false } }
     t:webhooks{ CRD }
   end)
   after_each(function() t:stop() end)
 
-  it("stores a write through one version in the others as the webhook converts it", function()
+  it("stores a write through another version converted, answers it converted back", function()
     local made = t:create(greeting("v1alpha1", { text = "hi" }))
     assert.same({ text = "hi" }, made.spec)
-    assert.same({ "example.com/v1alpha1 → example.com/v1" }, reviews)
+    -- to storage, the answer back, and (in its own time) the version's cache
+    t:eventually(function() return #reviews == 3 end, 10)
+    assert.same({ "example.com/v1alpha1 → example.com/v1", "example.com/v1 → example.com/v1alpha1",
+      "example.com/v1 → example.com/v1alpha1" }, reviews)
+    reviews = {}
     local v1 = t:get("example.com/v1", "greetings", "demo", "hello")
+    assert.same({}, reviews) -- the storage version's reads convert nothing
     assert.same({ message = "hi" }, v1.spec)
     assert.equal("example.com/v1", v1.apiVersion)
     assert.equal(made.metadata.uid, v1.metadata.uid)
@@ -76,29 +108,163 @@ describe("simulator conversion webhooks", function()
     local made = t:create(greeting("v1", { message = "hi" }))
     local list = t:list("example.com/v1alpha1", "greetings", "demo")
     assert.same({ text = "hi" }, list[1].spec)
-    local events, finished = {}, false
-    kube.spawn(function()
-      local r = http.request{ url = kube.server() .. "/apis/example.com/v1alpha1/"
-        .. "namespaces/demo/greetings?watch=true&timeoutSeconds=2&resourceVersion="
-        .. made.metadata.resourceVersion }
-      for line in r.body:gmatch("[^\n]+") do events[#events + 1] = kube.json.decode(line) end
-      finished = true
-    end)
-    kube.sleep(0.3)
+    local events, finished = watch_v1alpha1(made.metadata.resourceVersion, 2)
     made.spec.message = "hello"
     t:update(made)
-    t:eventually(function() return finished end, 10)
+    t:eventually(finished, 10)
     assert.equal(1, #events)
     assert.equal("MODIFIED", events[1].type)
     assert.equal("example.com/v1alpha1", events[1].object.apiVersion)
     assert.same({ text = "hello" }, events[1].object.spec)
   end)
 
+  it("converts a get and a list of the other version when they are made, one review an "
+    .. "object: a webhook changed since the writes is what they see", function()
+      for _, name in ipairs { "a", "b", "c" } do
+        local g = greeting("v1", { message = "hi " .. name })
+        g.metadata.name = name
+        t:create(g)
+      end
+      -- a write through the storage version converts nothing itself: these are the
+      -- v1alpha1 cache's, in its own time
+      t:eventually(function() return #reviews == 3 end, 10)
+      assert.same({ "a", "b", "c" }, names)
+      assert.same({ "example.com/v1 → example.com/v1alpha1", "example.com/v1 → example.com/v1alpha1",
+        "example.com/v1 → example.com/v1alpha1" }, reviews)
+      reviews, names, prefix = {}, {}, "fixed: "
+      assert.same({ text = "fixed: hi b" },
+        t:get("example.com/v1alpha1", "greetings", "demo", "b").spec)
+      assert.same({ "b" }, names)
+      names = {}
+      local list = t:list("example.com/v1alpha1", "greetings", "demo")
+      assert.same({ "a", "b", "c" }, names)
+      assert.same({ "example.com/v1 → example.com/v1alpha1", "example.com/v1 → example.com/v1alpha1",
+        "example.com/v1 → example.com/v1alpha1", "example.com/v1 → example.com/v1alpha1" },
+        reviews)
+      assert.same({ { text = "fixed: hi a" }, { text = "fixed: hi b" }, { text = "fixed: hi c" } },
+        { list[1].spec, list[2].spec, list[3].spec })
+      assert.equal("example.com/v1alpha1", list[1].apiVersion)
+      names = {}
+      -- a list at resourceVersion 0 is the watch cache's: converted when written
+      local cached = kube.list("example.com/v1alpha1", "greetings", "demo",
+        { resource_version = "0" })
+      assert.same({}, names)
+      assert.same({ text = "hi a" }, cached.items[1].spec)
+      assert.equal(3, #t:list("example.com/v1", "greetings", "demo"))
+      assert.same({}, names)
+    end)
+
+  it("fails a get and a list of the other version while the webhook fails, in kube-apiserver's "
+    .. "words; the storage version's reads and writes go on", function()
+      t:create(greeting("v1", { message = "hi" }))
+      t:eventually(function() return #reviews == 1 end, 10)
+      prefix = "fail"
+      local want = { code = 500, reason = "InternalError", message = "conversion webhook for "
+        .. "example.com/v1, Kind=Greeting failed: cannot convert fail" }
+      local obj, err = kube.get("example.com/v1alpha1", "greetings", "demo", "hello")
+      assert.is_nil(obj)
+      assert.same(want, { code = err.code, reason = err.reason, message = err.message })
+      obj, err = kube.list("example.com/v1alpha1", "greetings", "demo")
+      assert.is_nil(obj)
+      assert.same(want, { code = err.code, reason = err.reason, message = err.message })
+      assert.same({ message = "hi" }, t:get("example.com/v1", "greetings", "demo", "hello").spec)
+      local other = greeting("v1", { message = "yo" })
+      other.metadata.name = "other"
+      assert.same({ message = "yo" }, t:create(other).spec)
+    end)
+
+  it("sends a watch of the other version each change converted, in order; while the webhook "
+    .. "fails the watch waits, said once in the log, and goes on when it answers", function()
+      local made = t:create(greeting("v1", { message = "m0" }))
+      t:eventually(function() return #reviews == 1 end, 10)
+      local events, finished = watch_v1alpha1(made.metadata.resourceVersion, 8)
+      local function set(message)
+        made = kube.patch("example.com/v1", "greetings", "demo", "hello",
+          { spec = { message = message } }, "merge")
+      end
+      local logs, saved = {}, core.log
+      core.log = function(level, msg, fields)
+        if msg:find("^sim: ") then logs[#logs + 1] = { level, msg, fields } end
+        saved(level, msg, fields)
+      end
+      local ok, err = pcall(function()
+        set("m1")
+        set("m2")
+        prefix = "fail"
+        set("m3")
+        set("m4")
+        -- tried again and again (every 0.1 s) while it fails; said once
+        t:eventually(function() return #reviews >= 8 end, 10)
+        prefix = ""
+        t:eventually(function() return made and #reviews >= 9 and #logs >= 2 end, 10)
+      end)
+      core.log = saved
+      assert(ok, err)
+      t:eventually(finished, 15)
+      local got = {}
+      for _, ev in ipairs(events) do
+        got[#got + 1] = { ev.type, ev.object.apiVersion, ev.object.spec.text,
+          ev.object.metadata.resourceVersion }
+      end
+      local rv = tonumber(made.metadata.resourceVersion)
+      local function v1a(text, back)
+        return { "MODIFIED", "example.com/v1alpha1", text, tostring(rv - back) }
+      end
+      assert.same({ v1a("m1", 3), v1a("m2", 2), v1a("m3", 1), v1a("m4", 0) }, got)
+      local line = " resource=greetings.example.com version=example.com/v1alpha1"
+      assert.same({ { "warn", "sim: the version's cache cannot convert an event, its watchers "
+        .. "wait until the webhook answers", ' error="conversion webhook for example.com/v1, '
+        .. 'Kind=Greeting failed: cannot convert fail"' .. line },
+        { "info", "sim: the conversion webhook answers again, the version's cache catches up",
+          line } }, logs)
+    end)
+
+  it("lets the garbage collector and the namespace controller delete custom resources, their "
+    .. "finalizers removed through the other version", function()
+      local owner = t:create{ apiVersion = "v1", kind = "ConfigMap",
+        metadata = { name = "owner", namespace = "demo" } }
+      local owned = greeting("v1alpha1", { text = "hi" })
+      owned.metadata.name = "owned"
+      owned.metadata.ownerReferences = { { apiVersion = "v1", kind = "ConfigMap", name = "owner",
+        uid = owner.metadata.uid } }
+      t:create(owned)
+      local held = greeting("v1alpha1", { text = "held" })
+      held.metadata.finalizers = { "example.com/keep" }
+      t:create(held)
+      t:delete("v1", "configmaps", "demo", "owner")
+      t:eventually(function()
+        return kube.get("example.com/v1alpha1", "greetings", "demo", "owned") == nil
+      end, 10)
+      t:delete("v1", "namespaces", nil, "demo")
+      t:eventually(function()
+        local g = kube.get("example.com/v1alpha1", "greetings", "demo", "hello")
+        return g and g.metadata.deletionTimestamp
+      end, 10)
+      assert.truthy(kube.get("v1", "namespaces", nil, "demo"))
+      assert(kube.patch("example.com/v1alpha1", "greetings", "demo", "hello",
+        { metadata = { finalizers = kube.null } }, "merge"))
+      t:eventually(function() return kube.get("v1", "namespaces", nil, "demo") == nil end, 10)
+      assert.is_nil(kube.get("example.com/v1", "greetings", "demo", "hello"))
+      assert.equal(0, #t:list("example.com/v1alpha1", "greetings"))
+    end)
+
+  it("fails a request that waits for a version's cache whose task has stopped", function()
+    t.sim.store.conversion.serving = function() return false end -- as once the servers close
+    t:create(greeting("v1", { message = "hi" }))
+    local obj, err = kube.get("example.com/v1alpha1", "greetings", "demo", "hello")
+    assert.is_nil(obj)
+    assert.same({ code = 500, reason = "InternalError", message = "Internal error occurred: the "
+      .. "cache of example.com/v1alpha1 greetings has stopped" },
+      { code = err.code, reason = err.reason, message = err.message })
+    assert.same({}, reviews)
+  end)
+
   it("fails a write the webhook cannot convert, in kube-apiserver's words", function()
     local obj, err = kube.create(greeting("v1alpha1", { text = "fail" }))
     assert.is_nil(obj)
-    assert.same({ code = 500, reason = "InternalError", message = "Internal error occurred: "
-      .. "conversion webhook for example.com/v1alpha1, Kind=Greeting failed: cannot convert fail" },
+    assert.same({ code = 500, reason = "InternalError", message = "conversion webhook for "
+      .. "example.com/v1alpha1, "
+      .. "Kind=Greeting failed: cannot convert fail" },
       { code = err.code, reason = err.reason, message = err.message })
     assert.is_nil(t:get("example.com/v1", "greetings", "demo", "hello"))
     assert.is_nil(t:get("example.com/v1alpha1", "greetings", "demo", "hello"))

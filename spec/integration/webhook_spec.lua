@@ -108,6 +108,18 @@ describe("kube.webhook", function()
       o.spec.gone = nil
       o.metadata.labels = { app = "hello" }
     end }
+    kube.webhook{ path = "/view", read_only = true, validate = function(req)
+      local o, groups = req.object, req.userInfo.groups
+      if o.spec.message == "write" then o.spec.message = "x" end
+      local seen = {}
+      for k in kube.json.pairs(o) do seen[#seen + 1] = k end
+      table.sort(seen)
+      for i, g in kube.json.ipairs(groups) do seen[#seen + 1] = i .. "=" .. g end
+      return false, table.concat({ o.spec.message, tostring(kube.json.is_array(groups)),
+        tostring(kube.json.is_array(o.spec)), kube.json.len(groups), #groups,
+        tostring(req.oldObject == kube.null), kube.json.encode(o), table.concat(seen, ",") },
+        "|")
+    end }
     kube.webhook{ path = "/noop", mutate = function() end }
     kube.webhook{ path = "/convert", convert = function(obj, to)
       if obj.metadata.name == "bad" then return nil, "cannot convert bad" end
@@ -167,6 +179,53 @@ describe("kube.webhook", function()
         status = { code = 500, message = "timed out after 0.2s" } }, resp)
       assert.same({ { level = "error", fields = " uid=u-5",
         msg = "webhook greeting-check: the handler failed: timed out after 0.2s" } }, logs)
+    end)
+  end)
+
+  describe("validate with read_only = true", function()
+    it("hands the handler a view: the values decode gives, iterated and encoded through "
+      .. "kube.json", function()
+      local obj = greeting("hi")
+      obj.spec.items = kube.array{ 1, 2.5, kube.null }
+      local req = admission("u-v1", obj)
+      req.userInfo.groups = kube.array{ "devs", "ops" }
+      assert.same({ uid = "u-v1", allowed = false, status = { code = 403, reason = "Forbidden",
+        message = "hi|true|false|2|0|true|" .. kube.json.encode(obj)
+          .. "|apiVersion,kind,metadata,spec,1=devs,2=ops" } },
+        review("/view", req).response)
+    end)
+
+    it("answers 500 for a handler that writes to the view, naming the member", function()
+      local resp
+      local logs = capture_logs(function()
+        resp = review("/view", admission("u-v2", greeting("write"))).response
+      end)
+      assert.equal(false, resp.allowed)
+      assert.equal(500, resp.status.code)
+      assert.matches("^spec/integration/webhook_spec%.lua:%d+: json: cannot set message: a view "
+        .. "is read%-only$", resp.status.message)
+      assert.equal(1, #logs)
+      assert.matches("^webhook /view: the handler failed: spec/integration/webhook_spec%.lua:%d+: "
+        .. "json: cannot set message: a view is read%-only\nstack traceback:\n", logs[1].msg)
+    end)
+
+    it("answers a body that is not a JSON object as the decoding webhooks do", function()
+      for body, msg in pairs{ ["{nope"] = "cannot decode the body: json: byte 1: expected a "
+        .. "string key or '}', found 'n'", ["[1]"] = "the body is not a JSON object" } do
+        local r = post("/view", body)
+        assert.same({ apiVersion = "admission.k8s.io/v1", kind = "AdmissionReview",
+          response = { uid = "", allowed = false, status = { code = 400, message = msg } } },
+          kube.json.decode(r.body))
+      end
+    end)
+
+    it("is refused for a mutate or convert webhook, and when it is not a boolean", function()
+      assert.error_matches(function()
+        kube.webhook{ path = "/m", read_only = true, mutate = function() end }
+      end, "kube.webhook /m: read_only is for validate, not mutate", 1, true)
+      assert.error_matches(function()
+        kube.webhook{ path = "/v", read_only = "yes", validate = function() end }
+      end, "kube.webhook /v: read_only must be a boolean, got string", 1, true)
     end)
   end)
 

@@ -51,10 +51,43 @@ function json.encode(v) end
 ---@usage obj.spec.finalizers = kube.json.array()
 function json.array(t) end
 
----Whether v carries the array mark.
+---Whether v carries the array mark (or is a view of an array).
 ---@param v any
 ---@return boolean
 ---@usage if kube.json.is_array(v) then ... end
 function json.is_array(v) end
+
+---A read-only view of the JSON object s, checked whole as check does:
+---each container is decoded when one of its members is first read, and
+---reads give exactly what decode gives. pairs, ipairs and # see an empty
+---table (use json.pairs, json.ipairs, json.len); encode writes it whole;
+---a write raises "json: cannot set K: a view is read-only".
+---@param s string one JSON object
+---@return table|nil view
+---@return string? err "json: byte N: reason"
+---@usage local name = assert(kube.json.view(body)).metadata.name
+function json.view(s) end
+
+---pairs for a view as for a table.
+---@param v table a table or a view
+---@return function next
+---@return table t
+---@return nil
+---@usage for k, x in kube.json.pairs(view.metadata.labels) do ... end
+function json.pairs(v) end
+
+---ipairs for a view as for a table.
+---@param v table a table or a view
+---@return function inext
+---@return table t
+---@return integer zero
+---@usage for i, c in kube.json.ipairs(view.spec.containers) do ... end
+function json.ipairs(v) end
+
+---# for a view as for a table.
+---@param v table a table or a view
+---@return integer
+---@usage local n = kube.json.len(view.spec.containers)
+function json.len(v) end
 
 return json

@@ -76,7 +76,13 @@ function _M.new(opts)
   self.servers = {}
   self.routes = {} -- "ns/name:port" → "127.0.0.1:port": route_service
   self.store.admission = admission.new(self.store, self.routes, store.selector_string)
-  self.store.conversion = conversion.new(self.store, self.routes)
+  -- a version's cache stops converting once every server is closed
+  self.store.conversion = conversion.new(self.store, self.routes, function()
+    for _, srv in ipairs(self.servers) do
+      if srv:port() then return true end
+    end
+    return #self.servers == 0
+  end)
   self.store.admission.convert = function(from, to, obj)
     return self.store.conversion:convert(from, to, obj)
   end
@@ -476,6 +482,19 @@ function Sim:serve_resource(req, r, user)
     local bad = form == "Table" and tables.options_error(params.includeObject)
     return bad and store.bad_request(bad) or nil
   end
+  -- A version of a CRD whose storage version's conversion fills it
+  -- (kubelua.sim.conversion): its watches, and its gets and lists at
+  -- resourceVersion "0", are served from that cache as kube-apiserver
+  -- serves them from its watch cache; any other request waits until the
+  -- cache holds every change, and a get's or a list's objects, and a
+  -- write's answer, are converted from the storage version now.
+  local conv = s.conversion
+  local cache = verb ~= "watch" and conv and res.crd and conv:is_cache(res)
+    and not (params.resourceVersion == "0" and (verb == "get" or verb == "list"))
+  if cache then
+    local ok, err = conv:settle(res)
+    if not ok then return reply_status(req, err) end
+  end
   if r.sub == "scale" then
     local sc, err = s:scale(res, ns, r.name, verb, req:header("Content-Type"), req:body(), ctx)
     if not sc then return reply_status(req, err) end
@@ -484,6 +503,11 @@ function Sim:serve_resource(req, r, user)
   -- an object in the form asked for (after a write too: the write stands
   -- when the form does not fit, as the real server transforms its answer)
   local function reply_entry(code, e, warnings)
+    if cache then
+      local err
+      e, err = conv:fresh(res, e)
+      if not e then return reply_status(req, err) end
+    end
     if form then
       local st = refused(false)
       if st then return reply_status(req, st) end
@@ -502,6 +526,12 @@ function Sim:serve_resource(req, r, user)
     if not lb then
       if retry then kube.sleep(self.too_large_wait) end
       return reply_status(req, err, retry and { ["Retry-After"] = tostring(retry) } or nil)
+    end
+    for i = 1, cache and lb.n or 0 do
+      local e
+      e, err = conv:fresh(res, lb.entries[i])
+      if not e then return reply_status(req, err) end
+      lb.entries[i], lb.items[i] = e, store.item_json(e)
     end
     if form then
       local st = refused(true)

@@ -117,11 +117,14 @@ function NS:publish(ns)
     kind = "ServiceAccount", metadata = { name = "default" } })
 end
 
--- The namespaced objects of namespace ns, by resource, sorted.
+-- The namespaced objects of namespace ns, by resource, sorted (a CRD's
+-- version that only caches another's objects: kubelua.sim.conversion,
+-- left out).
 local function contents(s, ns)
   local list = {}
+  local conv = s.conversion
   for _, res in pairs(s.resources) do
-    if res.namespaced then
+    if res.namespaced and not (conv and res.crd and conv:is_cache(res)) then
       for _, e in pairs(res.objects) do
         if e.ns == ns then list[#list + 1] = { res = res, key = e.key, e = e } end
       end

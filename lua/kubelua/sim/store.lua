@@ -38,6 +38,7 @@ local type, pairs, ipairs, tostring, tonumber, setmetatable =
 local sort = table.sort
 local floor = math.floor
 local decode = json.decode
+local copy = require("kubelua.sim.util").copy
 local status, not_found, bad_request = errors.status, errors.not_found, errors.bad_request
 local obj_key, new_entry, make_entry = entries.obj_key, entries.new_entry, entries.make_entry
 
@@ -93,12 +94,39 @@ local function store_one(self, res, obj, etype, prev)
   return file_entry(self, res, make_entry(obj, res, prev), etype, prev)
 end
 
+-- A CRD that converts through a webhook keeps its objects in its storage
+-- version s alone; each other version's cache gets the event through its
+-- conversion task (kubelua.sim.conversion), later. Returns the entry
+-- stored, or for a write through another version obj's entry there.
+local function put_converted(self, conv, s, res, obj, etype)
+  local sobj = obj
+  if res ~= s then
+    sobj = conv:stored_form(obj, s)
+    if not sobj then
+      sobj = copy(obj)
+      sobj.apiVersion = s.gv
+    end
+  end
+  local md = sobj.metadata
+  local sprev = s.objects[obj_key(md.namespace, md.name)]
+  local e = store_one(self, s, sobj, etype, sprev)
+  for _, m in ipairs(s.mirrors) do conv:enqueue(s, m.res, e) end
+  local observe = self.observe
+  if observe then observe(s, e, etype, sprev) end
+  if res == s then return e end
+  return make_entry(obj, res)
+end
+
 -- Stores obj (its resourceVersion set) and emits the event. A resource
 -- served through other APIs too (Events in two groups, a CRD's versions)
--- stores each one's form as well, with the same resourceVersion. Then
+-- stores each one's form as well, with the same resourceVersion, but for
+-- a CRD that converts through a webhook (put_converted). Then
 -- store.observe, when set (the control plane: kubelua.sim.controllers),
 -- sees the change as observe(res, entry, etype, prev); it may not write.
 function Store:put(res, obj, etype, prev)
+  local conv = self.conversion
+  local s = conv and res.crd and conv:storage_of(res)
+  if s then return put_converted(self, conv, s, res, obj, etype) end
   if res.canon then obj = res.canon(obj) end
   local e = store_one(self, res, obj, etype, prev)
   for _, m in ipairs(res.mirrors or {}) do
@@ -110,6 +138,14 @@ function Store:put(res, obj, etype, prev)
   local observe = self.observe
   if observe then observe(res, e, etype, prev) end
   return e
+end
+
+-- Files obj in the cache res (a CRD's version that its storage version's
+-- conversion fills: kubelua.sim.conversion) as the event etype, for its
+-- watchers; no one else observes it.
+function Store:put_cached(res, obj, etype)
+  local md = obj.metadata
+  return store_one(self, res, obj, etype, res.objects[obj_key(md.namespace, md.name)])
 end
 
 -- An entry made from JSON decodes its object when first asked for it.
@@ -202,6 +238,7 @@ _M.manager_of = verbs.manager_of
 _M.item_json = entries.item_json
 _M.selector_string = scaling.selector_string
 _M.obj_key = obj_key
+_M.make_entry = make_entry
 _M.not_found = not_found
 _M.bad_request = bad_request
 _M.undecodable = errors.undecodable

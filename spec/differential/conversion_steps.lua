@@ -1,0 +1,218 @@
+-- A sequence for both servers about a CRD whose conversion strategy is
+-- Webhook: writes through each version, gets and lists of the other
+-- version (at resourceVersion 0 too), a watch of it, and the same while
+-- the webhook fails. The webhook is served by this process over TLS on a
+-- loopback port (a certificate for IP 127.0.0.1 from
+-- kubelua.envtest.serving_certs), each server calling its own path
+-- (/sim, /real), and records the ConversionReviews it gets: after a step,
+-- a "reviews" step answers with those the webhook got since, as
+-- "DESIRED <- APIVERSION/NAME ..." sorted (a write's answer and the watch
+-- cache's conversion come in either order), so that both servers' calls
+-- are compared as their answers are.
+local kube = require "kubelua"
+local json = require "kubelua.json"
+local httpd = require "kubelua.httpd"
+local envtest = require "kubelua.envtest"
+local process = require "kubelua.process"
+local fixtures = require "spec.differential.fixtures"
+local read = require("spec.support").read
+
+local ipairs, tostring = ipairs, tostring
+local concat, sort = table.concat, table.sort
+
+local _M = {}
+
+local GROUP = "conv.example.com"
+local CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+local V1 = "/apis/" .. GROUP .. "/v1/namespaces/default/greetings"
+local ALPHA = "/apis/" .. GROUP .. "/v1alpha1/namespaces/default/greetings"
+local MERGE = { ["Content-Type"] = "application/merge-patch+json" }
+
+-- The webhook: converts spec.text (v1alpha1) to spec.message (v1) and
+-- back; each server's mode (hook.mode[name]: both play at once) "fixed"
+-- puts "fixed: " before what it converts to v1alpha1, "fail" refuses
+-- every review.
+local function start_webhook()
+  local dir = assert(process.mkdtemp((os.getenv("TMPDIR") or "/tmp") .. "/kubelua-conv-"))
+  assert(envtest.serving_certs(dir, "kubelua-conversion", {}))
+  local hook = { mode = {}, got = { sim = {}, real = {} }, dir = dir,
+    ca = require("kubelua.sim.util").b64encode(read(dir .. "/ca.crt")) }
+  local function convert(obj, to, mode)
+    local s = type(obj.spec) == "table" and obj.spec or {}
+    if to == GROUP .. "/v1" then
+      s.message, s.text = s.text, nil
+    else
+      s.text, s.message = (mode == "fixed" and "fixed: " or "") .. tostring(s.message), nil
+    end
+    obj.spec, obj.apiVersion = s, to
+    return obj
+  end
+  hook.srv = assert(httpd.listen{ host = "127.0.0.1", port = 0,
+    tls_cert = dir .. "/server.crt", tls_key = dir .. "/server.key",
+    handler = function(req)
+      local name = req:path():match("^/(%a+)")
+      local got, mode = hook.got[name], hook.mode[name]
+      local review = json.decode(tostring(req:body()))
+      local rq = type(review) == "table" and review.request
+      if not got or type(rq) ~= "table" then
+        return req:reply(400, { ["Content-Type"] = "text/plain" }, "not a ConversionReview\n")
+      end
+      local seen, out = {}, json.array {}
+      for i, obj in ipairs(rq.objects) do
+        seen[i] = tostring(obj.apiVersion) .. "/" .. tostring(obj.metadata.name)
+        out[i] = convert(obj, rq.desiredAPIVersion, mode)
+      end
+      got[#got + 1] = tostring(rq.desiredAPIVersion) .. " <- " .. concat(seen, " ")
+      local resp = { uid = rq.uid, convertedObjects = out, result = { status = "Success" } }
+      if mode == "fail" then
+        resp = { uid = rq.uid, result = { status = "Failed", message = "down for maintenance" } }
+      end
+      req:reply(200, { ["Content-Type"] = "application/json" }, json.encode{
+        apiVersion = "apiextensions.k8s.io/v1", kind = "ConversionReview", response = resp })
+    end })
+  return hook
+end
+
+local function schema()
+  return { openAPIV3Schema = { type = "object", properties = { spec = { type = "object",
+    ["x-kubernetes-preserve-unknown-fields"] = true } } } }
+end
+
+local function greeting(version, name, spec)
+  return { apiVersion = GROUP .. "/" .. version, kind = "Greeting", metadata = { name = name },
+    spec = spec }
+end
+
+-- steps() -> the steps, and a function that stops their webhook.
+function _M.steps()
+  local hook = start_webhook()
+  local url = "https://127.0.0.1:" .. hook.srv:port() .. "/"
+  local crd = { apiVersion = "apiextensions.k8s.io/v1", kind = "CustomResourceDefinition",
+    metadata = { name = "greetings." .. GROUP },
+    spec = { group = GROUP, scope = "Namespaced",
+      names = { plural = "greetings", singular = "greeting", kind = "Greeting" },
+      versions = {
+        { name = "v1", served = true, storage = true, schema = schema() },
+        { name = "v1alpha1", served = true, storage = false, schema = schema() },
+      },
+      conversion = { strategy = "Webhook", webhook = { conversionReviewVersions = { "v1" },
+        clientConfig = { caBundle = hook.ca } } } } }
+  -- the reviews this target's webhook path got since the last time, sorted,
+  -- once the watch cache's conversions of the last writes had time to come
+  -- (distinct: each one once, where their count is the retries' timing)
+  local function reviews(label, distinct)
+    return { label = "reviews " .. label, call = function(t)
+      kube.sleep(0.5)
+      local got, out, seen = hook.got[t.name], {}, {}
+      hook.got[t.name] = {}
+      for _, r in ipairs(got) do
+        if not (distinct and seen[r]) then out[#out + 1], seen[r] = r, true end
+      end
+      sort(out)
+      return { status = 200, body = { reviews = json.array(out) } }
+    end }
+  end
+  local function mode(m)
+    return { label = "webhook " .. m, call = function(t)
+      hook.mode[t.name] = m
+      return { status = 200, body = {} }
+    end }
+  end
+  local function get(label, path) return { label = label, method = "GET", path = path } end
+  local function text_is(want)
+    return function(res)
+      return type(res.body) == "table" and type(res.body.spec) == "table"
+        and res.body.spec.text == want
+    end
+  end
+  -- a list of v1 for its resourceVersion, then at once a watch of v1alpha1
+  -- from there for the seconds given and, half a second in, merge patches of
+  -- conv-b's message through v1 (its answer is the last one's): a list of
+  -- steps, in the list of steps
+  local function watching(label, seconds, messages)
+    return { { label = "list v1 before the watch" .. label, method = "GET", path = V1,
+        after = function(st, res) st.marks.rv = res.body.metadata.resourceVersion end },
+      { label = "watch v1alpha1" .. label, method = "GET", watch = true, concurrent = true,
+        path = ALPHA .. "?watch=true&timeoutSeconds=" .. seconds,
+        prepare = function(st, rq) rq.path = rq.path .. "&resourceVersion=" .. st.marks.rv end },
+      { label = "patch b through v1" .. label, concurrent = true, call = function(t)
+        kube.sleep(0.5)
+        local res
+        for _, m in ipairs(messages) do
+          res = t:request{ method = "PATCH", path = V1 .. "/conv-b", headers = MERGE,
+            body = { spec = { message = m } } }
+        end
+        return res
+      end } }
+  end
+  local steps = {
+    { label = "create the CRD", method = "POST", path = CRDS, body = crd,
+      prepare = function(st, rq) rq.body.spec.conversion.webhook.clientConfig.url = url
+        .. st.target end },
+    { label = "get the CRD once established", method = "GET", wait = fixtures.established,
+      path = CRDS .. "/greetings." .. GROUP },
+    get("list v1alpha1 empty", ALPHA),
+    reviews("before"),
+    { label = "create a through v1alpha1", method = "POST", path = ALPHA,
+      body = greeting("v1alpha1", "conv-a", { text = "hi" }) },
+    reviews("create a"),
+    { label = "create b through v1", method = "POST", path = V1,
+      body = greeting("v1", "conv-b", { message = "yo" }) },
+    reviews("create b"),
+    get("get a v1", V1 .. "/conv-a"),
+    reviews("get a v1"),
+    get("get a v1alpha1", ALPHA .. "/conv-a"),
+    reviews("get a v1alpha1"),
+    get("list v1alpha1", ALPHA),
+    reviews("list v1alpha1"),
+    { label = "list v1alpha1 at 0", method = "GET", path = ALPHA .. "?resourceVersion=0",
+      unordered = true },
+    get("get b v1alpha1 at 0", ALPHA .. "/conv-b?resourceVersion=0"),
+    reviews("reads at 0"),
+    mode("fixed"),
+    get("get a v1alpha1 fixed", ALPHA .. "/conv-a"),
+    get("list v1alpha1 fixed", ALPHA),
+    { label = "list v1alpha1 at 0 fixed", method = "GET", path = ALPHA .. "?resourceVersion=0",
+      unordered = true },
+    reviews("fixed"),
+    mode("ok"),
+    watching("", 3, { "two", "three" }),
+    reviews("watch"),
+    { label = "patch a through v1", method = "PATCH", path = V1 .. "/conv-a", headers = MERGE,
+      body = { spec = { message = "one" } } },
+    reviews("patch a"),
+    mode("fail"),
+    get("get a v1alpha1 down", ALPHA .. "/conv-a"),
+    get("get a v1 down", V1 .. "/conv-a"),
+    get("list v1alpha1 down", ALPHA),
+    { label = "list v1alpha1 at 0 down", method = "GET", path = ALPHA .. "?resourceVersion=0",
+      unordered = true },
+    { label = "create d through v1alpha1 down", method = "POST", path = ALPHA,
+      body = greeting("v1alpha1", "conv-d", { text = "d" }) },
+    reviews("down"),
+    watching(" down", 2, { "four" }),
+    mode("ok"),
+    { label = "get b v1alpha1 at 0 caught up", method = "GET", wait = text_is("four"),
+      path = ALPHA .. "/conv-b?resourceVersion=0" },
+    reviews("caught up", true),
+    -- the CRD goes (its answer is not this sequence's concern)
+    { label = "delete the CRD", call = function(t)
+      t:request{ method = "DELETE", path = CRDS .. "/greetings." .. GROUP }
+      return { status = 200, body = {} }
+    end },
+  }
+  local flat = {}
+  for _, step in ipairs(steps) do
+    if step.label then
+      flat[#flat + 1] = step
+    else
+      for _, s in ipairs(step) do flat[#flat + 1] = s end
+    end
+  end
+  return flat, function()
+    hook.srv:close()
+    os.execute("rm -rf '" .. hook.dir .. "'")
+  end
+end
+
+return _M
