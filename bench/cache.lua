@@ -1,10 +1,11 @@
 -- bench/cache.lua: the initial list of N Pods (BENCH_N, default 100,000)
 -- into kubelua's cache, as a user meets it: a replay server
 -- (bench/replay.lua) holds them; kubelua's informer
--- (bench/compare/kubelua_client.lua, its own process) lists them in pages
--- of 500 after the server refused the streaming list with 422 as
--- kube-apiserver 1.26 does ("list-watch"), and, on a second line, streams
--- them ("watch-list"). Figures are medians of BENCH_RUNS runs (default 1);
+-- (bench/compare/kubelua_client.lua, its own process) lists them after the
+-- server refused the streaming list with 422 as kube-apiserver 1.26 does
+-- (limit=500&resourceVersion=0, which the server answers whole as 1.26's
+-- watch cache does: "list-watch"), and, on a second line, streams them
+-- ("watch-list"). Figures are medians of BENCH_RUNS runs (default 1);
 -- see bench/lib/listwatch.lua for how each is measured:
 --   sync_s, objects_per_s  start of the informer until the list is cached
 --   bytes_per_object       RSS growth with every Pod cached, after a full GC

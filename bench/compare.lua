@@ -9,8 +9,9 @@
 -- kubelet status updates of them (default 200,000), which it holds until
 -- the client has synced and then sends as fast as the client reads. It
 -- answers the streaming-list request with 422 as kube-apiserver 1.26 does,
--- so both clients list (in pages of 500: kubelua; in one: client-node),
--- then watch ("list-watch" lines). A second server serves streaming lists:
+-- so both clients list (kubelua asks limit=500&resourceVersion=0, which the
+-- server answers whole as 1.26's watch cache does; client-node asks no
+-- limit), then watch ("list-watch" lines). A second server serves streaming lists:
 -- kubelua's line on that path ("watch-list"; client-node has none). Each
 -- client runs in its own process (`node bench/compare/client-node.mjs`,
 -- `kubelua run bench/compare/kubelua_client.lua`), COMPARE_RUNS times each

@@ -4,8 +4,10 @@
 -- says it is ready). It serves one collection, /api/v1/pods (and any
 -- /api/v1/namespaces/NS/pods, the same objects), as kube-apiserver 1.26:
 --   list   items without kind/apiVersion, paged by limit/continue (a
---          continue token names the next item), sent chunked; no limit:
---          one list of everything. resourceVersion of the list: LIST_RV.
+--          continue token names the next item), sent chunked; no limit,
+--          or resourceVersion=0 (which 1.26 serves from its watch cache,
+--          ignoring limit, as the simulator does): one list of
+--          everything. resourceVersion of the list: LIST_RV.
 --   watch  without sendInitialEvents: the M prepared MODIFIED events,
 --          held until GET /bench/release, then written as fast as the
 --          client reads (the watch stays open afterwards); each release
@@ -60,6 +62,10 @@ local modified = chunks(1, M, function(j)
   local i, r = (j - 1) % N + 1, math.floor((j - 1) / N) + 1
   return '{"type":"MODIFIED","object":' .. g.object(i, LIST_RV + N * (r - 1) + i, r) .. '}\n'
 end)
+-- The whole list's items (a resourceVersion=0 list), joined by commas.
+local whole = not STREAM and chunks(1, N, function(i)
+  return i < N and join({ items[i], "," }) or items[i]
+end)
 local initial = STREAM and chunks(1, N, function(i)
   return '{"type":"ADDED","object":' .. g.object(i, 1000 + i, 0) .. '}\n'
 end)
@@ -73,8 +79,18 @@ local function drain(req)
   return req:alive()
 end
 
+local function send(req, cs)
+  for k = 1, #cs do
+    if not drain(req) then return false end
+    req:write(cs[k])
+  end
+  return true
+end
+
 local function list(req)
   local limit = tonumber(req:param("limit") or "") or 0
+  local at_zero = req:param("resourceVersion") == "0" and not req:param("continue")
+  if at_zero then limit = 0 end
   local from = tonumber((req:param("continue") or ""):match("^next%-(%d+)$") or 1)
   local to = limit > 0 and math.min(N, from + limit - 1) or N
   local meta = ('{"resourceVersion":"%d"'):format(LIST_RV)
@@ -83,20 +99,16 @@ local function list(req)
   end
   req:stream_begin(200, JSON)
   req:write('{"kind":"PodList","apiVersion":"v1","metadata":' .. meta .. '},"items":[')
-  for k = from, to, 64 do
-    if not drain(req) then return end
-    req:write(join(items, k, math.min(to, k + 63), ","), k + 63 < to and "," or "")
+  if at_zero and whole then
+    if not send(req, whole) then return end
+  else
+    for k = from, to, 64 do
+      if not drain(req) then return end
+      req:write(join(items, k, math.min(to, k + 63), ","), k + 63 < to and "," or "")
+    end
   end
   req:write("]}\n")
   req:finish()
-end
-
-local function send(req, cs)
-  for k = 1, #cs do
-    if not drain(req) then return false end
-    req:write(cs[k])
-  end
-  return true
 end
 
 local INVALID = '{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",'

@@ -223,6 +223,7 @@ kl_informer_t *kl_informer_new(const kl_informer_opts_t *o) {
   inf->ud = o->ud;
   inf->transform = o->transform;
   inf->oopts.keep_managed_fields = o->keep_managed_fields;
+  inf->oopts.lazy_refs = true;
   if (!o->plain_objects) inf->z = kl_objz_new(NULL);
   inf->z_min = o->compress_min_objects ? o->compress_min_objects
                                        : KL_INFORMER_COMPRESS_MIN;
@@ -281,6 +282,7 @@ kl_store_t *kl_informer_store(kl_informer_t *inf) { return inf->store; }
 kl_fifo_t *kl_informer_fifo(kl_informer_t *inf) { return inf->fifo; }
 kl_proc_t *kl_informer_proc(kl_informer_t *inf) { return inf->proc; }
 const char *kl_informer_last_rv(const kl_informer_t *inf) { return inf->rv; }
+void kl_informer_keep_refs(kl_informer_t *inf) { inf->oopts.lazy_refs = false; }
 
 bool kl_informer_has_synced(const kl_informer_t *inf) {
   return kl_fifo_has_synced(inf->fifo);

@@ -126,6 +126,12 @@ bool kl_informer_has_synced(const kl_informer_t *inf);
 /* The last resourceVersion seen (list, event or bookmark), "" at first. */
 const char *kl_informer_last_rv(const kl_informer_t *inf);
 
+/* The objects it parses leave their labels and owners in their JSON, read
+ * from there when asked (kl_obj_opts_t.lazy_refs): nothing reads them on
+ * the event path but a label or controller index of the store. Call this
+ * when adding one: objects parsed from then on keep tables of them. */
+void kl_informer_keep_refs(kl_informer_t *inf);
+
 /* Builds an object from JSON text (one object) with the informer's options.
  * Returns 0 with a new reference in *out, or an error with the reason. */
 int kl_informer_parse(kl_informer_t *inf, const char *p, size_t n,

@@ -11,7 +11,11 @@
  * check_value, the same checks without suspend points or state in memory
  * (on realistic Pod events 14% fewer instructions); only when that says
  * no, because the object is cut or bad, does the state machine read it,
- * and say where and why a bad one fails.
+ * and say where and why a bad one fails. On x86-64 check_value finds where
+ * strings end from one mask per 64 bytes (json_simd.h; SSE2, or AVX2 where
+ * the processor has it); a structural index of whole blocks, stage one of
+ * simdjson, was tried and cost more than it saved: a Pod's 3.7 KB hold
+ * about a thousand tokens, and walking them costs what this walk does.
  *
  * Ownership. The bytes fed belong to the caller and are not copied while a
  * value lies inside them: the yielded span points there. Only when a value
@@ -50,6 +54,7 @@
 
 #include "error.h"
 #include "json_swar.h"
+#include "json_simd.h" /* after json_swar.h, whose scans it uses */
 #include "mem.h"
 
 /* Scanner states: where to resume when more input arrives. */
@@ -1002,6 +1007,51 @@ static inline void meta_key(kl_json_meta_t *m, int *md, unsigned depth,
     m->rv = (const char *)after_colon(q, end);
 }
 
+/* Where check_value looks for the end of a string. The portable way scans
+ * from the string's first byte (kl_json_str_close). With SSE2 or AVX2 it
+ * keeps the special bytes ('"', '\\', control and high bytes) of a 64-byte
+ * window as one mask, made once for the window (json_simd.h), and a string
+ * that starts inside the window takes its end from the mask: most of a
+ * Pod's strings are short, so one window serves several. */
+typedef struct win {
+  const uint8_t *base; /* the window's first byte */
+  size_t n;            /* its length: 64, or 0 before the first */
+  uint64_t special;    /* its special bytes, bit i for base[i] */
+} win_t;
+
+static inline __attribute__((always_inline)) const uint8_t *
+str_close(const uint8_t *s, const uint8_t *end, win_t *w, bool *esc,
+          const int isa) {
+#if KL_SIMD_X86
+  if (isa != KL_JSON_ISA_PORTABLE) {
+    for (;;) {
+      size_t off = (size_t)(s - w->base);
+      if (off >= w->n) {
+        if (end - s < 64) break; /* too near the end for a window */
+        w->base = s;
+        w->n = 64;
+        w->special = isa == KL_JSON_ISA_AVX2 ? kl_simd_special64_avx2(s)
+                                             : kl_simd_special64_sse2(s);
+        off = 0;
+      }
+      uint64_t sp = w->special >> off;
+      if (sp) {
+        const uint8_t *q = s + __builtin_ctzll(sp);
+        if (*q == '"') return q;
+        return (const uint8_t *)kl_json_str_rest((const char *)q,
+                                                 (const char *)end, esc);
+      }
+      s = w->base + 64; /* the string goes on past the window */
+    }
+  }
+#else
+  (void)w;
+  (void)isa;
+#endif
+  return (const uint8_t *)kl_json_str_close((const char *)s, (const char *)end,
+                                            esc);
+}
+
 /* The stream's grammar, limits and index for one object that starts at p
  * (its '{', d0 containers deep in the stream: the index and the nesting
  * limit max_depth count from there) and lies whole in [p, end), without
@@ -1014,8 +1064,9 @@ static inline void meta_key(kl_json_meta_t *m, int *md, unsigned depth,
 static inline __attribute__((always_inline)) bool
 check_value(const uint8_t *p, const uint8_t *end, unsigned d0,
             unsigned max_depth, kl_json_value_t *v, kl_json_ctbuf_t *ix,
-            kl_json_meta_t *m, const uint8_t **stop) {
+            kl_json_meta_t *m, const uint8_t **stop, const int isa) {
   const uint8_t *start = p, *ks;
+  win_t win = {p, 0, 0};            /* none yet: the first string makes it */
   uint8_t stk[KL_JSON_MAX_DEPTH];   /* each open container's closer */
   uint32_t at[KL_JSON_INDEX_DEPTH]; /* each indexed container's entry */
   unsigned depth = 0;
@@ -1044,13 +1095,17 @@ key:
   if (*p != '"') return false;
   ks = ++p;
   esc = false; /* for meta_key: whether this name holds an escape */
-  p = (const uint8_t *)kl_json_str_close((const char *)p, (const char *)end,
-                                         &esc);
+  p = str_close(p, end, &win, &esc, isa);
   if (!p) return false;
   if (m && depth <= 2) meta_key(m, &md, depth, ks, p, end, esc);
   if (end - p >= 3 && p[1] == ':') {
     p += 2; /* compact input: the value follows the colon */
     if (*p == '"') goto string;
+    if (*p == '{' && end - p >= 2 && p[1] == '}' && depth >= ixd && depth > 1 &&
+        depth < lim) {
+      p += 2; /* {}, unindexed: a leaf of managedFields' fieldsV1 */
+      goto after;
+    }
   } else {
     p++;
     WHOLE_WS();
@@ -1062,8 +1117,7 @@ value:
   switch (*p) {
   case '"':
   string:
-    p = (const uint8_t *)kl_json_str_close((const char *)p + 1,
-                                           (const char *)end, &esc);
+    p = str_close(p + 1, end, &win, &esc, isa);
     if (!p) return false;
     p++;
     break;
@@ -1118,6 +1172,61 @@ close:
   return true;
 }
 
+#if KL_SIMD_X86
+/* check_value with the window of each instruction set, compiled for it,
+ * one copy to index (m NULL) and one to find metadata (ix NULL). */
+#define CHECK_VALUE_ISA(name, target_attr, isa, ix_arg, m_arg)                 \
+  static target_attr bool name(const uint8_t *p, const uint8_t *end,           \
+                               unsigned d0, unsigned max_depth,                \
+                               kl_json_value_t *v, kl_json_ctbuf_t *ix,        \
+                               kl_json_meta_t *m, const uint8_t **stop) {      \
+    (void)ix;                                                                  \
+    (void)m;                                                                   \
+    return check_value(p, end, d0, max_depth, v, ix_arg, m_arg, stop, isa);    \
+  }
+CHECK_VALUE_ISA(check_index_sse2, __attribute__((flatten)), KL_JSON_ISA_SSE2,
+                ix, NULL)
+CHECK_VALUE_ISA(check_meta_sse2, __attribute__((flatten)), KL_JSON_ISA_SSE2,
+                NULL, m)
+CHECK_VALUE_ISA(check_index_avx2, __attribute__((target("avx2"), flatten)),
+                KL_JSON_ISA_AVX2, ix, NULL)
+CHECK_VALUE_ISA(check_meta_avx2, __attribute__((target("avx2"), flatten)),
+                KL_JSON_ISA_AVX2, NULL, m)
+#undef CHECK_VALUE_ISA
+
+static inline bool have_avx2(void) { return __builtin_cpu_supports("avx2"); }
+#endif
+/* check_value with isa (KL_JSON_ISA_BEST: the best the processor has). */
+static inline __attribute__((always_inline)) bool
+check_value_isa(kl_json_isa_t isa, const uint8_t *p, const uint8_t *end,
+                unsigned d0, unsigned max_depth, kl_json_value_t *v,
+                kl_json_ctbuf_t *ix, kl_json_meta_t *m, const uint8_t **stop) {
+#if KL_SIMD_X86
+  if (isa == KL_JSON_ISA_BEST)
+    isa = have_avx2() ? KL_JSON_ISA_AVX2 : KL_JSON_ISA_SSE2;
+  if (isa == KL_JSON_ISA_AVX2)
+    return (m ? check_meta_avx2 : check_index_avx2)(p, end, d0, max_depth, v,
+                                                    ix, m, stop);
+  if (isa == KL_JSON_ISA_SSE2)
+    return (m ? check_meta_sse2 : check_index_sse2)(p, end, d0, max_depth, v,
+                                                    ix, m, stop);
+#endif
+  return check_value(p, end, d0, max_depth, v, ix, m, stop,
+                     KL_JSON_ISA_PORTABLE);
+}
+
+bool kl_json_isa_has(kl_json_isa_t isa) {
+  switch (isa) {
+  case KL_JSON_ISA_BEST:
+  case KL_JSON_ISA_PORTABLE: return true;
+#if KL_SIMD_X86
+  case KL_JSON_ISA_SSE2: return true;
+  case KL_JSON_ISA_AVX2: return have_avx2();
+#endif
+  default: return false;
+  }
+}
+
 /* The stream's fast path: the object that starts at p, d0 containers deep,
  * when it lies whole in this feed and check_value passes it; then *v is
  * the value the state machine would yield and s->cur its end. false
@@ -1132,8 +1241,8 @@ static bool fast_value(kl_json_stream_t *s, const uint8_t *p, unsigned d0,
   const uint8_t *stop;
   kl_json_ctbuf_t ix = {s->ct, s->ct_cap};
   if (cap > UINT32_MAX - 1) cap = UINT32_MAX - 1; /* offsets are 32-bit */
-  bool ok = check_value(p, room > cap ? p + cap : s->end, d0, s->max_depth, v,
-                        &ix, NULL, &stop);
+  bool ok = check_value_isa(KL_JSON_ISA_BEST, p, room > cap ? p + cap : s->end,
+                            d0, s->max_depth, v, &ix, NULL, &stop);
   s->ct = ix.ct;
   s->ct_cap = ix.cap;
   if (!ok) return false;
@@ -1145,14 +1254,15 @@ static bool fast_value(kl_json_stream_t *s, const uint8_t *p, unsigned d0,
 /* kl_json_check_indexed's fast path, for a text that is all there: one
  * object with whitespace around it (check_value). */
 static inline __attribute__((always_inline)) bool
-check_whole(const void *buf, size_t len, kl_json_value_t *v,
+check_whole(kl_json_isa_t isa, const void *buf, size_t len, kl_json_value_t *v,
             kl_json_ctbuf_t *ix, kl_json_meta_t *m) {
   const uint8_t *base = buf, *p = base, *end = base + len;
   if (len > KL_JSON_MAX_VALUE || len >= UINT32_MAX) return false;
   while (p < end && kl_json_ws_tab[*p])
     p++;
   if (p == end || *p != '{') return false;
-  if (!check_value(p, end, 0, KL_JSON_MAX_DEPTH, v, ix, m, &p)) return false;
+  if (!check_value_isa(isa, p, end, 0, KL_JSON_MAX_DEPTH, v, ix, m, &p))
+    return false;
   v->offset = (uint64_t)(v->json.p - (const char *)base);
   while (p < end && kl_json_ws_tab[*p])
     p++;
@@ -1163,12 +1273,19 @@ check_whole(const void *buf, size_t len, kl_json_value_t *v,
 
 bool kl_json_check_whole(const void *buf, size_t len, kl_json_value_t *v,
                          kl_json_ctbuf_t *ix) {
-  return check_whole(buf, len, v, ix, NULL);
+  return check_whole(KL_JSON_ISA_BEST, buf, len, v, ix, NULL);
 }
 
 bool kl_json_check_meta(const void *buf, size_t len, kl_json_value_t *v,
                         kl_json_meta_t *m) {
-  return check_whole(buf, len, v, NULL, m);
+  return check_whole(KL_JSON_ISA_BEST, buf, len, v, NULL, m);
+}
+
+bool kl_json_check_whole_isa(kl_json_isa_t isa, const void *buf, size_t len,
+                             kl_json_value_t *v, kl_json_ctbuf_t *ix,
+                             kl_json_meta_t *m) {
+  if (!kl_json_isa_has(isa)) return false;
+  return check_whole(isa, buf, len, v, m ? NULL : ix, m);
 }
 
 int kl_json_check_indexed(const void *buf, size_t len, kl_json_value_t *v,

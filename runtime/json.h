@@ -164,6 +164,26 @@ typedef struct kl_json_meta {
 bool kl_json_check_meta(const void *buf, size_t len, kl_json_value_t *v,
                         kl_json_meta_t *m);
 
+/* The instruction sets kl_json_check_whole can check a text with: the
+ * byte-by-byte checker every machine has, and on x86-64 the 64-byte block
+ * checker with SSE2 or AVX2 (with PCLMULQDQ). It takes the best one the
+ * processor has; tests and fuzz targets hold the others to its answers. */
+typedef enum kl_json_isa {
+  KL_JSON_ISA_BEST = 0,
+  KL_JSON_ISA_PORTABLE,
+  KL_JSON_ISA_SSE2,
+  KL_JSON_ISA_AVX2,
+} kl_json_isa_t;
+
+/* Whether this build and processor can check with isa (BEST: always). */
+bool kl_json_isa_has(kl_json_isa_t isa);
+
+/* kl_json_check_whole (m NULL) or kl_json_check_meta (ix NULL, m set)
+ * checked with isa, which kl_json_isa_has must allow (otherwise false). */
+bool kl_json_check_whole_isa(kl_json_isa_t isa, const void *buf, size_t len,
+                             kl_json_value_t *v, kl_json_ctbuf_t *ix,
+                             kl_json_meta_t *m);
+
 /* Checks that buf holds exactly one JSON value of any type (whitespace
  * around it allowed), nested at most max_depth deep (0: the default).
  * Returns KL_OK or KL_EPARSE with "byte N: reason" in err. */

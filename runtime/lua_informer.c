@@ -223,9 +223,13 @@ static void make_kit(lua_State *L) {
   lua_setfield(L, LUA_REGISTRYINDEX, KIT_KEY);
 }
 
-/* Pushes the event table of n; kit is the kit's (absolute) stack index. */
+/* Pushes the event table of n; kit is the kit's (absolute) stack index.
+ * Its hash part is sized for the fields it gets (type, key and the flags
+ * that are true), not for "object" and "old", which only a handler that
+ * reads them adds: every event's table, its hash nodes most of it, is work
+ * for the collector. */
 static void push_event(lua_State *L, int kit, const kl_proc_note_t *n) {
-  lua_createtable(L, 1, 6);
+  lua_createtable(L, 1, 2 + n->initial + n->tombstone + n->sync);
   lua_rawgeti(L, kit, KIT_F_TYPE);
   lua_rawgeti(L, kit, KIT_NAMES + (int)n->type);
   lua_rawset(L, -3);
@@ -464,6 +468,8 @@ static void add_indexers(lua_State *L, linf_t *li, int idx, const char *fn) {
                    "\"controller\" or \"namespace\", got %s",
                    ix.name, luaL_typename(L, -1));
     }
+    if (ix.kind == KL_STORE_INDEX_LABEL || ix.kind == KL_STORE_INDEX_CONTROLLER)
+      kl_informer_keep_refs(li->inf);
     lua_State *saved_cur = li->cur;
     li->cur = L;
     int rc = kl_store_add_indexers(kl_informer_store(li->inf), &ix, 1, err,

@@ -22,6 +22,12 @@
  * '\0' after the JSON with length 0. The object never changes after it is
  * built; refs counts the holders (single-threaded, plain integer).
  *
+ * Parsed with opts.lazy_refs, an object whose labels (or owners) hold no
+ * escape has no table of them (flag LAZY_LABELS / LAZY_OWNERS): each read
+ * walks its JSON again and hands out spans into it (walk_refs), so the
+ * event path, which never reads them without a label or controller index,
+ * skips those containers through the stream's index.
+ *
  * A compressed object (kl_obj_pack, for objz.c) has the same header, with z
  * set, no labels or owners and data[] = '\0' | the extracted strings but the
  * uid, copied, the namespace, a '/' and the name forming the key and a
@@ -75,7 +81,9 @@ struct kl_obj {
   char data[];
 };
 
-enum { HAS_DELETION = 1 };
+/* flags; LAZY_*: the labels or the owners are read from the JSON when
+ * asked (kl_obj_opts_t.lazy_refs), the object holds no table of them. */
+enum { HAS_DELETION = 1, LAZY_LABELS = 2, LAZY_OWNERS = 4 };
 
 /* --- the walk ------------------------------------------------------------ */
 
@@ -90,6 +98,8 @@ typedef struct walk {
   size_t nct, ci; /* its containers; ci: the next one to look at */
   sref_t f[NF];
   bool has_api, has_kind, has_del;
+  bool lazy_refs; /* leave plain labels and owners in the JSON */
+  uint32_t lazy;  /* LAZY_LABELS | LAZY_OWNERS: those left there */
   int64_t generation;
   label_t *labels, lsmall[16];
   size_t nl, lcap;
@@ -147,18 +157,31 @@ static const char *bad(walk_t *w, const char *at) {
   return werr(w, at, "malformed JSON");
 }
 
-/* p at the opening quote: returns the closing quote; *esc tells whether the
- * contents hold a backslash. */
-static const char *str_end(walk_t *w, const char *p, bool *esc) {
-  const char *q = p + 1, *end = w->end;
-  *esc = false;
+/* str_end's rest for a string with a backslash at q (or unterminated). */
+static const char *str_end_escaped(walk_t *w, const char *p, const char *q,
+                                   bool *esc) {
+  const char *end = w->end;
   for (;;) {
-    q = kl_scan_quote_bs(q, end);
     if (q >= end) return bad(w, p);
     if (*q == '"') return q;
     *esc = true;
-    q += 2;
+    q = kl_scan_quote_bs(q + 2, end);
   }
+}
+
+/* p at the opening quote: returns the closing quote; *esc tells whether the
+ * contents hold a backslash. Inline: the walk reads about forty strings an
+ * object, nearly all short and plain, and a call each cost as much as the
+ * scan. */
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+static inline const char *
+str_end(walk_t *w, const char *p, bool *esc) {
+  const char *q = kl_scan_quote_bs(p + 1, w->end);
+  *esc = false;
+  if (q < w->end && *q == '"') return q;
+  return str_end_escaped(w, p, q, esc);
 }
 
 /* The end of the container at p from the stream's index, or NULL when it
@@ -203,34 +226,90 @@ typedef struct name {
 #define NAME(s)                                                                \
   { s, sizeof s - 1 }
 
+/* A key longer than this (as written) matches no name. */
+#define KEY_MAX 128
+
+/* Points *k, *n at the key's bytes: its escapes resolved into tmp (KEY_MAX
+ * bytes) when esc; false when it is too long to be a name. */
+static bool key_bytes(const char **k, size_t *n, bool esc, char *tmp) {
+  if (!esc) return true;
+  if (*n > KEY_MAX) return false;
+  *n = kl_json_unescape(*k, *n, tmp);
+  *k = tmp;
+  return true;
+}
+
 static int key_id(const char *k, size_t n, bool esc, const name_t *names,
                   int count) {
-  char tmp[128];
-  if (esc) {
-    if (n > sizeof tmp) return -1;
-    n = kl_json_unescape(k, n, tmp);
-    k = tmp;
-  }
+  char tmp[KEY_MAX];
+  if (!key_bytes(&k, &n, esc, tmp)) return -1;
   for (int i = 0; i < count; i++)
     if (names[i].n == n && memcmp(names[i].s, k, n) == 0) return i;
   return -1;
 }
 
-/* A string value at p into *r (null: absent). Returns the end or NULL;
- * path (prefix + name) names the field in the error. */
-static const char *str_field(walk_t *w, const char *p, sref_t *r,
-                             const char *prefix, const char *name) {
-  bool esc;
-  if (p < w->end && *p == '"') {
-    const char *e = str_end(w, p, &esc);
-    if (!e) return NULL;
-    r->off = (uint32_t)(p + 1 - w->src);
-    r->len = (uint32_t)(e - p - 1) | (esc ? ESCAPED : 0);
-    if (esc) w->dec += (size_t)(e - p - 1);
-    return e + 1;
+/* key_id for the keys of every object's metadata and owner references,
+ * where a loop over the names cost more than the rest of the key's walk:
+ * the key's length picks the one name it can be (two for fifteen bytes),
+ * one comparison of a known length confirms it. Same indices as key_id. */
+#define IS(k, n, s) ((n) == sizeof s - 1 && memcmp(k, s, sizeof s - 1) == 0)
+
+static int meta_key_id(const char *k, size_t n, bool esc) {
+  char tmp[KEY_MAX];
+  if (!key_bytes(&k, &n, esc, tmp)) return -1;
+  switch (n) {
+  case 3: return IS(k, n, "uid") ? 2 : -1;
+  case 4: return IS(k, n, "name") ? 1 : -1;
+  case 6: return IS(k, n, "labels") ? 5 : -1;
+  case 9: return IS(k, n, "namespace") ? 0 : -1;
+  case 10: return IS(k, n, "generation") ? 4 : -1;
+  case 13: return IS(k, n, "managedFields") ? 8 : -1;
+  case 15:
+    return IS(k, n, "resourceVersion")   ? 3
+           : IS(k, n, "ownerReferences") ? 6
+                                         : -1;
+  case 17: return IS(k, n, "deletionTimestamp") ? 7 : -1;
+  default: return -1;
   }
+}
+
+static int owner_key_id(const char *k, size_t n, bool esc) {
+  char tmp[KEY_MAX];
+  if (!key_bytes(&k, &n, esc, tmp)) return -1;
+  switch (n) {
+  case 3: return IS(k, n, "uid") ? 3 : -1;
+  case 4: return IS(k, n, "kind") ? 1 : IS(k, n, "name") ? 2 : -1;
+  case 10: return IS(k, n, "apiVersion") ? 0 : IS(k, n, "controller") ? 4 : -1;
+  case 18: return IS(k, n, "blockOwnerDeletion") ? 5 : -1;
+  default: return -1;
+  }
+}
+#undef IS
+
+/* str_field's value that is not a string: null, or an error. */
+static const char *not_str_field(walk_t *w, const char *p, const char *prefix,
+                                 const char *name) {
   if (is_null(w, p)) return p + 4;
   return werr(w, p, "%s%s is not a string", prefix, name);
+}
+
+/* A string value at p into *r (null: absent). Returns the end or NULL;
+ * path (prefix + name) names the field in the error. Inline, as str_end:
+ * about twenty values an object. */
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+static inline const char *
+str_field(walk_t *w, const char *p, sref_t *r, const char *prefix,
+          const char *name) {
+  bool esc;
+  if (p >= w->end || *p != '"') return not_str_field(w, p, prefix, name);
+  const char *e = str_end(w, p, &esc);
+  if (!e) return NULL;
+  r->off = (uint32_t)(p + 1 - w->src);
+  r->len = (uint32_t)(e - p - 1) | (esc ? ESCAPED : 0);
+  if (esc) w->dec += (size_t)(e - p - 1);
+  return e + 1;
 }
 
 /* Iterates over the members of the object at p, calling fn for each with
@@ -238,7 +317,13 @@ static const char *str_field(walk_t *w, const char *p, sref_t *r,
 typedef const char *(*member_fn)(walk_t *w, const char *ks, size_t kn,
                                  bool kesc, const char *v, void *ud);
 
-static const char *members(walk_t *w, const char *p, member_fn fn, void *ud) {
+/* Inline: each caller passes its own fn, which the compiler then calls
+ * directly (or inlines) instead of through the pointer once a key. */
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+static inline const char *
+members(walk_t *w, const char *p, member_fn fn, void *ud) {
   const char *end = w->end;
   if (p >= end || *p != '{') return bad(w, p);
   p++;
@@ -306,7 +391,7 @@ static const char *owner_member(walk_t *w, const char *ks, size_t kn, bool kesc,
       NAME("apiVersion"), NAME("kind"),       NAME("name"),
       NAME("uid"),        NAME("controller"), NAME("blockOwnerDeletion")};
   owner_ctx_t *c = ud;
-  int id = key_id(ks, kn, kesc, names, 6);
+  int id = owner_key_id(ks, kn, kesc);
   if (id < 0) return skip(w, v);
   if (id >= NO_STR)
     return bool_field(w, v, &c->o->flags, id == 4 ? OWN_CONTROLLER : OWN_BLOCK,
@@ -349,6 +434,17 @@ static const char *walk_owners(walk_t *w, const char *p) {
   }
 }
 
+/* Whether the labels or owners (bit) container at v is left in the JSON
+ * (opts.lazy_refs): when it holds no escape, so that a later walk of the
+ * JSON can hand out its strings as they lie there; marks it so. */
+static bool lazy_ref(walk_t *w, const char *v, uint32_t bit) {
+  if (!w->lazy_refs) return false;
+  const char *e = skip(w, v);
+  if (!e || memchr(v, '\\', (size_t)(e - v))) return false;
+  w->lazy |= bit;
+  return true;
+}
+
 static const char *meta_member(walk_t *w, const char *ks, size_t kn, bool kesc,
                                const char *v, void *ud) {
   static const name_t names[] = {NAME("namespace"),
@@ -362,7 +458,7 @@ static const char *meta_member(walk_t *w, const char *ks, size_t kn, bool kesc,
                                  NAME("managedFields")};
   static const int fields[] = {F_NS, F_NAME, F_UID, F_RV};
   (void)ud;
-  int id = key_id(ks, kn, kesc, names, 9);
+  int id = meta_key_id(ks, kn, kesc);
   switch (id) {
   case 0:
   case 1:
@@ -381,8 +477,12 @@ static const char *meta_member(walk_t *w, const char *ks, size_t kn, bool kesc,
     if (is_null(w, v)) return v + 4;
     if (v >= w->end || *v != '{')
       return werr(w, v, "metadata.labels is not an object");
+    if (lazy_ref(w, v, LAZY_LABELS)) return skip(w, v);
     return members(w, v, label_member, NULL);
-  case 6: return walk_owners(w, v);
+  case 6:
+    if (v < w->end && *v == '[' && lazy_ref(w, v, LAZY_OWNERS))
+      return skip(w, v);
+    return walk_owners(w, v);
   case 7: {
     const char *e =
         str_field(w, v, &w->f[F_DEL], "metadata.", "deletionTimestamp");
@@ -501,7 +601,7 @@ static int build(walk_t *w, size_t n, const kl_obj_opts_t *opts,
   o->nowners = (uint16_t)w->no;
   o->generation = w->generation;
   o->labels_off = (uint32_t)tables;
-  o->flags = w->has_del ? HAS_DELETION : 0;
+  o->flags = (w->has_del ? HAS_DELETION : 0) | w->lazy;
   o->z = NULL;
 
   /* The JSON: '{', injected members, the rest minus managedFields. */
@@ -602,6 +702,7 @@ static int report(walk_t *w, int rc, char *err, size_t errlen) {
 static int parse_at(walk_t *w, const kl_obj_opts_t *opts, kl_obj_t **out,
                     const char **next) {
   const char *src = w->src;
+  w->lazy_refs = opts && opts->lazy_refs;
   if (src >= w->end || *src != '{') {
     werr(w, src, "not a JSON object");
     return KL_EPARSE;
@@ -777,67 +878,130 @@ size_t kl_obj_key(const kl_obj_t *o, char *buf, size_t cap) {
 }
 
 int kl_obj_keybuf(const kl_obj_t *o, kl_obj_keybuf_t *k) {
-  if (kl_obj_name(o).n == 0) return KL_EINVAL;
-  k->p = k->buf;
-  k->len = kl_obj_key(o, k->buf, sizeof k->buf);
-  if (k->len >= sizeof k->buf) {
-    k->p = kl_xmalloc(k->len + 1);
-    kl_obj_key(o, k->p, k->len + 1);
-  }
+  if (o->f[F_NAME].len == 0) return KL_EINVAL;
+  kl_json_span_t s = kl_obj_key_span(o);
+  k->p = s.p;
+  k->len = s.n;
   return KL_OK;
 }
 
-void kl_obj_keybuf_free(kl_obj_keybuf_t *k) {
-  if (k->p != k->buf) free(k->p);
-}
+void kl_obj_keybuf_free(kl_obj_keybuf_t *k) { (void)k; }
 
 static const label_t *labels(const kl_obj_t *o) {
   return (const label_t *)(const void *)(o->data + o->labels_off);
 }
 
-size_t kl_obj_label_count(const kl_obj_t *o) { return plain(o)->nlabels; }
+/* The labels and owners of o as a table-less object holds them: in its
+ * JSON, which a walk reads into w (offsets into o->data; none is escaped,
+ * lazy_ref saw to it). Malformed ones (a value that is not a string, which
+ * the eager walk refuses) read as none. Release w with walk_free. */
+static void walk_refs(const kl_obj_t *o, walk_t *w) {
+  walk_init(w, o->data, o->data + o->json_len, true, 0, true);
+  if (!members(w, o->data, top_member, NULL)) w->nl = w->no = 0;
+}
+
+/* Label i of o, which holds its own (pl), or of the walk w (lazy). */
+static void label_at(const kl_obj_t *o, const walk_t *w, size_t i,
+                     kl_json_span_t *key, kl_json_span_t *val) {
+  const label_t *l = w ? &w->labels[i] : &labels(o)[i];
+  key->p = o->data + l->k.off;
+  key->n = l->k.len & ~ESCAPED;
+  val->p = l->v.len ? o->data + l->v.off : o->data + o->json_len;
+  val->n = l->v.len & ~ESCAPED;
+}
+
+static void owner_at(const kl_obj_t *o, const walk_t *w, size_t i,
+                     kl_obj_owner_t *out) {
+  const owner_t *ow =
+      w ? &w->owners[i]
+        : &((const owner_t *)(const void *)(labels(o) + o->nlabels))[i];
+  kl_json_span_t *s[NO_STR] = {&out->api_version, &out->kind, &out->name,
+                               &out->uid};
+  for (int j = 0; j < NO_STR; j++) {
+    sref_t r = ow->s[j];
+    s[j]->p = r.len ? o->data + r.off : o->data + o->json_len;
+    s[j]->n = r.len & ~ESCAPED;
+  }
+  out->controller = (ow->flags & OWN_CONTROLLER) != 0;
+  out->block_owner_deletion = (ow->flags & OWN_BLOCK) != 0;
+}
+
+/* The labels (bit LAZY_LABELS) or owners (LAZY_OWNERS) of o, a plain
+ * object: returns their count; when o left them in its JSON (*lazy), *w
+ * holds them. Release with refs_end. */
+static size_t refs_begin(const kl_obj_t *o, uint32_t bit, walk_t *w,
+                         bool *lazy) {
+  *lazy = (o->flags & bit) != 0;
+  if (!*lazy) return bit == LAZY_LABELS ? o->nlabels : o->nowners;
+  walk_refs(o, w);
+  return bit == LAZY_LABELS ? w->nl : w->no;
+}
+
+static void refs_end(walk_t *w, bool lazy) {
+  if (lazy) walk_free(w);
+}
+
+size_t kl_obj_label_count(const kl_obj_t *o) {
+  walk_t w;
+  bool lazy;
+  size_t n = refs_begin(plain(o), LAZY_LABELS, &w, &lazy);
+  refs_end(&w, lazy);
+  return n;
+}
 
 void kl_obj_label(const kl_obj_t *o, size_t i, kl_json_span_t *key,
                   kl_json_span_t *val) {
+  walk_t w;
+  bool lazy;
   o = plain(o);
-  const label_t *l = &labels(o)[i];
-  *key = span(o, l->k);
-  *val = span(o, l->v);
+  if (i < refs_begin(o, LAZY_LABELS, &w, &lazy))
+    label_at(o, lazy ? &w : NULL, i, key, val);
+  refs_end(&w, lazy);
 }
 
 bool kl_obj_label_get(const kl_obj_t *o, const char *key, size_t klen,
                       kl_json_span_t *val) {
+  walk_t w;
+  bool lazy, found = false;
   o = plain(o);
-  const label_t *l = labels(o);
-  for (size_t i = 0; i < o->nlabels; i++)
-    if (l[i].k.len == klen && memcmp(o->data + l[i].k.off, key, klen) == 0) {
-      *val = span(o, l[i].v);
-      return true;
-    }
-  return false;
+  size_t n = refs_begin(o, LAZY_LABELS, &w, &lazy);
+  for (size_t i = 0; i < n && !found; i++) {
+    kl_json_span_t k;
+    label_at(o, lazy ? &w : NULL, i, &k, val);
+    found = k.n == klen && memcmp(k.p, key, klen) == 0;
+  }
+  refs_end(&w, lazy);
+  return found;
 }
 
-size_t kl_obj_owner_count(const kl_obj_t *o) { return plain(o)->nowners; }
+size_t kl_obj_owner_count(const kl_obj_t *o) {
+  walk_t w;
+  bool lazy;
+  size_t n = refs_begin(plain(o), LAZY_OWNERS, &w, &lazy);
+  refs_end(&w, lazy);
+  return n;
+}
 
 void kl_obj_owner(const kl_obj_t *o, size_t i, kl_obj_owner_t *out) {
+  walk_t w;
+  bool lazy;
   o = plain(o);
-  const owner_t *w =
-      &((const owner_t *)(const void *)(labels(o) + o->nlabels))[i];
-  out->api_version = span(o, w->s[O_API]);
-  out->kind = span(o, w->s[O_KIND]);
-  out->name = span(o, w->s[O_NAME]);
-  out->uid = span(o, w->s[O_UID]);
-  out->controller = (w->flags & OWN_CONTROLLER) != 0;
-  out->block_owner_deletion = (w->flags & OWN_BLOCK) != 0;
+  if (i < refs_begin(o, LAZY_OWNERS, &w, &lazy))
+    owner_at(o, lazy ? &w : NULL, i, out);
+  refs_end(&w, lazy);
 }
 
 bool kl_obj_controller(const kl_obj_t *o, kl_obj_owner_t *out) {
+  walk_t w;
+  bool lazy, found = false;
   o = plain(o);
-  for (size_t i = 0; i < o->nowners; i++) {
-    kl_obj_owner(o, i, out);
-    if (out->controller) return true;
+  size_t n = refs_begin(o, LAZY_OWNERS, &w, &lazy);
+  for (size_t i = 0; i < n && !found; i++) {
+    owner_at(o, lazy ? &w : NULL, i, out);
+    found = out->controller;
   }
-  return false;
+  refs_end(&w, lazy);
+  return found;
 }
 
 /* --- Status and watch events -------------------------------------------- */

@@ -31,6 +31,13 @@ typedef struct kl_obj_opts {
    * none), insert this one at the front of its JSON; NULL inserts nothing.
    * Must not need JSON escaping (else KL_EINVAL). */
   const char *api_version, *kind;
+  /* Leave metadata.labels and metadata.ownerReferences in the JSON instead
+   * of extracting tables of them (unless they hold escapes): the object is
+   * smaller and quicker to build, and kl_obj_label…/kl_obj_owner… walk its
+   * JSON on each call; a malformed label or owner, which is refused
+   * otherwise, then reads as none. For a cache that reads them rarely
+   * (no label or controller index). */
+  bool lazy_refs;
 } kl_obj_opts_t;
 
 typedef struct kl_obj_owner {
@@ -126,17 +133,16 @@ size_t kl_obj_key(const kl_obj_t *o, char *buf, size_t cap);
  * holds its key in one piece (its namespace and name spans point into it). */
 kl_json_span_t kl_obj_key_span(const kl_obj_t *o);
 
-/* A MetaNamespaceKey on the caller's stack when it is short, else on the
- * heap: p points at it, len is its length. */
-#define KL_OBJ_KEY_INLINE 256
+/* An object's MetaNamespaceKey: p points at it (NUL-terminated), len is its
+ * length. */
 typedef struct kl_obj_keybuf {
-  char *p;
+  const char *p;
   size_t len;
-  char buf[KL_OBJ_KEY_INLINE];
 } kl_obj_keybuf_t;
 
-/* Fills k with o's key; KL_EINVAL (k untouched) when o has no name.
- * Release with kl_obj_keybuf_free. */
+/* Fills k with o's key; KL_EINVAL (k untouched) when o has no name. The key
+ * is o's own (kl_obj_key_span), not a copy: valid while o is. Release with
+ * kl_obj_keybuf_free. */
 int kl_obj_keybuf(const kl_obj_t *o, kl_obj_keybuf_t *k);
 void kl_obj_keybuf_free(kl_obj_keybuf_t *k);
 

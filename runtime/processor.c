@@ -34,7 +34,6 @@
 
 #define RING_MIN 16u
 #define RING_KEEP 64u /* a drained ring larger than this is released */
-#define KEY_INLINE 256
 
 enum { PN_INITIAL = 1, PN_TOMBSTONE = 2, PN_SYNC = 4 };
 
@@ -454,17 +453,15 @@ static void deliver_one(kl_proc_t *p, pr_listener *l) {
   l->head = (l->head + 1) & (l->cap - 1);
   l->count--;
   p->pending--;
-  char buf[KEY_INLINE], *kp = buf;
+  const char *kp;
   size_t klen;
   if (n.key) {
     kp = n.key;
     klen = strlen(n.key);
   } else {
-    klen = kl_obj_key(n.obj, buf, sizeof buf);
-    if (klen >= sizeof buf) {
-      kp = kl_xmalloc(klen + 1);
-      kl_obj_key(n.obj, kp, klen + 1);
-    }
+    kl_json_span_t k = kl_obj_key_span(n.obj);
+    kp = k.p;
+    klen = k.n;
   }
   kl_proc_note_t pub = {(kl_proc_note_type_t)n.type,
                         kp,
@@ -482,7 +479,6 @@ static void deliver_one(kl_proc_t *p, pr_listener *l) {
    * wrapper's to log, and the registration must be able to sync. */
   if (pub.type == KL_PROC_ADD && pub.initial && l->pending_initial > 0)
     l->pending_initial--;
-  if (kp != buf && kp != n.key) free(kp);
   note_release(&n);
   if (l->retiring && l->count == 0 && !l->removed) {
     mark_removed(p, l);

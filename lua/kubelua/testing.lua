@@ -64,6 +64,7 @@ local _M = {}
 local Harness = {}
 
 local active
+local served_dir -- serve_webhooks' certificates
 local defaults = { apiserver = "sim", controller_manager = false }
 local real -- the real control plane of this process: { cp, controller_manager, err }
 
@@ -348,6 +349,52 @@ function Harness:reload()
   return generation.current()
 end
 
+local REG = "admissionregistration.k8s.io/v1"
+local CRDS = "apiextensions.k8s.io/v1"
+local CONFIG_RESOURCES = { ValidatingWebhookConfiguration = "validatingwebhookconfigurations",
+  MutatingWebhookConfiguration = "mutatingwebhookconfigurations" }
+
+-- kube-apiserver's admission plugins see webhook configurations through
+-- an informer, a moment after they are written. A probe tells when they
+-- have: a configuration of each kind named so that it sorts first (the
+-- mutating webhooks are called one after another in the order of their
+-- configurations' names, so no other webhook's refusal ends the write
+-- before it), with one webhook that failurePolicy Ignore lets fail,
+-- selecting only objects labelled with a fresh value and calling a path
+-- of its own on the webhook server (no webhook there: the call is
+-- answered 404, and counted). Once a dry-run create of a ServiceAccount
+-- so labelled reaches that path, the informer has seen the probe, and so
+-- everything written to its kind before it (an informer's events come in
+-- order). The probes are deleted after; one the informer still has
+-- selects nothing any more.
+local PROBE_NAME = "0-kubelua-testing-probe"
+local PROBE_LABEL = "testing.kubelua.io/webhook-probe"
+
+local function await_admission(self, addr, ca)
+  local util = require "kubelua.sim.util"
+  local webhook = require "kubelua.webhook"
+  for _, kind in ipairs { "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration" } do
+    local nonce = util.uid()
+    local path = "/kubelua-testing/probe-" .. nonce
+    self:apply({ apiVersion = REG, kind = kind, metadata = { name = PROBE_NAME },
+      webhooks = { { name = "probe.testing.kubelua.io", admissionReviewVersions = { "v1" },
+        sideEffects = "None", failurePolicy = "Ignore", timeoutSeconds = 5,
+        clientConfig = { url = "https://" .. addr .. path, caBundle = ca },
+        objectSelector = { matchLabels = { [PROBE_LABEL] = nonce } },
+        rules = { { operations = { "CREATE" }, apiGroups = { "" }, apiVersions = { "v1" },
+          resources = { "serviceaccounts" } } } } } },
+      { field_manager = "kubelua-test-webhooks", force = true })
+    local sa = { apiVersion = "v1", kind = "ServiceAccount", metadata = { namespace = "default",
+      name = "kubelua-testing-probe", labels = { [PROBE_LABEL] = nonce } } }
+    self:eventually(function()
+      kube.create(sa, { dry_run = true })
+      return webhook.received(path) > 0
+    end, 60)
+    local _, err = kube.delete(REG, CONFIG_RESOURCES[kind], nil, PROBE_NAME)
+    if err and not kube.is_not_found(err) then fail("webhooks", tostring(err), 3) end
+  end
+end
+
 -- t:stop(): the controller's generation retires (its workers and
 -- informers stop; reconciles in progress get up to 5 s to finish, so that
 -- none outlives its spec) and the simulator closes (a real server is
@@ -363,6 +410,17 @@ function Harness:stop()
   generation.unload(5)
   kube._stop_informers(kube.server())
   if active == self then active = nil end
+  if self.webhook_configs then
+    -- kube-apiserver would still call them for a moment: the next spec's
+    -- writes would find this one's webhooks gone
+    for _, c in ipairs(self.webhook_configs) do
+      local _, err = kube.delete(REG, c[1], nil, c[2])
+      if err and not kube.is_not_found(err) then
+        fail("stop", "cannot delete " .. c[1] .. " " .. c[2] .. ": " .. tostring(err), 2)
+      end
+    end
+    await_admission(self, self.webhook_probe.addr, self.webhook_probe.ca)
+  end
   if self.webhook_dir then
     require("kubelua.webhook").stop()
     os.execute("rm -rf '" .. self.webhook_dir .. "'")
@@ -415,31 +473,120 @@ local function webhook_objects(objects)
   return docs
 end
 
+-- The served versions of a CRD other than its storage version.
+local function other_versions(crd)
+  local out, storage = {}, nil
+  for _, v in ipairs(type(crd.spec) == "table" and crd.spec.versions or {}) do
+    if v.storage then storage = v.name end
+  end
+  for _, v in ipairs(type(crd.spec) == "table" and crd.spec.versions or {}) do
+    if v.served ~= false and v.name ~= storage then out[#out + 1] = v.name end
+  end
+  return out
+end
+
+-- apiextensions-apiserver takes a CRD's conversion webhook from the CRD
+-- its informer holds, a moment after the write: waits until a dry-run
+-- create of an empty object through each version other than the storage
+-- one reaches the webhook's path (the object is converted to the storage
+-- version before it is validated).
+local function await_conversion(self, crd, path)
+  local webhook = require "kubelua.webhook"
+  local spec = crd.spec
+  local namespaced = spec.scope ~= "Cluster"
+  for _, version in ipairs(other_versions(crd)) do
+    local obj = { apiVersion = spec.group .. "/" .. version, kind = spec.names.kind,
+      metadata = { name = "kubelua-testing-probe", namespace = namespaced and "default" or nil } }
+    local before = webhook.received(path)
+    self:eventually(function()
+      kube.create(obj, { dry_run = true })
+      return webhook.received(path) > before
+    end, 60)
+  end
+end
+
+-- Serves the webhooks of this process over HTTPS on a loopback port with
+-- a serving certificate (for 127.0.0.1 and dns_names) of a CA made for
+-- it, in a new directory: -> the server, the CA (base64, as caBundle
+-- wants it), the directory. Raises naming fname, for its caller's caller.
+local function serve_webhooks(fname, dns_names)
+  local process = require "kubelua.process"
+  local webhook = require "kubelua.webhook"
+  local envtest = require "kubelua.envtest"
+  local dir, err = process.mkdtemp((os.getenv("TMPDIR") or "/tmp") .. "/kubelua-webhook-")
+  if not dir then fail(fname, "cannot make a directory: " .. tostring(err), 3) end
+  local ok
+  ok, err = envtest.serving_certs(dir, "kubelua-webhook", dns_names)
+  if not ok then fail(fname, err, 3) end
+  assert(os.rename(dir .. "/server.crt", dir .. "/tls.crt"))
+  assert(os.rename(dir .. "/server.key", dir .. "/tls.key"))
+  local f = assert(io.open(dir .. "/ca.crt", "rb"))
+  local ca = require("kubelua.sim.util").b64encode(f:read("*a"))
+  f:close()
+  webhook.stop()
+  local srv
+  srv, err = webhook.serve{ address = "127.0.0.1:0", cert_dir = dir }
+  if not srv then fail(fname, err, 3) end
+  return srv, ca, dir
+end
+
+-- serve_webhooks() -> url, ca: the webhooks of this process (kube.webhook)
+-- served over HTTPS at url (https://127.0.0.1:PORT) with a certificate of
+-- a CA made for them (ca: base64, as a clientConfig's caBundle wants it),
+-- for specs that write their own webhook configurations (t:webhooks does
+-- it all for a harness); stop_webhooks() ends it.
+---Serves the process's webhooks over HTTPS on a loopback port with a CA
+---made for them, for specs that write their own configurations (t:webhooks
+---does it all for a harness); stop_webhooks() ends it.
+---@return string url https://127.0.0.1:PORT
+---@return string ca the CA, base64 (a clientConfig's caBundle)
+---@usage local url, ca = testing.serve_webhooks()
+function _M.serve_webhooks()
+  _M.stop_webhooks()
+  local srv, ca, dir = serve_webhooks("serve_webhooks", {})
+  served_dir = dir
+  return "https://127.0.0.1:" .. srv:port(), ca
+end
+
+---Stops what serve_webhooks started and removes its certificates.
+---@usage testing.stop_webhooks()
+function _M.stop_webhooks()
+  require("kubelua.webhook").stop()
+  if served_dir then os.execute("rm -rf '" .. served_dir .. "'") end
+  served_dir = nil
+end
+
 -- t:webhooks(objects) -> the webhook server's URL ("https://127.0.0.1:PORT"):
 -- registers the script's webhooks (kube.webhook, kube.controller's
--- webhooks) with the simulator in one call. It serves them over HTTPS on a
--- loopback port with a certificate of a CA made for this harness, then
--- applies objects (server-side, forced) — the deployment's
--- ValidatingWebhookConfigurations, MutatingWebhookConfigurations and
--- CustomResourceDefinitions (conversion webhooks), as a list of tables or
--- a YAML file's path — with every clientConfig pointing at that server:
--- a Service (its certificate names <name>.<namespace>.svc, as in a
--- cluster) routed to it, a url's host replaced by it, caBundle that CA.
--- Other kinds in the file are skipped (a Certificate, an Issuer).
----Registers the script's webhooks with the simulator in one call: serves
+-- webhooks) with the API server in one call. It serves them over HTTPS on
+-- a loopback port with a certificate of a CA made for this harness (for
+-- 127.0.0.1 and the Services' names), then applies objects (server-side,
+-- forced) — the deployment's ValidatingWebhookConfigurations,
+-- MutatingWebhookConfigurations and CustomResourceDefinitions (conversion
+-- webhooks), as a list of tables or a YAML file's path — with every
+-- clientConfig pointing at that server: a url's host replaced by it,
+-- caBundle that CA, and a Service routed to it by the simulator (its
+-- certificate names <name>.<namespace>.svc, as in a cluster). A real
+-- server cannot route a Service to this process: there a Service becomes
+-- url https://127.0.0.1:PORT<its path>, and t:webhooks returns once the
+-- real server calls what was applied (its admission plugins and
+-- apiextensions-apiserver see configurations a moment after they are
+-- written); t:stop() deletes the configurations and waits until they are
+-- no longer called. Other kinds in the file are skipped (a Certificate,
+-- an Issuer).
+---Registers the script's webhooks with the API server in one call: serves
 ---them over HTTPS on a loopback port with a CA made for this harness, and
 ---applies the webhook configurations and CRDs given (tables, or a YAML
----file's path) with every clientConfig pointed at that server.
+---file's path) with every clientConfig pointed at that server (a real
+---server's Services become https://127.0.0.1:PORT URLs); against a real
+---server, returns once it calls them.
 ---@param objects table[]|string configurations and CRDs, or a YAML file's path
 ---@return string url the webhook server's https://127.0.0.1:PORT
 ---@usage
 --- t:load("controller.lua", "--webhooks")
 --- t:webhooks("deploy/webhooks.yaml")
 function Harness:webhooks(objects)
-  if self.apiserver == "real" then
-    fail("webhooks", "the simulator routes webhook Services to this process; "
-      .. 'this harness runs against a real API server (apiserver = "real")', 2)
-  end
+  local on_real = self.apiserver == "real"
   objects = webhook_objects(objects)
   local dns, seen = {}, {}
   for _, obj in ipairs(objects) do
@@ -451,38 +598,47 @@ function Harness:webhooks(objects)
       end
     end
   end
-  local process = require "kubelua.process"
-  local webhook = require "kubelua.webhook"
-  local envtest = require "kubelua.envtest"
-  local dir, err = process.mkdtemp((os.getenv("TMPDIR") or "/tmp") .. "/kubelua-webhook-")
-  if not dir then fail("webhooks", "cannot make a directory: " .. tostring(err), 2) end
+  local srv, ca, dir = serve_webhooks("webhooks", dns)
   self.webhook_dir = dir
-  local ok
-  ok, err = envtest.serving_certs(dir, "kubelua-webhook", dns)
-  if not ok then fail("webhooks", err, 2) end
-  assert(os.rename(dir .. "/server.crt", dir .. "/tls.crt"))
-  assert(os.rename(dir .. "/server.key", dir .. "/tls.key"))
-  local f = assert(io.open(dir .. "/ca.crt", "rb"))
-  local ca = require("kubelua.sim.util").b64encode(f:read("*a"))
-  f:close()
-  webhook.stop()
-  local srv
-  srv, err = webhook.serve{ address = "127.0.0.1:0", cert_dir = dir }
-  if not srv then fail("webhooks", err, 2) end
   local addr = "127.0.0.1:" .. srv:port()
+  local configs, conversions = {}, {}
   for _, obj in ipairs(objects) do
     if WEBHOOK_KINDS[obj.kind] then
       obj = kube.json.decode(kube.json.encode(obj)) -- the caller's stay as they were
       for _, cc in ipairs(client_configs(obj)) do
         local svc = cc.service
-        if type(svc) == "table" then
+        if type(svc) == "table" and on_real then
+          cc.service = nil
+          cc.url = "https://" .. addr .. (type(svc.path) == "string" and svc.path or "")
+        elseif type(svc) == "table" then
           self.sim:route_service(svc.namespace, svc.name, svc.port, addr)
         elseif type(cc.url) == "string" then
           cc.url = cc.url:gsub("^(https://)[^/]*", "%1" .. addr)
         end
         cc.caBundle = ca
+        if on_real and obj.kind == "CustomResourceDefinition" then
+          conversions[#conversions + 1] = { crd = obj,
+            path = cc.url:match("^https://[^/]*(/[^?]*)") or "/" }
+        end
       end
       self:apply(obj, { field_manager = "kubelua-test-webhooks", force = true })
+      if CONFIG_RESOURCES[obj.kind] then
+        configs[#configs + 1] = { CONFIG_RESOURCES[obj.kind], obj.metadata.name }
+      end
+    end
+  end
+  if on_real then
+    self.webhook_configs = configs
+    self.webhook_probe = { addr = addr, ca = ca }
+    await_admission(self, addr, ca)
+    for _, c in ipairs(conversions) do
+      self:eventually(function()
+        local crd = kube.get(CRDS, "customresourcedefinitions", nil, c.crd.metadata.name)
+        for _, cond in ipairs(crd and crd.status and crd.status.conditions or {}) do
+          if cond.type == "Established" and cond.status == "True" then return true end
+        end
+      end, 60)
+      await_conversion(self, c.crd, c.path)
     end
   end
   return "https://" .. addr

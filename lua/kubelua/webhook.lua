@@ -399,9 +399,15 @@ local function series_of(path)
   return s
 end
 
+-- The requests the server got at each path, whatever their answer (a 404
+-- included): kubelua.testing waits on them to know that kube-apiserver
+-- calls a webhook it was just given.
+local received = {}
+
 local function handle(req)
   local path = req:path()
   if find(path, "?", 1, true) then path = path:gsub("%?.*", "") end
+  received[path] = (received[path] or 0) + 1
   local hooks = by_gen[generation.current()]
   local hook = hooks and hooks[path]
   if not hook then
@@ -561,6 +567,10 @@ function _M.new(spec, level)
   end
   return hook
 end
+
+-- received(path) -> the requests the server got at path since the process
+-- started, whatever it answered (an unknown path's 404 included).
+function _M.received(path) return received[path] or 0 end
 
 -- The hooks of a generation, for the tests: { path -> hook }.
 function _M.registered(gen) return by_gen[gen or generation.current()] or {} end

@@ -71,6 +71,38 @@ static void test_small_caches_and_plain_objects_stay_plain(void) {
   KT_EQ_INT(heap_used(), h0);
 }
 
+/* Objects leave their labels and owners in their JSON (no index reads
+ * them on every change) until kl_informer_keep_refs: then they keep tables
+ * of them (one label, 16 bytes, one owner, 36). Both read alike. */
+static void test_labels_and_owners_left_in_the_json(void) {
+  size_t h0 = heap_used();
+  const char *pod =
+      "{\"metadata\":{\"name\":\"a\",\"namespace\":\"ns\",\"labels\":"
+      "{\"app\":\"web\"},\"ownerReferences\":[{\"uid\":\"u\","
+      "\"controller\":true}]}}";
+  char err[256];
+  kl_informer_opts_t io = {0};
+  io.name = "pods";
+  kl_informer_t *inf = kl_informer_new(&io);
+  kl_obj_t *o[2];
+  for (int i = 0; i < 2; i++) {
+    if (i == 1) kl_informer_keep_refs(inf);
+    KT_EQ_INT(kl_informer_parse(inf, pod, strlen(pod), &o[i], err, sizeof err),
+              0);
+    kl_json_span_t v;
+    KT_TRUE(kl_obj_label_get(o[i], "app", 3, &v));
+    KT_TRUE(v.n == 3 && memcmp(v.p, "web", 3) == 0);
+    kl_obj_owner_t w;
+    KT_TRUE(kl_obj_controller(o[i], &w));
+    KT_TRUE(w.uid.n == 1 && w.uid.p[0] == 'u');
+  }
+  KT_EQ_INT(kl_obj_size(o[0]), kl_obj_size(o[1]) - 16 - 36);
+  kl_obj_unref(o[0]);
+  kl_obj_unref(o[1]);
+  kl_informer_free(inf);
+  KT_EQ_INT(heap_used(), h0);
+}
+
 /* The body of a list of Pods first..last; adds their plain sizes to *plain. */
 static char *list_body(int first, int last, size_t *n, size_t *plain) {
   size_t cap = 1 << 17;
@@ -229,6 +261,7 @@ int main(int argc, char **argv) {
   warm_up();
   KT_RUN(test_compresses_once_the_cache_is_large);
   KT_RUN(test_small_caches_and_plain_objects_stay_plain);
+  KT_RUN(test_labels_and_owners_left_in_the_json);
   KT_RUN(test_list_items_compressed_as_they_arrive);
   KT_RUN(test_changed_objects_compressed_when_cold);
   KT_RUN(test_cold_queue_bounded);

@@ -1040,6 +1040,24 @@ static void test_check_whole(void) {
   char err[128];
   KT_EQ_INT(kl_json_check(deep, n + 2, &a, err, sizeof err), KL_EPARSE);
   KT_EQ_STR(err, "byte 132: nesting deeper than 128 levels");
+  /* An empty object after a name, deep and unindexed (as the leaves of
+   * managedFields' fieldsV1), counts against the limit as well. */
+  char objs[1100];
+  for (int levels = 128; levels <= 129; levels++) {
+    n = 0;
+    for (int i = 0; i < levels - 1; i++) {
+      memcpy(objs + n, "{\"f:a\":", 7);
+      n += 7;
+    }
+    memcpy(objs + n, "{}", 2);
+    n += 2;
+    for (int i = 0; i < levels - 1; i++)
+      objs[n++] = '}';
+    KT_EQ_INT(kl_json_check_whole(objs, n, &a, &ix), levels == 128);
+    KT_EQ_INT(kl_json_check(objs, n, &a, err, sizeof err),
+              levels == 128 ? KL_OK : KL_EPARSE);
+  }
+  KT_EQ_STR(err, "byte 896: nesting deeper than 128 levels");
   free(ix.ct);
 }
 
@@ -1164,6 +1182,126 @@ static void test_check_meta(void) {
       KT_FAIL_("malformed case %zu taken: %s", i, bad_cases[i].in);
   }
   free(ix.ct);
+}
+
+/* --- the checker's instruction sets ----------------------------------------
+ */
+
+/* What one check of text says: the answer, the value, the index or the
+ * members metadata's walk found. */
+typedef struct isa_out {
+  bool ok, meta_ok;
+  kl_json_value_t v, mv;
+  kl_json_meta_t m;
+} isa_out_t;
+
+static void isa_check(kl_json_isa_t isa, const char *text, size_t n,
+                      kl_json_ctbuf_t *ix, isa_out_t *o) {
+  memset(o, 0, sizeof *o);
+  o->ok = kl_json_check_whole_isa(isa, text, n, &o->v, ix, NULL);
+  o->meta_ok = kl_json_check_whole_isa(isa, text, n, &o->mv, NULL, &o->m);
+}
+
+/* Whether isa gives the portable checker's answers for the n bytes at
+ * text (a heap copy of exactly n bytes: ASan sees a read past them); why
+ * not in *why. ix: room for the two indexes. */
+static bool isa_agrees(kl_json_isa_t isa, const char *text, size_t n,
+                       kl_json_ctbuf_t ix[2], const char **why) {
+  isa_out_t a, b;
+  char *c = malloc(n ? n : 1);
+  memcpy(c, text, n);
+  isa_check(KL_JSON_ISA_PORTABLE, c, n, &ix[0], &a);
+  isa_check(isa, c, n, &ix[1], &b);
+  *why = NULL;
+  if (a.ok != b.ok)
+    *why = "answer";
+  else if (a.meta_ok != b.meta_ok)
+    *why = "metadata walk's answer";
+  else if (a.ok && (a.v.json.p != b.v.json.p || a.v.json.n != b.v.json.n ||
+                    a.v.offset != b.v.offset || a.v.compact != b.v.compact))
+    *why = "value";
+  else if (a.ok && (a.v.ncontainers != b.v.ncontainers ||
+                    memcmp(a.v.containers, b.v.containers,
+                           a.v.ncontainers * sizeof *a.v.containers)))
+    *why = "container index";
+  else if (a.meta_ok &&
+           (a.m.unsure != b.m.unsure ||
+            (!a.m.unsure &&
+             (a.m.ns != b.m.ns || a.m.name != b.m.name || a.m.rv != b.m.rv))))
+    *why = "metadata's members";
+  free(c);
+  return *why == NULL;
+}
+
+/* Every instruction set the processor has gives the portable checker's
+ * answers: on the texts above and every fixture, each shifted across a
+ * 64-byte block, and on the fixtures with bytes that matter to the block
+ * checker (quotes, backslashes, brackets, control and UTF-8 bytes) put in
+ * at many places, which makes most of them invalid in ways that a block's
+ * masks see and the grammar does not, or the other way round. */
+static void test_check_isas(void) {
+  static const char put[] = "\"\\{}[],: \n\x01\x7f\x80\xc3\xe2\xed\xf4"
+                            "0-.eEtfnu";
+  static const kl_json_isa_t isas[] = {KL_JSON_ISA_SSE2, KL_JSON_ISA_AVX2,
+                                       KL_JSON_ISA_BEST};
+  const char *why;
+  kl_json_ctbuf_t ix[2] = {{NULL, 0}, {NULL, 0}};
+  size_t texts = 0, mutants = 0, tried = 0;
+  strbuf_t t = {0};
+  for (size_t k = 0; k < sizeof isas / sizeof isas[0]; k++) {
+    if (!kl_json_isa_has(isas[k])) continue;
+    tried++;
+    for (size_t i = 0;
+         i < NFIXTURES + sizeof valid_texts / sizeof valid_texts[0] +
+                 sizeof bad_cases / sizeof bad_cases[0];
+         i++) {
+      fixture_t f = {NULL, 0, {NULL, 0}};
+      const char *text;
+      size_t n;
+      if (i < NFIXTURES) {
+        fixture_load(fixtures[i], &f);
+        text = f.text;
+        n = f.n;
+      } else if (i < NFIXTURES + sizeof valid_texts / sizeof valid_texts[0]) {
+        text = valid_texts[i - NFIXTURES];
+        n = strlen(text);
+      } else {
+        text = bad_cases[i - NFIXTURES -
+                         sizeof valid_texts / sizeof valid_texts[0]]
+                   .in;
+        n = strlen(text);
+      }
+      for (size_t sh = 0; sh < 64; sh++) { /* sh spaces first */
+        t.len = 0;
+        for (size_t j = 0; j < sh; j++)
+          sb_add(&t, " ", 1);
+        sb_add(&t, text, n);
+        texts++;
+        if (!isa_agrees(isas[k], t.p, t.len, ix, &why))
+          KT_FAIL_("isa %d, text %zu shifted by %zu: the %s differs",
+                   (int)isas[k], i, sh, why);
+      }
+      for (size_t j = 0; f.text && j < 600; j++) {
+        size_t at = rnd(n);
+        t.len = 0;
+        sb_add(&t, text, n);
+        t.p[at] = put[rnd(sizeof put - 1)];
+        if (rnd(4) == 0) t.p[rnd(n)] = put[rnd(sizeof put - 1)];
+        mutants++;
+        if (!isa_agrees(isas[k], t.p, rnd(8) ? t.len : rnd(t.len + 1), ix,
+                        &why))
+          KT_FAIL_("isa %d, fixture %zu with byte %zu changed: the %s differs",
+                   (int)isas[k], i, at, why);
+      }
+      free(f.text);
+    }
+  }
+  free(ix[0].ct);
+  free(ix[1].ct);
+  free(t.p);
+  KT_TRUE(tried >= 1);
+  KT_TRUE(texts >= 64 * NFIXTURES);
+  KT_TRUE(mutants >= 600 * NFIXTURES);
 }
 
 static void test_validate_any_value(void) {
@@ -1300,6 +1438,7 @@ int main(void) {
   KT_RUN(test_check_indexed);
   KT_RUN(test_check_whole);
   KT_RUN(test_check_meta);
+  KT_RUN(test_check_isas);
   KT_RUN(test_validate_any_value);
   KT_RUN(test_readers);
   return KT_DONE();

@@ -46,6 +46,8 @@ static void handler(kl_proc_t *p, uint64_t id, const kl_proc_note_t *n,
   size_t k = strlen(r->log);
   KT_EQ_INT(id, r->id);
   KT_TRUE(n->key[n->len] == '\0');
+  /* The key of a note with an object is the object's own, not a copy. */
+  if (n->obj) KT_TRUE(n->key == kl_obj_key_span(n->obj).p);
   r->calls++;
   if (++r->in_handler > r->max_in_handler) r->max_in_handler = r->in_handler;
   obj_str(a, sizeof a, n->obj);

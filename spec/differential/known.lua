@@ -46,9 +46,6 @@ return {
     path = "^%.body%.metadata%.managedFields%[1%]$",
     reason = "an entry of managedFields left with no fields (spec.finalizers emptied) goes on "
       .. "the real server; the simulator keeps it with \"f:spec\": {}" },
-  { case = "^defaults$", path = "%.f:resources%.%.$", sim = "^<absent>$", real = "^{}$",
-    reason = "a container's resources that hold limits or requests: the real server's "
-      .. "managedFields own the map itself too (\".\"), the simulator's only its members" },
   { case = "^autoscaling$", path = "%.metadata%.managedFields",
     reason = "a HorizontalPodAutoscaler written through autoscaling/v1 and v2 by one manager: "
       .. "the simulator keeps one managedFields entry per manager and operation, its fields "

@@ -9,6 +9,8 @@
  *     the stream, and gives the same value and container index;
  *     kl_json_check_meta gives the same answer and finds metadata's
  *     namespace, name and resourceVersion where kl_json_members_in does;
+ *     each instruction set the processor has gives both the same answers
+ *     as the portable checker;
  *   - an object the stream would yield parses as a kl_obj_t whose compact
  *     JSON decodes to the same value, whose fields read without fault and
  *     equal what Lua sees (name, namespace, uid, resourceVersion, kind,
@@ -117,6 +119,37 @@ static void check_meta_matches_members(const char *s, size_t size, bool whole) {
   }
 }
 
+/* The checker with isa against the portable one: the same answer, value,
+ * index and metadata members. */
+static void check_isa_matches_portable(kl_json_isa_t isa, const char *s,
+                                       size_t size) {
+  kl_json_ctbuf_t ia = {NULL, 0}, ib = {NULL, 0};
+  kl_json_value_t a, b;
+  kl_json_meta_t ma, mb;
+  bool ok =
+      kl_json_check_whole_isa(KL_JSON_ISA_PORTABLE, s, size, &a, &ia, NULL);
+  if (ok != kl_json_check_whole_isa(isa, s, size, &b, &ib, NULL) ||
+      (ok &&
+       (a.json.p != b.json.p || a.json.n != b.json.n ||
+        a.compact != b.compact || a.ncontainers != b.ncontainers ||
+        (a.ncontainers && memcmp(a.containers, b.containers,
+                                 a.ncontainers * sizeof *a.containers))))) {
+    fprintf(stderr, "fuzz_json: instruction set %d checks otherwise\n",
+            (int)isa);
+    abort();
+  }
+  ok = kl_json_check_whole_isa(KL_JSON_ISA_PORTABLE, s, size, &a, NULL, &ma);
+  if (ok != kl_json_check_whole_isa(isa, s, size, &b, NULL, &mb) ||
+      (ok && (ma.unsure != mb.unsure || ma.ns != mb.ns || ma.name != mb.name ||
+              ma.rv != mb.rv))) {
+    fprintf(stderr, "fuzz_json: instruction set %d finds other members\n",
+            (int)isa);
+    abort();
+  }
+  free(ia.ct);
+  free(ib.ct);
+}
+
 /* kl_json_check_whole against the stream it stands in for. The stream
  * takes the text in two feeds cut after the object's first byte, so that
  * its state machine reads the object (the whole check is its fast path for
@@ -154,6 +187,8 @@ static void check_whole_matches_stream(const char *s, size_t size) {
   kl_json_stream_free(st);
   check_meta_matches_members(s, size, whole);
   free(ix.ct);
+  for (kl_json_isa_t isa = KL_JSON_ISA_SSE2; isa <= KL_JSON_ISA_AVX2; isa++)
+    if (kl_json_isa_has(isa)) check_isa_matches_portable(isa, s, size);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

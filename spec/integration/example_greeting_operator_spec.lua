@@ -101,9 +101,10 @@ end)
 -- With its webhooks: the webhook overlay (examples/greeting-operator/webhook,
 -- as kubectl kustomize renders it) gives the CRD with its conversion webhook
 -- and the webhook configurations, which t:webhooks points at the script
--- loaded with --webhooks; every write then goes through them (#sim: a real
--- server here has no route to a Service of this process).
-describe("examples/greeting-operator's webhooks #sim", function()
+-- loaded with --webhooks; every write then goes through them (a real
+-- server calls them at https://127.0.0.1:PORT, t:webhooks' stand-in for
+-- the Service).
+describe("examples/greeting-operator's webhooks", function()
   local kustomize = require "spec.kustomize"
   local rendered = kustomize.render("examples/greeting-operator/webhook", {})
   local t

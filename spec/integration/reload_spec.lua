@@ -64,10 +64,13 @@ local function count(list, pattern)
   return n
 end
 
--- The LISTs of ConfigMaps a real server has answered, from its /metrics.
+-- The LISTs of ConfigMaps a real server has answered, from its /metrics
+-- (megabytes that a loaded server can take longer than the default 30 s
+-- to write: no bound of its own but the spec's).
 local function real_lists(cp)
   local r = assert(require("kubelua.http").request{ url = cp.server .. "/metrics",
-    headers = { Authorization = "Bearer " .. cp.token }, tls = { ca_file = cp.ca_file } })
+    headers = { Authorization = "Bearer " .. cp.token }, tls = { ca_file = cp.ca_file },
+    timeout = 600 })
   local n = 0
   for line in r.body:gmatch("[^\n]+") do
     if line:match("^apiserver_request_total{") and line:find('resource="configmaps"', 1, true)

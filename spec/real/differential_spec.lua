@@ -23,6 +23,7 @@ local schema_steps = require "spec.differential.schema_steps"
 local subresource_steps = require "spec.differential.subresource_steps"
 local default_steps = require "spec.differential.default_steps"
 local autoscaling_steps = require "spec.differential.autoscaling_steps"
+local admission_steps = require "spec.differential.admission_steps"
 local conversion_steps = require "spec.differential.conversion_steps"
 
 local concat = table.concat
@@ -95,6 +96,15 @@ describe("the simulator against a real kube-apiserver", function()
       report(runner.run(targets, "autoscaling", autoscaling_steps.steps(), tally))
     end)
 
+  it("calls kubelua's admission webhooks as the real server does", function()
+    local testing = require "kubelua.testing"
+    local url, ca = testing.serve_webhooks()
+    admission_steps.register()
+    local ok, lines = pcall(runner.run, targets, "admission", admission_steps.steps(url, ca), tally)
+    testing.stop_webhooks()
+    assert(ok, lines)
+    report(lines)
+  end)
   it("converts a custom resource through its conversion webhook as the real server does: "
     .. "reads, writes, watches, the reviews the webhook gets", function()
       local steps, stop = conversion_steps.steps()

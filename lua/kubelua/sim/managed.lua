@@ -92,10 +92,13 @@ local function key_text(item, keys, items)
 end
 
 -- Adds the leaf paths of value v at prefix to set (path → value text).
--- node, ext, always: v's schema node, extensions and whether it is a
--- struct held by value, when the kind has a schema (typed); name: its
--- field's name. A map, or a struct that may be absent (held by pointer),
--- gets a "." of its own: without a schema, those the hand list names.
+-- node, ext, always: v's schema node, extensions and whether it is in the
+-- kind's zero object (a struct held by value, in structs held by value up
+-- to the root: not in a list's item), when the kind has a schema (typed);
+-- name: its field's name. A map, or a struct not in the zero object (held
+-- by pointer, or in a list's item), gets a "." of its own, since the real
+-- server's field manager counts what differs from that zero object:
+-- without a schema, those the hand list names.
 local function walk(set, prefix, v, custom, name, typed, node, ext, always)
   if is_object(v) and (typed and atomic(node, ext) or not typed and not custom
       and atomic_fields[name]) then
@@ -114,7 +117,7 @@ local function walk(set, prefix, v, custom, name, typed, node, ext, always)
     if dot then set[prefix .. SEP .. "."] = "" end
     for k, x in pairs(v) do
       local cn, ce, ca = field(node, k)
-      walk(set, prefix .. SEP .. "f:" .. k, x, custom, k, typed, cn, ce, ca)
+      walk(set, prefix .. SEP .. "f:" .. k, x, custom, k, typed, cn, ce, ca and always)
     end
   elseif is_array(v) then
     local kind, keys = kind_of_list(typed, ext, custom, name)
@@ -137,8 +140,9 @@ local function walk(set, prefix, v, custom, name, typed, node, ext, always)
       local p = prefix .. SEP .. "k:" .. key_text(x, keys, items)
       set[p .. SEP .. "."] = ""
       for k, y in pairs(x) do
-        local cn, ce, ca = field(items, k)
-        walk(set, p .. SEP .. "f:" .. k, y, custom, k, typed, cn, ce, ca)
+        local cn, ce = field(items, k)
+        -- not in the kind's zero object, and so neither are its structs
+        walk(set, p .. SEP .. "f:" .. k, y, custom, k, typed, cn, ce, false)
       end
     end
   elseif v ~= null then

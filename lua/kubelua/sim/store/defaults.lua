@@ -1,9 +1,9 @@
 -- kubelua.sim.store.defaults: what a real apiserver fills into a body it
 -- decodes before it validates and stores it: pod spec and workload
 -- defaults, a Secret's stringData and type, a Service's (through
--- kubelua.sim.services), a Namespace's name label, a CRD's status, and the
--- empty maps it drops. Each function changes the object in place (a copy
--- the store made of the body).
+-- kubelua.sim.services), a webhook configuration's, a Namespace's name
+-- label, a CRD's status, and the empty maps it drops. Each function
+-- changes the object in place (a copy the store made of the body).
 
 local json = require "kubelua.json"
 local util = require "kubelua.sim.util"
@@ -150,6 +150,34 @@ local function secret_defaults(obj)
   if obj.type == nil or obj.type == null or obj.type == "" then obj.type = "Opaque" end
 end
 
+-- The webhooks of a MutatingWebhookConfiguration or
+-- ValidatingWebhookConfiguration, as admissionregistration/v1's defaults
+-- fill them: failurePolicy Fail, matchPolicy Equivalent, both selectors
+-- {} (everything), timeoutSeconds 10, a mutating one's
+-- reinvocationPolicy Never, each rule's scope "*", a Service's port 443.
+local function webhook_defaults(res, obj)
+  for _, w in ipairs(is_array(obj.webhooks) and obj.webhooks or {}) do
+    if is_object(w) then
+      local function set(k, v) if w[k] == nil or w[k] == null then w[k] = v end end
+      set("failurePolicy", "Fail")
+      set("matchPolicy", "Equivalent")
+      set("namespaceSelector", {})
+      set("objectSelector", {})
+      set("timeoutSeconds", 10)
+      if res.name == "mutatingwebhookconfigurations" then set("reinvocationPolicy", "Never") end
+      for _, rule in ipairs(is_array(w.rules) and w.rules or {}) do
+        if is_object(rule) and (rule.scope == nil or rule.scope == null) then rule.scope = "*" end
+      end
+      local cc = w.clientConfig
+      local svc = is_object(cc) and cc.service
+      if is_object(svc) and (svc.port == nil or svc.port == null) then svc.port = 443 end
+    end
+  end
+end
+
+local webhook_configurations = { mutatingwebhookconfigurations = true,
+  validatingwebhookconfigurations = true }
+
 -- The defaults of every write (the apiserver defaults what it decodes).
 local function spec_defaults(res, obj)
   wdefaults.write(res, obj, default_template)
@@ -165,6 +193,9 @@ local function spec_defaults(res, obj)
     services.defaults(obj)
   elseif res.builtin and res.group == "autoscaling" and res.name == "horizontalpodautoscalers" then
     hpa.defaults(res.version, obj)
+  elseif res.builtin and res.group == "admissionregistration.k8s.io"
+      and webhook_configurations[res.name] then
+    webhook_defaults(res, obj)
   end
 end
 

@@ -69,7 +69,18 @@ local function set_managed(res, old, new, ctx, operation, owned)
     if old then new.metadata.managedFields = old.metadata.managedFields end
     return
   end
-  local mf = managed.update(old, new, {
+  local basis = new
+  if ctx.unmutate then
+    -- kube-apiserver's field manager runs before the mutating webhooks, so
+    -- what their patches changed is no manager's: the fields are counted
+    -- on the object as it was without those changes
+    local back = patchlib.json_patch(new, ctx.unmutate)
+    if back then
+      basis = back
+      spec_defaults(res, basis)
+    end
+  end
+  local mf = managed.update(old, basis, {
     manager = manager_of(ctx), operation = operation or "Update", api_version = res.api_version,
     time = util.timestamp(), subresource = ctx.subresource, custom = not res.builtin,
     has_status = res.status, owned = owned, node = managed_node(res) })
@@ -90,10 +101,19 @@ end
 -- which the simulator sets as store.admission. Phase "mutate" -> the
 -- object as the mutating webhooks leave it; "validate" -> obj (old for a
 -- DELETE); nil, status when one refuses. It may yield the request's task.
+-- Phase "mutate" leaves in ctx.unmutate the JSON Patch that undoes what
+-- the webhooks changed (set_managed's).
 local function admit(self, phase, op, res, obj, old, ctx)
   local a = self.admission
   if not a or not ctx.admit then return obj or old end
-  return a:admit(phase, op, res, obj, old, ctx)
+  local out, err = a:admit(phase, op, res, obj, old, ctx)
+  if phase == "mutate" then
+    ctx.unmutate = nil
+    if out and obj and out ~= obj and not equal(out, obj) then
+      ctx.unmutate = require("kubelua.webhook").json_patch(out, obj)
+    end
+  end
+  return out, err
 end
 
 -- A custom resource written over HTTP through a version other than its
@@ -316,6 +336,9 @@ function Store:update(res, ns, name, obj, ctx)
     return nil, bad_request("the namespace of the provided object does not match the namespace "
       .. "sent on the request")
   end
+  -- the request's, as kube-apiserver's handler fills it in before the
+  -- admission webhooks see the object (their namespaceSelector with it)
+  if res.namespaced then md.namespace = ns end
   local e
   e, err = self:get(res, ns, name)
   if not e and res.create_on_update and not ctx.subresource then
