@@ -488,17 +488,24 @@ enum {
   VF_N = VF_CHILD
 };
 
+/* Replaces the value on top with a new table {the document at di, that
+ * value, the text at ti} with room for nrec metamethods. */
+static void view_meta(lua_State *L, int di, int ti, int nrec) {
+  lua_createtable(L, 3, nrec);
+  lua_insert(L, -2);
+  lua_rawseti(L, -2, 2);
+  lua_pushvalue(L, di);
+  lua_rawseti(L, -2, 1);
+  lua_pushvalue(L, ti);
+  lua_rawseti(L, -2, 3);
+}
+
 /* Pushes a view of the container at off of the document at di, whose text
  * is at ti; f is the VIEW_FNS table. */
 static void view_push(lua_State *L, int di, int ti, int f, size_t off) {
   lua_createtable(L, 0, 0);
-  lua_createtable(L, 3, 2);
-  lua_pushvalue(L, di);
-  lua_rawseti(L, -2, 1);
   lua_pushnumber(L, (double)off);
-  lua_rawseti(L, -2, 2);
-  lua_pushvalue(L, ti);
-  lua_rawseti(L, -2, 3);
+  view_meta(L, di, ti, 2);
   lua_rawgeti(L, f, VF_KINDEX);
   lua_rawgeti(L, f, VF_INDEX);
   lua_rawset(L, -3);
@@ -546,13 +553,8 @@ static void view_lazy(lua_State *L, int first, int n, int nc, bool object,
       lua_pushvalue(L, v);
     lua_rawset(L, c ? o : t);
   }
-  lua_createtable(L, 3, 1);
-  lua_pushvalue(L, di);
-  lua_rawseti(L, -2, 1);
   lua_pushvalue(L, o);
-  lua_rawseti(L, -2, 2);
-  lua_pushvalue(L, ti);
-  lua_rawseti(L, -2, 3);
+  view_meta(L, di, ti, 1);
   lua_rawgeti(L, f, VF_KINDEX);
   lua_rawgeti(L, f, VF_CHILD);
   lua_rawset(L, -3);
