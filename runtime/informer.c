@@ -6,7 +6,7 @@
  * pops and pumps in bounded batches, which is where the store changes and
  * handlers run. Objects are counted references: whatever a producer borrows
  * it does not keep. Once the cache is large enough to repay a codec's
- * state (about 260 KB of zstd contexts and dictionary), every object the
+ * state (about 400 KB of zstd contexts and dictionary), every object the
  * FIFO takes in passes through the informer's codec (objz.h) after the
  * transform, so what the FIFO, the store and the listeners hold is the
  * compressed form; after sync (with timers), an object the watch changes

@@ -37,7 +37,7 @@ typedef struct kl_informer_opts {
    * with a dictionary learned from the first objects (objz.h) once the
    * store and the FIFO together hold compress_min_objects keys (0:
    * KL_INFORMER_COMPRESS_MIN), a size at which the codec's own state
-   * (about 260 KB) is repaid; objects taken in before stay plain. The
+   * (about 400 KB) is repaid; objects taken in before stay plain. The
    * extracted metadata stays plain either way. Once synced, and given
    * timers, an object the watch changes is cached plain and compressed
    * when it has not changed for KL_INFORMER_COLD_AFTER seconds (a timer,

@@ -1,12 +1,19 @@
 /* objz.c — zstd with a learned dictionary for cached objects (see objz.h).
  *
  * The codec starts learning: each plain object of at least min_size bytes
- * appends its JSON to the sample and to the statistics, and is cached as it
- * is. Once the sample holds sample_size bytes and the statistics `samples`
- * objects, the sample becomes the dictionary's content (zstd matches
- * against it like against earlier input, which is what similar objects
- * need) and ZDICT_finalizeDictionary adds entropy tables learned from the
- * statistics (about a millisecond; no training pass holds the loop). The
+ * appends its JSON to the sample until it holds sample_size bytes, then
+ * the next `samples` objects go to the statistics; all are cached as they
+ * are. The sample becomes the dictionary's content (zstd matches against
+ * it like against earlier input, which is what similar objects need) and
+ * ZDICT_finalizeDictionary adds entropy tables learned by compressing the
+ * statistics with it (about a millisecond; no training pass holds the
+ * loop). The statistics are objects outside the content, as every later
+ * object is: objects inside it would match it whole and price literals
+ * and offsets for a codec that never sees them (realistic Pods: 382 bytes
+ * compressed against 372 at 32 KiB). A larger content finds more of an
+ * object's strings: 128 KiB (about 60 Pods) gives 321 bytes for 2.4 KB
+ * of JSON and 11% fewer instructions than 32 KiB, as the longer matches
+ * leave fewer positions to hash and fewer sequences to code. The
  * tables spare zstd building Huffman and FSE tables for every object, which
  * for a 4 KB object costs more than the matching: with them compression
  * takes about half the instructions and the output is smaller. Should
@@ -72,7 +79,7 @@ kl_objz_t *kl_objz_new(const kl_objz_opts_t *opts) {
   kl_objz_t *z = kl_xcalloc(1, sizeof *z);
   if (opts) z->o = *opts;
   if (!z->o.min_size) z->o.min_size = 256;
-  if (!z->o.sample_size) z->o.sample_size = 32 * 1024;
+  if (!z->o.sample_size) z->o.sample_size = 128 * 1024;
   if (!z->o.level) z->o.level = 1;
   if (!z->o.samples) z->o.samples = 16;
   z->refs = 1;
@@ -181,18 +188,18 @@ static void learn(kl_objz_t *z, kl_json_span_t j) {
     z->sample = kl_xmalloc(z->o.sample_size);
     z->stats_sizes = kl_xmalloc(z->o.samples * sizeof *z->stats_sizes);
   }
-  size_t n = z->o.sample_size - z->sample_len;
-  if (n > j.n) n = j.n;
-  memcpy(z->sample + z->sample_len, j.p, n);
-  z->sample_len += n;
-  if (z->nstats < z->o.samples) {
-    z->stats = kl_xrealloc(z->stats, z->stats_len + j.n);
-    memcpy(z->stats + z->stats_len, j.p, j.n);
-    z->stats_len += j.n;
-    z->stats_sizes[z->nstats++] = j.n;
+  if (z->sample_len < z->o.sample_size) {
+    size_t n = z->o.sample_size - z->sample_len;
+    if (n > j.n) n = j.n;
+    memcpy(z->sample + z->sample_len, j.p, n);
+    z->sample_len += n;
+    return;
   }
-  if (z->sample_len == z->o.sample_size && z->nstats == z->o.samples)
-    learned(z);
+  z->stats = kl_xrealloc(z->stats, z->stats_len + j.n);
+  memcpy(z->stats + z->stats_len, j.p, j.n);
+  z->stats_len += j.n;
+  z->stats_sizes[z->nstats++] = j.n;
+  if (z->nstats == z->o.samples) learned(z);
 }
 
 kl_obj_t *kl_objz_compress(kl_objz_t *z, kl_obj_t *o) {

@@ -6,8 +6,8 @@
  * the first objects the informer caches shrinks the rest several times over.
  * A codec is per informer: it keeps the first objects plain while it learns
  * (their JSON, up to sample_size bytes, becomes the dictionary's content,
- * and the first `samples` objects give it entropy tables), then returns
- * compressed copies of every object worth compressing.
+ * and the `samples` objects after those give it entropy tables), then
+ * returns compressed copies of every object worth compressing.
  * Compressed objects keep plain only what the store and the FIFO read on
  * every access (namespace, name, resourceVersion, apiVersion, kind,
  * generation, deletionTimestamp) and hold a reference on the codec, which
@@ -29,9 +29,10 @@ typedef struct kl_objz kl_objz_t;
 
 typedef struct kl_objz_opts {
   size_t min_size;    /* JSON shorter than this stays plain; 0: 256 */
-  size_t sample_size; /* JSON bytes learned before compressing; 0: 32 KiB */
+  size_t sample_size; /* JSON bytes of the dictionary's content; 0: 128 KiB */
   int level;          /* zstd level; 0: 1 */
-  size_t samples;     /* objects the entropy tables are learned from; 0: 16 */
+  size_t samples;     /* objects after the content the entropy tables are
+                       * learned from; 0: 16 */
 } kl_objz_opts_t;
 
 typedef struct kl_objz_stats {

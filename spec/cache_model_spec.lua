@@ -525,8 +525,9 @@ describe("the informer cache against a model", function()
     end)
   end
   -- Objects of about 1 KB, in a cache of more than 512 keys: after the
-  -- first 32 KiB of them the informer keeps the rest compressed, and
-  -- nothing may read differently. (Slower: every check reads 520 more keys.)
+  -- first 128 KiB of them and 16 more, the informer keeps the rest
+  -- compressed, and nothing may read differently. (Slower: every check
+  -- reads 520 more keys.)
   for _, seed in ipairs({ 3 }) do
     it("matches the model with compressed objects for seed " .. seed, function()
       local events = run(seed, 300, true)

@@ -49,9 +49,9 @@ static void test_compresses_once_the_cache_is_large(void) {
   io.compress_min_objects = 5;
   kl_informer_t *inf = kl_informer_new(&io);
   /* Pods 1-5 come before the threshold (the key being queued is not yet
-   * counted), 6-34 fill the 32 KiB content (the first 16 are the samples),
-   * 35-40 are compressed. */
-  KT_EQ_INT(fill(inf, 40), 6);
+   * counted), 6-119 fill the 128 KiB content, 120-135 are the samples of
+   * the entropy tables, 136-140 are compressed. */
+  KT_EQ_INT(fill(inf, 140), 5);
   kl_informer_free(inf);
   KT_EQ_INT(heap_used(), h0);
 }
@@ -105,7 +105,7 @@ static void test_labels_and_owners_left_in_the_json(void) {
 
 /* The body of a list of Pods first..last; adds their plain sizes to *plain. */
 static char *list_body(int first, int last, size_t *n, size_t *plain) {
-  size_t cap = 1 << 17;
+  size_t cap = 1 << 19;
   char *body = malloc(cap);
   *n = (size_t)snprintf(
       body, cap,
@@ -154,9 +154,9 @@ static void test_list_items_compressed_as_they_arrive(void) {
   io.compress_min_objects = 5;
   kl_informer_t *inf = kl_informer_new(&io);
   size_t plain = 0;
-  relist(inf, 1, 40, &plain); /* the codec learns */
+  relist(inf, 1, 140, &plain); /* the codec learns */
   plain = 0;
-  size_t held = relist(inf, 41, 80, &plain);
+  size_t held = relist(inf, 141, 180, &plain);
   KT_TRUE(held * 2 < plain);
   KT_EQ_INT(kl_store_len(kl_informer_store(inf)), 40);
   kl_informer_free(inf);
@@ -183,7 +183,7 @@ static void update(kl_informer_t *inf, int i) {
 }
 
 /* An informer on timers ts that compresses from 5 keys, synced with Pods
- * 1-40 (the codec learned from them). */
+ * 1-140 (the codec learned from them). */
 static kl_informer_t *synced(kl_timers_t *ts) {
   kl_informer_opts_t io = {0};
   io.name = "pods";
@@ -191,7 +191,7 @@ static kl_informer_t *synced(kl_timers_t *ts) {
   io.compress_min_objects = 5;
   kl_informer_t *inf = kl_informer_new(&io);
   size_t plain = 0;
-  relist(inf, 1, 40, &plain);
+  relist(inf, 1, 140, &plain);
   return inf;
 }
 
@@ -235,13 +235,13 @@ static void test_changed_objects_compressed_when_cold(void) {
 }
 
 /* Changes faster than KL_INFORMER_COLD_AFTER keep the cold queue within
- * 64 entries (the store holds fewer keys): the heap stays level (64 more
- * entries would hold 64 more keys, over 2 KB). */
+ * as many entries as the store holds keys (140): the heap stays level (64
+ * more entries would hold 64 more keys, over 2 KB). */
 static void test_cold_queue_bounded(void) {
   size_t h0 = heap_used();
   kl_timers_t *ts = kl_timers_new(&kt_clock);
   kl_informer_t *inf = synced(ts);
-  for (int k = 0; k < 64; k++)
+  for (int k = 0; k < 140; k++)
     update(inf, 30);
   size_t h1 = heap_used();
   for (int k = 0; k < 64; k++)
