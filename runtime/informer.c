@@ -103,10 +103,24 @@ static bool compressing(const kl_informer_t *inf, size_t pending) {
              inf->z_min;
 }
 
-kl_obj_t *kl_informer_cache_form(kl_informer_t *inf, kl_obj_t *o,
-                                 size_t pending) {
-  return compressing(inf, pending) ? kl_objz_compress(inf->z, o)
-                                   : kl_obj_ref(o);
+/* Replaces *o by its compressed form (or keeps it). */
+static void compress_item(kl_informer_t *inf, kl_obj_t **o) {
+  kl_obj_t *c = kl_objz_compress(inf->z, *o);
+  kl_obj_unref(*o);
+  *o = c;
+}
+
+void kl_informer_cache_forms(kl_informer_t *inf, kl_obj_t **objs, size_t n,
+                             size_t *cached) {
+  if (!compressing(inf, n)) return;
+  for (size_t i = *cached; i < n; i++) {
+    bool learning = kl_objz_learning(inf->z);
+    compress_item(inf, &objs[i]);
+    if (learning && !kl_objz_learning(inf->z))
+      for (size_t k = 0; k <= i; k++)
+        compress_item(inf, &objs[k]);
+  }
+  *cached = n;
 }
 
 /* Whether objects changed now are cached plain and compressed when cold. */
@@ -540,6 +554,7 @@ struct kl_informer_list {
   kl_json_stream_t *last; /* the page that ended last, for its envelope */
   kl_obj_t **objs;
   size_t count, cap;
+  size_t cached; /* objs[0..cached) are in their cache form */
 };
 
 kl_informer_list_t *kl_informer_list_begin(kl_informer_t *inf) {
@@ -578,11 +593,10 @@ int kl_informer_list_feed(kl_informer_list_t *l, const char *p, size_t n,
       l->cap = l->cap ? l->cap * 2 : 64;
       l->objs = kl_xrealloc(l->objs, l->cap * sizeof *l->objs);
     }
-    kl_obj_t *o;
-    if ((rc = kl_obj_parse(&v, &oo, &o, err, errlen)) != 0) return rc;
-    l->objs[l->count] = kl_informer_cache_form(l->inf, o, l->count);
-    kl_obj_unref(o);
+    if ((rc = kl_obj_parse(&v, &oo, &l->objs[l->count], err, errlen)) != 0)
+      return rc;
     l->count++;
+    kl_informer_cache_forms(l->inf, l->objs, l->count, &l->cached);
   }
   if (rc == KL_EAGAIN) return 0;
   snprintf(err, errlen, "%s", kl_json_stream_error(l->page));

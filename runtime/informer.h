@@ -161,20 +161,23 @@ int kl_informer_feed_events(kl_informer_t *inf, const char *p, size_t n,
 /* Sets what kl_informer_last_rv reports (copied; "" or NULL: unchanged). */
 void kl_informer_set_rv(kl_informer_t *inf, const char *rv);
 
-/* The form in which the cache would keep o, given `pending` more objects
- * collected for a Replace (a list's items, a streaming list's initial
- * events): a new reference to a compressed copy once the cache is large
- * enough for the codec, else to o itself. Collecting in this form keeps a
+/* For a Replace being collected in objs[0..n) (a list's items, a
+ * streaming list's initial events), each item holding one reference: puts
+ * the items from *cached on in the form the cache keeps them, and sets
+ * *cached to n. That is a compressed copy once a cache of n keys is large
+ * enough for the codec, then for every item collected before too, and
+ * again for those the codec kept plain while it learned from them, once
+ * it has learned; else the item itself. Collecting in this form keeps a
  * large list's peak memory near what the cache holds after it (no plain
- * copy of the whole list). The user's transform still runs at the Replace;
- * it reads a compressed object like a plain one. */
-kl_obj_t *kl_informer_cache_form(kl_informer_t *inf, kl_obj_t *o,
-                                 size_t pending);
+ * copy of the whole list). The user's transform still runs at the
+ * Replace; it reads a compressed object like a plain one. */
+void kl_informer_cache_forms(kl_informer_t *inf, kl_obj_t **objs, size_t n,
+                             size_t *cached);
 
 /* A list received page by page (limit/continue), replaced in one go at the
  * end, as client-go's pager aggregates pages before the reflector's
  * Replace. Items get the informer's apiVersion and kind when they carry
- * none, and are kept in their cache form (kl_informer_cache_form). The
+ * none, and are kept in their cache form (kl_informer_cache_forms). The
  * accumulator holds one reference on each item; the informer must outlive
  * it. */
 typedef struct kl_informer_list kl_informer_list_t;

@@ -202,6 +202,8 @@ static void learn(kl_objz_t *z, kl_json_span_t j) {
   if (z->nstats == z->o.samples) learned(z);
 }
 
+bool kl_objz_learning(const kl_objz_t *z) { return !z->cdict; }
+
 kl_obj_t *kl_objz_compress(kl_objz_t *z, kl_obj_t *o) {
   if (kl_obj_compressed(o)) return kl_obj_ref(o);
   kl_json_span_t j = kl_obj_json(o);

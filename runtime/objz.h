@@ -55,6 +55,10 @@ void kl_objz_unref(kl_objz_t *z);
  * shrink). Never fails. */
 kl_obj_t *kl_objz_compress(kl_objz_t *z, kl_obj_t *o);
 
+/* Whether the codec is still learning: it keeps the objects it is given
+ * plain, and compresses from the next one after the last it learns from. */
+bool kl_objz_learning(const kl_objz_t *z);
+
 /* Decompresses src (n bytes, made by this codec from len bytes of JSON)
  * into one of the codec's buffers, NUL-terminated. The span stays valid
  * until the fourth next call on this codec. Corrupt input is a bug: it

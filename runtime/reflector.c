@@ -206,6 +206,7 @@ struct kl_reflector {
   bool initial; /* the initial events are coming */
   kl_obj_t **wl_objs;
   size_t wl_n, wl_cap;
+  size_t wl_cached; /* wl_objs[0..wl_cached) are in their cache form */
 
   kl_reflector_stats_t st;
 };
@@ -853,7 +854,7 @@ static void wl_clear(kl_reflector_t *r) {
     kl_obj_unref(r->wl_objs[i]);
   free(r->wl_objs);
   r->wl_objs = NULL;
-  r->wl_n = r->wl_cap = 0;
+  r->wl_n = r->wl_cap = r->wl_cached = 0;
   r->initial = false;
   r->wl_ignored = false;
 }
@@ -932,7 +933,7 @@ static int wl_commit(kl_reflector_t *r, const kl_obj_t *bookmark, char *err,
   size_t n = r->wl_n;
   copy_rv(rv, s.p, s.n);
   r->wl_objs = NULL; /* the informer's on_work may stop us meanwhile */
-  r->wl_n = r->wl_cap = 0;
+  r->wl_n = r->wl_cap = r->wl_cached = 0;
   r->initial = false;
   int rc = kl_informer_replace(r->inf, objs, n, rv, err, errlen);
   for (size_t i = 0; i < n; i++)
@@ -968,8 +969,8 @@ static int initial_event(kl_reflector_t *r, const kl_obj_event_t *ev, char *err,
       r->wl_cap = r->wl_cap ? r->wl_cap * 2 : 64;
       r->wl_objs = kl_xrealloc(r->wl_objs, r->wl_cap * sizeof *r->wl_objs);
     }
-    r->wl_objs[r->wl_n] = kl_informer_cache_form(r->inf, ev->obj, r->wl_n);
-    r->wl_n++;
+    r->wl_objs[r->wl_n++] = kl_obj_ref(ev->obj);
+    kl_informer_cache_forms(r->inf, r->wl_objs, r->wl_n, &r->wl_cached);
     return 1;
   }
   if (ev->type != KL_OBJ_BOOKMARK) {
