@@ -1792,6 +1792,55 @@ static void test_watch_list(void) {
   teardown();
 }
 
+/* A streaming list's initial events of n ConfigMaps of about 1.1 KB
+ * (cm-1..cm-n), then its end bookmark at RV 100. */
+static char *large_initial_events(int n) {
+  size_t cap = (size_t)n * 1400 + 512, len = 0;
+  char *b = malloc(cap);
+  for (int i = 1; i <= n; i++) {
+    len += (size_t)snprintf(
+        b + len, cap - len,
+        "{\"type\":\"ADDED\",\"object\":{\"kind\":\"ConfigMap\","
+        "\"apiVersion\":\"v1\",\"metadata\":{\"name\":\"cm-%d\","
+        "\"namespace\":\"ns\",\"resourceVersion\":\"%d\"},\"data\":{",
+        i, i);
+    for (int k = 0; k < 16; k++)
+      len += (size_t)snprintf(b + len, cap - len,
+                              "%s\"key-%d\":\"value %d of config map %d, "
+                              "shared by many\"",
+                              k ? "," : "", k, k * i % 97, i);
+    len += (size_t)snprintf(b + len, cap - len, "}}}\n");
+  }
+  snprintf(b + len, cap - len, BOOKMARK_END("100"));
+  return b;
+}
+
+/* A streaming list's objects are cached compressed, those that came before
+ * the cache was large enough for the codec (512 keys) and those it learned
+ * from (about 130) too, not kept plain. */
+static void test_watch_list_compressed(void) {
+  kl_reflector_opts_t o = {0};
+  o.watch_list = true;
+  setup_with(&o);
+  char *events = large_initial_events(700);
+  STREAM_(events);
+  kl_reflector_start(refl);
+  UNTIL(kl_reflector_listed(refl));
+  pump();
+  KT_EQ_INT(kl_store_len(kl_informer_store(inf)), 700);
+  int compressed = 0;
+  for (int i = 1; i <= 700; i++) {
+    char key[32];
+    int n = snprintf(key, sizeof key, "ns/cm-%d", i);
+    kl_obj_t *c = kl_store_get(kl_informer_store(inf), key, (size_t)n);
+    KT_TRUE(c != NULL);
+    compressed += c && kl_obj_compressed(c);
+  }
+  KT_EQ_INT(compressed, 700);
+  teardown();
+  free(events);
+}
+
 /* A streaming list that gets one ADDED event (and nothing more, in these
  * tests), with a list and a watch scripted after it. */
 static void stream_initial_then_list(void) {
@@ -1953,6 +2002,7 @@ int main(void) {
   KT_RUN(test_credentials_per_request);
   KT_RUN(test_credentials_pending);
   KT_RUN(test_watch_list);
+  KT_RUN(test_watch_list_compressed);
   KT_RUN(test_watch_accept);
   KT_RUN(test_watch_list_falls_back);
   KT_RUN(test_bad_options);
