@@ -85,6 +85,9 @@
 #define HTTPD_LINGER_TIMEOUT 2.0
 #define HTTPD_LINGER_BYTES (1024 * 1024)
 #define HTTPD_KEEP_BUF (64 * 1024)
+/* A connection keeps its last response's header buffer up to this size
+ * for the next response instead of an allocation each. */
+#define HTTPD_RH_KEEP 4096
 /* HTTP/2: frames are taken from the session into c->out up to this much,
  * so a blocked socket leaves the backlog in each stream's own buffer,
  * where its producer sees it (kl_httpd_buffered) and its cap applies. */
@@ -241,6 +244,7 @@ struct conn {
   int goaway;
   struct sendjob *job; /* out with the send thread: the socket is its */
   hbuf spare;          /* a sent job's buffer, for the next burst */
+  hbuf rh_spare;       /* a completed request's header buffer, for the next */
   char peer[INET6_ADDRSTRLEN + 8];
 };
 
@@ -544,6 +548,11 @@ static void req_drop_dead(kl_httpd_req_t *r) {
 /* The owner completed the response: the request is freed now. */
 static void req_complete(conn *c, kl_httpd_req_t *r) {
   if (r->phase == RQ_STREAM) c->h->nstreams--;
+  if (r->rh.p && !c->rh_spare.p && r->rh.cap <= HTTPD_RH_KEEP) {
+    c->rh_spare = r->rh; /* its lines are in c->out or nghttp2's copy */
+    c->rh_spare.off = c->rh_spare.len = 0;
+    r->rh = (hbuf){NULL, 0, 0, 0};
+  }
   if (r->s)
     r->s->req = NULL; /* the stream goes on until its bytes are out */
   else
@@ -1735,6 +1744,7 @@ static void conn_kill(conn *c, int reason) {
   hbuf_free(&c->in);
   hbuf_free(&c->out);
   hbuf_free(&c->spare);
+  hbuf_free(&c->rh_spare);
   kl_loop_defer(h->loop, &c->defer);
   accept_resume(h);
 }
@@ -2622,6 +2632,10 @@ int kl_httpd_set_header(kl_httpd_req_t *r, const char *name,
     return 0;
   }
   if (r->rh.len + nl + vl + 4 > r->h->o.max_header_bytes) return KL_ELIMIT;
+  if (!r->rh.p && r->c && r->c->rh_spare.p) {
+    r->rh = r->c->rh_spare;
+    r->c->rh_spare = (hbuf){NULL, 0, 0, 0};
+  }
   hbuf_reserve(&r->rh, nl + vl + 4);
   hbuf_append(&r->rh, name, nl);
   hbuf_append(&r->rh, ": ", 2);
