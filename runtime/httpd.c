@@ -2706,6 +2706,12 @@ int kl_httpd_reply(kl_httpd_req_t *r, int status, const void *body,
   }
   hbuf_append(&c->out, body, len);
   req_complete(c, r);
+  /* An answer made outside the connection's io callback (a handler task
+   * that waited) goes out now: through the defer node it would wait for
+   * every other handler ready in this pass of the loop, and then for the
+   * next pass's reads of every ready connection. The defer node still
+   * reads what the client pipelined, and closes. */
+  if (!c->in_io && !c->blocked && !c->job && !c->close_after) conn_flush(c, 0);
   return 0;
 }
 

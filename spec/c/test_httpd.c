@@ -13,6 +13,7 @@
 #include <netinet/in.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -463,6 +464,27 @@ static void pipeline_exact(tc *t, size_t total, int handled) {
   UNTIL(t->len >= want);
   KT_EQ_INT(t->len, want);
   KT_EQ_INT(nhandled, handled + 1 + nreq);
+}
+
+/* An answer made outside the connection's io callback is on the socket
+ * when kl_httpd_reply returns, before the loop turns again (the loop is
+ * not run here: the bytes come from the reply itself). */
+static void test_reply_from_outside_goes_out_at_once(void) {
+  const char *want = "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nheld";
+  char got[128];
+  start();
+  tc *t = tc_open();
+  tc_send(t, "GET /hold HTTP/1.1\r\nHost: x\r\n\r\n");
+  UNTIL(nhandled == 1);
+  kl_httpd_req_t *r = find_held("/hold");
+  KT_EQ_INT(kl_httpd_reply(r, 200, "held", 4), 0);
+  forget(r);
+  struct pollfd pf = {.fd = t->fd, .events = POLLIN};
+  KT_EQ_INT(poll(&pf, 1, 5000), 1);
+  ssize_t n = recv(t->fd, got, sizeof got, MSG_DONTWAIT);
+  KT_EQ_MEM(got, n > 0 ? (size_t)n : 0, want);
+  tc_close(t);
+  stop();
 }
 
 static void test_pipelined_responses_keep_request_order(void) {
@@ -1960,6 +1982,7 @@ int main(void) {
   }
   KT_RUN(test_get_exact_bytes);
   KT_RUN(test_keepalive_serves_many_requests);
+  KT_RUN(test_reply_from_outside_goes_out_at_once);
   KT_RUN(test_pipelined_responses_keep_request_order);
   KT_RUN(test_post_bodies_content_length_and_chunked);
   KT_RUN(test_request_getters_and_query);
