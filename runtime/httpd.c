@@ -2232,8 +2232,8 @@ static SSL_CTX *tls_ctx_new(const kl_httpd_opts_t *o, char *err,
   }
   SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
   SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE |
-                            SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER |
-                            SSL_MODE_RELEASE_BUFFERS);
+                            SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+  if (!o->tls_keep_buffers) SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS);
   SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION |
                                SSL_OP_CIPHER_SERVER_PREFERENCE);
   /* TLS 1.3 suites in the order Go's servers prefer them on hardware with
@@ -2706,11 +2706,11 @@ int kl_httpd_reply(kl_httpd_req_t *r, int status, const void *body,
   }
   hbuf_append(&c->out, body, len);
   req_complete(c, r);
-  /* An answer made outside the connection's io callback (a handler task
-   * that waited) goes out now: through the defer node it would wait for
-   * every other handler ready in this pass of the loop, and then for the
-   * next pass's reads of every ready connection. The defer node still
-   * reads what the client pipelined, and closes. */
+  /* An answer made outside the connection's io callback (from a handler's
+   * task, which runs after it) goes out now: through the defer node it
+   * would wait for every other handler ready in this pass of the loop, and
+   * then for the next pass's reads of every ready connection. The defer node
+   * still reads what the client pipelined, and closes. */
   if (!c->in_io && !c->blocked && !c->job && !c->close_after) conn_flush(c, 0);
   return 0;
 }

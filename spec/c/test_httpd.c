@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <dirent.h>
+#include <malloc.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -1948,6 +1949,48 @@ static void test_tls_round_trip(void) {
 
 /* A socket handed to the server is served as an accepted one: HTTP/1.1,
  * or HTTP/2 from its first byte (prior knowledge). */
+/* The heap in use while one TLS connection that has been answered stays
+ * open, with tls_keep_buffers as given. */
+static size_t heap_with_an_answered_tls_connection(int keep) {
+  kl_httpd_opts_t o = {0};
+  o.tls_cert_file = tls_cert;
+  o.tls_key_file = tls_key;
+  o.tls_keep_buffers = keep;
+  start_opts(&o);
+  tc *t = tc_open_at("127.0.0.1", kl_httpd_port(srv), 1, 0);
+  tc_send(t, "GET /hello HTTP/1.1\r\nHost: x\r\n\r\n");
+  UNTIL(t->len >= strlen(HELLO) || t->err || t->eof);
+  KT_EQ_MEM(t->buf, t->len, HELLO);
+  for (int i = 0; i < 10; i++)
+    ev_run(EV, EVRUN_NOWAIT);
+  size_t used = mallinfo2().uordblks;
+  tc_close(t);
+  stop();
+  return used;
+}
+
+/* tls_keep_buffers: an idle TLS connection holds OpenSSL's read and write
+ * buffers (~34 KiB) instead of giving them back after each record. */
+static void test_tls_keep_buffers(void) {
+  if (make_cert() < 0) {
+    KT_FAIL_("%s", "cannot make a certificate with the openssl CLI");
+    return;
+  }
+  cli_ctx = SSL_CTX_new(TLS_client_method());
+  SSL_CTX_set_verify(cli_ctx, SSL_VERIFY_PEER, NULL);
+  KT_EQ_INT(SSL_CTX_load_verify_locations(cli_ctx, tls_cert, NULL), 1);
+  heap_with_an_answered_tls_connection(0); /* OpenSSL's own first uses */
+  size_t released = heap_with_an_answered_tls_connection(0);
+  size_t kept = heap_with_an_answered_tls_connection(1);
+  KT_TRUE(kept >= released + 32 * 1024);
+  KT_TRUE(kept <= released + 48 * 1024);
+  SSL_CTX_free(cli_ctx);
+  cli_ctx = NULL;
+  unlink(tls_cert);
+  unlink(tls_key);
+  rmdir(tls_dir);
+}
+
 static void test_serve_fd_http1_and_h2_prior_knowledge(void) {
   start();
   for (int h2 = 0; h2 <= 1; h2++) {
@@ -2004,6 +2047,7 @@ int main(void) {
   KT_RUN(test_max_connections_and_date_header);
   KT_RUN(test_ipv6_and_bad_options);
   KT_RUN(test_tls_round_trip);
+  KT_RUN(test_tls_keep_buffers);
   KT_RUN(test_serve_fd_http1_and_h2_prior_knowledge);
   KT_RUN(test_send_thread_bursts_arrive_in_order);
   KT_RUN(test_send_thread_lets_go_of_dead_clients);
