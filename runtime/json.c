@@ -1078,6 +1078,9 @@ check_value(const uint8_t *p, const uint8_t *end, unsigned d0,
   unsigned lim = d0 < max_depth ? max_depth - d0 : 0;
   unsigned ixd = d0 < KL_JSON_INDEX_DEPTH ? KL_JSON_INDEX_DEPTH - d0 : 0;
   if (lim > KL_JSON_MAX_DEPTH) lim = KL_JSON_MAX_DEPTH;
+  /* Where an empty object after a name is taken in one step: depth - flat
+   * < nflat, for depth >= ixd, > 1 and < lim, in one comparison. */
+  unsigned flat = ixd > 2 ? ixd : 2, nflat = lim > flat ? lim - flat : 0;
   for (unsigned i = 0; i < KL_JSON_INDEX_DEPTH; i++)
     at[i] = NO_ENTRY; /* whole_open sets each before use: for the compiler */
   if (m) *m = (kl_json_meta_t){NULL, NULL, NULL, false};
@@ -1094,15 +1097,14 @@ open:
 key:
   if (*p != '"') return false;
   ks = ++p;
-  esc = false; /* for meta_key: whether this name holds an escape */
+  if (m) esc = false; /* for meta_key: whether this name holds an escape */
   p = str_close(p, end, &win, &esc, isa);
   if (!p) return false;
   if (m && depth <= 2) meta_key(m, &md, depth, ks, p, end, esc);
   if (end - p >= 3 && p[1] == ':') {
     p += 2; /* compact input: the value follows the colon */
     if (*p == '"') goto string;
-    if (*p == '{' && end - p >= 2 && p[1] == '}' && depth >= ixd && depth > 1 &&
-        depth < lim) {
+    if (*p == '{' && end - p >= 2 && p[1] == '}' && depth - flat < nflat) {
       p += 2; /* {}, unindexed: a leaf of managedFields' fieldsV1 */
       goto after;
     }
