@@ -1012,12 +1012,20 @@ static inline void meta_key(kl_json_meta_t *m, int *md, unsigned depth,
  * keeps the special bytes ('"', '\\', control and high bytes) of a 64-byte
  * window as one mask, made once for the window (json_simd.h), and a string
  * that starts inside the window takes its end from the mask: most of a
- * Pod's strings are short, so one window serves several. */
+ * Pod's strings are short, so one window serves several. A two-byte escape
+ * is stepped over in the mask too (a managedFields name such as
+ * k:{\"type\":\"Ready\"} holds four); anything else special (\u, UTF-8,
+ * a control byte) goes to kl_json_str_rest, which checks it. */
 typedef struct win {
   const uint8_t *base; /* the window's first byte */
   size_t n;            /* its length: 64, or 0 before the first */
   uint64_t special;    /* its special bytes, bit i for base[i] */
 } win_t;
+
+/* The bytes that make a two-byte escape after a backslash. */
+static const uint8_t short_escape[256] = {
+    ['"'] = 1, ['\\'] = 1, ['/'] = 1, ['b'] = 1,
+    ['f'] = 1, ['n'] = 1,  ['r'] = 1, ['t'] = 1};
 
 static inline __attribute__((always_inline)) const uint8_t *
 str_close(const uint8_t *s, const uint8_t *end, win_t *w, bool *esc,
@@ -1035,13 +1043,17 @@ str_close(const uint8_t *s, const uint8_t *end, win_t *w, bool *esc,
         off = 0;
       }
       uint64_t sp = w->special >> off;
-      if (sp) {
-        const uint8_t *q = s + __builtin_ctzll(sp);
-        if (*q == '"') return q;
+      if (!sp) {
+        s = w->base + 64; /* the string goes on past the window */
+        continue;
+      }
+      const uint8_t *q = s + __builtin_ctzll(sp);
+      if (__builtin_expect(*q == '"', 1)) return q;
+      if (*q != '\\' || end - q < 2 || !short_escape[q[1]])
         return (const uint8_t *)kl_json_str_rest((const char *)q,
                                                  (const char *)end, esc);
-      }
-      s = w->base + 64; /* the string goes on past the window */
+      *esc = true;
+      s = q + 2; /* the string goes on after the escape */
     }
   }
 #else
