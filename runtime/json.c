@@ -1103,6 +1103,10 @@ open:
   cl = *p == '{' ? '}' : ']';
   stk[depth++] = cl;
   p++;
+  if (p < end && *p == '"') { /* compact input: a name, or a string */
+    if (cl == '}') goto key;
+    goto string;
+  }
   WHOLE_WS();
   if (*p == cl) goto close;
   if (cl == ']') goto value;
@@ -1127,8 +1131,12 @@ key:
     p++;
   }
 value:
-  WHOLE_WS();
-  switch (*p) {
+  if (p == end) return false;
+  switch (*p) { /* whitespace among the cases: compact input meets none */
+  case ' ':
+  case '\t':
+  case '\n':
+  case '\r': WHOLE_WS(); goto value;
   case '"':
   string:
     p = str_close(p + 1, end, &win, &esc, isa);
