@@ -16,6 +16,7 @@ local core = require "kubelua.core"
 local reviews = {} -- "from → to" of each object the webhook converted (one a review)
 local names = {} -- the name of each object it converted
 local prefix = "" -- put before what it converts to v1alpha1 (the webhook "fixed")
+local refuse -- the name of an object it refuses to convert
 local seen -- the last AdmissionReview request the validating webhook got
 
 local function schema()
@@ -39,6 +40,14 @@ local function greeting(version, spec)
   return { apiVersion = "example.com/" .. version, kind = "Greeting",
     metadata = { name = "hello", namespace = "demo" }, spec = spec }
 end
+
+-- A request to the simulator -> status, the decoded body.
+local function call(method, path)
+  local r = assert(http.request{ method = method, url = kube.server() .. path })
+  return r.status, kube.json.decode(r.body)
+end
+
+local ALPHA = "/apis/example.com/v1alpha1/namespaces/demo/greetings"
 
 -- Watches the v1alpha1 greetings of demo from resourceVersion rv for the
 -- given seconds, in a task; returns the events (filled when it ends) and a
@@ -67,6 +76,7 @@ describe("simulator conversion webhooks", function()
       if s.text == "fail" or s.message == "fail" or prefix == "fail" then
         return nil, "cannot convert fail"
       end
+      if obj.metadata.name == refuse then return nil, "cannot convert " .. refuse end
       if to == "example.com/v1" then
         s.message, s.text = s.text, nil
       else
@@ -81,7 +91,7 @@ describe("simulator conversion webhooks", function()
   end)
 
   before_each(function()
-    reviews, names, prefix, seen = {}, {}, "", nil
+    reviews, names, prefix, seen, refuse = {}, {}, "", nil, nil
     t = testing.start{ namespaces = { "demo", "webhooks" }, controllers = { root_ca = false } }
     t:webhooks{ CRD }
   end)
@@ -246,6 +256,44 @@ describe("simulator conversion webhooks", function()
       t:eventually(function() return kube.get("v1", "namespaces", nil, "demo") == nil end, 10)
       assert.is_nil(kube.get("example.com/v1", "greetings", "demo", "hello"))
       assert.equal(0, #t:list("example.com/v1alpha1", "greetings"))
+    end)
+
+  it("converts every object in a selector's scope for a list of the other version, then "
+    .. "matches: a refused one that does not match fails it; metadata.name= reads one",
+    function()
+      for _, name in ipairs { "a", "b", "c" } do
+        local g = greeting("v1", { message = "hi " .. name })
+        g.metadata.name = name
+        g.metadata.labels = name == "b" and { x = "y" } or nil
+        t:create(g)
+      end
+      t:eventually(function() return #reviews == 3 end, 10)
+      names = {}
+      local code, list = call("GET", ALPHA .. "?labelSelector=x%3Dy")
+      assert.equal(200, code)
+      assert.equal(1, #list.items)
+      assert.same({ text = "hi b" }, list.items[1].spec)
+      assert.same({ "a", "b", "c" }, names)
+      names = {}
+      code, list = call("GET", ALPHA .. "?labelSelector=x%3Dy&limit=1")
+      assert.equal(200, code)
+      assert.same({ "b" }, { list.items[1].metadata.name, list.items[2] })
+      -- the page is full and keys are left in its range: a continue, as
+      -- the storage gives it, though none of them matches
+      assert.is_true(#list.metadata.continue > 0)
+      assert.same({ "a", "b" }, names)
+      names = {}
+      code, list = call("GET", ALPHA .. "?fieldSelector=metadata.name%3Dc")
+      assert.equal(200, code)
+      assert.equal("c", list.items[1].metadata.name)
+      assert.same({ "c" }, names)
+      refuse, names = "a", {}
+      code, list = call("GET", ALPHA .. "?labelSelector=x%3Dy")
+      assert.same({ 500, "conversion webhook for example.com/v1, Kind=Greeting failed: "
+        .. "cannot convert a" }, { code, list.message })
+      assert.same({ "a" }, names)
+      code, list = call("GET", ALPHA .. "?fieldSelector=metadata.name%3Db")
+      assert.same({ 200, "b" }, { code, list.items[1].metadata.name })
     end)
 
   it("fails a request that waits for a version's cache whose task has stopped", function()

@@ -21,10 +21,13 @@
 -- stay open, as a real watch cache's do. The other reads of that version
 -- (get, list) convert the storage version's objects when they are made,
 -- one review per object, so a webhook fixed since a write is what they
--- see and a webhook that is down fails them; the storage version's own
--- reads call no webhook. A write through another version is converted
--- into the storage version (prepare) and its answer back (fresh); a
--- write through the storage version calls no webhook.
+-- see and a webhook that is down fails them; a list converts every object
+-- its storage range holds (the namespace, or the one name metadata.name=
+-- selects) before its selectors match, so a refused object that does not
+-- match fails it too; the storage version's own reads call no webhook. A
+-- write through another version is converted into the storage version
+-- (prepare) and its answer back (fresh); a write through the storage
+-- version calls no webhook.
 
 local kube = require "kubelua"
 local json = require "kubelua.json"
