@@ -217,6 +217,35 @@ function _M.steps()
     get("list all v1alpha1 namespace=other refused a", "/apis/" .. GROUP .. "/v1alpha1/greetings"
       .. "?fieldSelector=metadata.namespace%3Dother"),
     reviews("refused a"),
+    -- a delete through v1alpha1: each read and write of the registry a
+    -- review, its answer converted from what it stored (the webhook fixed
+    -- since is seen there)
+    mode("ok"),
+    { label = "create e through v1 with a finalizer", method = "POST", path = V1,
+      body = greeting("v1", "conv-e", { message = "ee" }, nil, { "example.com/keep" }) },
+    { label = "delete e through v1 dry run", method = "DELETE", path = V1 .. "/conv-e?dryRun=All" },
+    get("get e v1 after the dry run", V1 .. "/conv-e"),
+    reviews("create e"),
+    { label = "delete e through v1alpha1 dry run", method = "DELETE",
+      path = ALPHA .. "/conv-e?dryRun=All" },
+    reviews("delete e dry run"),
+    mode("fixed"),
+    { label = "delete e through v1alpha1", method = "DELETE", path = ALPHA .. "/conv-e" },
+    reviews("delete e"),
+    { label = "delete e through v1alpha1 again", method = "DELETE", path = ALPHA .. "/conv-e" },
+    reviews("delete e again"),
+    mode("refuse conv-e"),
+    { label = "delete e through v1alpha1 refused", method = "DELETE", path = ALPHA .. "/conv-e" },
+    reviews("delete e refused"),
+    mode("ok"),
+    { label = "delete c through v1alpha1 dry run", method = "DELETE",
+      path = ALPHA .. "/conv-c?dryRun=All" },
+    reviews("delete c dry run"),
+    { label = "delete c through v1alpha1", method = "DELETE", path = ALPHA .. "/conv-c" },
+    reviews("delete c"),
+    { label = "finalize e through v1", method = "PATCH", path = V1 .. "/conv-e", headers = MERGE,
+      body = { metadata = { finalizers = json.null } } },
+    reviews("finalize e"),
     -- the CRD goes (its answer is not this sequence's concern)
     { label = "delete the CRD", call = function(t)
       t:request{ method = "DELETE", path = CRDS .. "/greetings." .. GROUP }

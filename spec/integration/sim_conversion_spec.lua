@@ -48,6 +48,7 @@ local function call(method, path)
 end
 
 local ALPHA = "/apis/example.com/v1alpha1/namespaces/demo/greetings"
+local V1 = "/apis/example.com/v1/namespaces/demo/greetings"
 
 -- Watches the v1alpha1 greetings of demo from resourceVersion rv for the
 -- given seconds, in a task; returns the events (filled when it ends) and a
@@ -294,6 +295,65 @@ describe("simulator conversion webhooks", function()
       assert.same({ "a" }, names)
       code, list = call("GET", ALPHA .. "?fieldSelector=metadata.name%3Db")
       assert.same({ 200, "b" }, { code, list.items[1].metadata.name })
+    end)
+
+  it("converts a delete through the other version as the registry does: a review for each of "
+    .. "its reads and writes, its answer converted from what it stored; a refusal fails it",
+    function()
+      local held = greeting("v1", { message = "hi" })
+      held.metadata.finalizers = { "example.com/keep" }
+      t:create(held)
+      t:eventually(function() return #reviews == 1 end, 10)
+      reviews, prefix = {}, "fixed: "
+      -- its Get, its state (the cache's object), the object it writes, the
+      -- answer, and the cache's event
+      local code, out = call("DELETE", ALPHA .. "/hello")
+      assert.equal(200, code)
+      assert.equal("example.com/v1alpha1", out.apiVersion)
+      assert.same({ text = "fixed: hi" }, out.spec)
+      assert.truthy(out.metadata.deletionTimestamp)
+      assert.equal(2, out.metadata.generation)
+      t:eventually(function() return #reviews == 5 end, 10)
+      table.sort(reviews)
+      local to_v1, to_alpha = "example.com/v1alpha1 → example.com/v1",
+        "example.com/v1 → example.com/v1alpha1"
+      assert.same({ to_alpha, to_alpha, to_alpha, to_v1, to_v1 }, reviews)
+      assert.same({ message = "hi" }, t:get("example.com/v1", "greetings", "demo", "hello").spec)
+      refuse = "hello"
+      code, out = call("DELETE", ALPHA .. "/hello")
+      assert.same({ 500, "conversion webhook for example.com/v1, Kind=Greeting failed: "
+        .. "cannot convert hello" }, { code, out.message })
+    end)
+
+  it("answers a dry run's delete with what the delete would give, storing nothing",
+    function()
+      local held = greeting("v1", { message = "hi" })
+      held.metadata.finalizers = { "example.com/keep" }
+      local made = t:create(held)
+      local code, out = call("DELETE", V1 .. "/hello?dryRun=All")
+      assert.equal(200, code)
+      assert.truthy(out.metadata.deletionTimestamp)
+      assert.same({ 0, 2, made.metadata.resourceVersion }, { out.metadata.deletionGracePeriodSeconds,
+        out.metadata.generation, out.metadata.resourceVersion })
+      local now = t:get("example.com/v1", "greetings", "demo", "hello")
+      assert.is_nil(now.metadata.deletionTimestamp)
+      assert.equal(made.metadata.resourceVersion, now.metadata.resourceVersion)
+      t:eventually(function() return #reviews == 1 end, 10)
+      reviews = {}
+      local other = greeting("v1", { message = "yo" })
+      other.metadata.name = "other"
+      other = t:create(other)
+      t:eventually(function() return #reviews == 1 end, 10)
+      reviews = {}
+      -- through the other version: its Get and the dry run's own
+      code, out = call("DELETE", ALPHA .. "/other?dryRun=All")
+      assert.equal(200, code)
+      assert.same({ kind = "Status", apiVersion = "v1", metadata = {}, status = "Success",
+        details = { name = "other", group = "example.com", kind = "greetings",
+          uid = other.metadata.uid } }, out)
+      assert.same({ "example.com/v1 → example.com/v1alpha1",
+        "example.com/v1 → example.com/v1alpha1" }, reviews)
+      assert.truthy(t:get("example.com/v1", "greetings", "demo", "other"))
     end)
 
   it("fails a request that waits for a version's cache whose task has stopped", function()
