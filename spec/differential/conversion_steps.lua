@@ -246,6 +246,16 @@ function _M.steps()
     { label = "finalize e through v1", method = "PATCH", path = V1 .. "/conv-e", headers = MERGE,
       body = { metadata = { finalizers = json.null } } },
     reviews("finalize e"),
+    -- a write whose field manager cannot convert the object into an
+    -- entry's apiVersion (conv-a keeps a v1alpha1 one) is stored without
+    -- managedFields
+    mode("refuse conv-a"),
+    { label = "patch a through v1 refused", method = "PATCH", path = V1 .. "/conv-a",
+      headers = MERGE, body = { spec = { message = "two" } } },
+    mode("ok"),
+    { label = "get a v1alpha1 at 0 after the refusal", method = "GET", wait = text_is("two"),
+      path = ALPHA .. "/conv-a?resourceVersion=0" },
+    reviews("refusal caught up", true),
     -- the CRD goes (its answer is not this sequence's concern)
     { label = "delete the CRD", call = function(t)
       t:request{ method = "DELETE", path = CRDS .. "/greetings." .. GROUP }

@@ -356,6 +356,56 @@ describe("simulator conversion webhooks", function()
       assert.truthy(t:get("example.com/v1", "greetings", "demo", "other"))
     end)
 
+  it("keeps a managedFields entry per manager, operation and apiVersion, each entry's fields "
+    .. "in its own version: the object before and after a write converted into it", function()
+      local r = assert(http.request{ method = "POST", url = kube.server() .. ALPHA
+        .. "?fieldManager=m", headers = { ["Content-Type"] = "application/json" },
+        body = kube.json.encode(greeting("v1alpha1", { text = "hi" })) })
+      assert.equal(201, r.status)
+      t:eventually(function() return #reviews == 3 end, 10)
+      reviews = {}
+      r = assert(http.request{ method = "PATCH", url = kube.server() .. V1 .. "/hello?fieldManager=m",
+        headers = { ["Content-Type"] = "application/merge-patch+json" },
+        body = '{"spec":{"message":"one"}}' })
+      assert.equal(200, r.status)
+      local mf = kube.json.decode(r.body).metadata.managedFields
+      for _, e in ipairs(mf) do e.time = nil end
+      -- (in the order of their times, then apiVersions: within a second, v1 first)
+      table.sort(mf, function(a, b) return a.apiVersion > b.apiVersion end)
+      -- the v1alpha1 entry lost spec.text, changed in its terms; spec stays its
+      assert.same({
+        { manager = "m", operation = "Update", apiVersion = "example.com/v1alpha1",
+          fieldsType = "FieldsV1", fieldsV1 = { ["f:spec"] = {} } },
+        { manager = "m", operation = "Update", apiVersion = "example.com/v1",
+          fieldsType = "FieldsV1", fieldsV1 = { ["f:spec"] = { ["f:message"] = {} } } } }, mf)
+      -- the object as it was, checked against the entry, then before and after
+      -- the write, and the cache's event
+      t:eventually(function() return #reviews == 4 end, 10)
+      assert.same({ "example.com/v1 → example.com/v1alpha1", "example.com/v1 → example.com/v1alpha1",
+        "example.com/v1 → example.com/v1alpha1", "example.com/v1 → example.com/v1alpha1" }, reviews)
+    end)
+
+  it("stores a write without managedFields when an entry's version cannot be converted, as "
+    .. "kube-apiserver's field manager fails, said in the log", function()
+      t:create(greeting("v1alpha1", { text = "hi" }))
+      t:eventually(function() return #reviews == 3 end, 10)
+      local logs, saved = {}, core.log
+      core.log = function(level, msg, fields)
+        if msg:find("^sim: managedFields") then logs[#logs + 1] = { level, msg, fields } end
+        saved(level, msg, fields)
+      end
+      refuse = "hello"
+      local ok, out = pcall(kube.patch, "example.com/v1", "greetings", "demo", "hello",
+        { spec = { message = "one" } }, "merge")
+      core.log = saved
+      assert(ok, out)
+      assert.same({ message = "one" }, out.spec)
+      assert.is_nil(out.metadata.managedFields)
+      assert.same({ { "error", "sim: managedFields dropped, an apiVersion's conversion failed",
+        ' error="conversion webhook for example.com/v1, Kind=Greeting failed: cannot convert '
+        .. 'hello" name=hello resource=greetings.example.com' } }, logs)
+    end)
+
   it("fails a request that waits for a version's cache whose task has stopped", function()
     t.sim.store.conversion.serving = function() return false end -- as once the servers close
     t:create(greeting("v1", { message = "hi" }))

@@ -9,6 +9,7 @@
 
 -- luacheck: ignore 212/self
 
+local kube = require "kubelua"
 local json = require "kubelua.json"
 local util = require "kubelua.sim.util"
 local patchlib = require "kubelua.sim.patch"
@@ -64,7 +65,27 @@ local function managed_node(res)
   return schemalib.custom(res.schema)
 end
 
-local function set_managed(res, old, new, ctx, operation, owned)
+-- The other apiVersions res's objects are served in, for
+-- kubelua.sim.managed's op.version: each one's schema and the conversion
+-- into it (through a CRD's webhook, kubelua.sim.conversion: a review
+-- each).
+local function versions_of(self, res)
+  return function(api_version)
+    for _, m in ipairs(res.mirrors or {}) do
+      if m.res.api_version == api_version then
+        local conv = self.conversion
+        local hook = conv and res.crd and conv:webhook_of(res)
+        return { node = managed_node(m.res), convert = function(obj)
+          if hook then return conv:convert(res, m.res, obj) end
+          return m.convert(obj)
+        end }
+      end
+    end
+    return nil
+  end
+end
+
+local function set_managed(self, res, old, new, ctx, operation, owned)
   if ctx.internal or ctx.apply then
     if old then new.metadata.managedFields = old.metadata.managedFields end
     return
@@ -80,11 +101,22 @@ local function set_managed(res, old, new, ctx, operation, owned)
       spec_defaults(res, basis)
     end
   end
-  local mf = managed.update(old, basis, {
+  -- the field manager sees the object as it is stored, converted back
+  -- into the request's version (res.managed_canon: kubelua.sim.store.resources)
+  if res.managed_canon then basis = res.canon(basis) end
+  local mf, err = managed.update(old, basis, {
     manager = manager_of(ctx), operation = operation or "Update", api_version = res.api_version,
     time = util.timestamp(), subresource = ctx.subresource, custom = not res.builtin,
-    has_status = res.status, owned = owned, node = managed_node(res) })
-  new.metadata.managedFields = #mf > 0 and mf or nil
+    has_status = res.status, owned = owned, node = managed_node(res),
+    version = versions_of(self, res) })
+  if not mf then
+    -- as kube-apiserver's field manager fails (UpdateNoErrors): the
+    -- object goes on without managedFields, said in the log
+    kube.log.error("sim: managedFields dropped, an apiVersion's conversion failed",
+      { resource = res.gr, name = new.metadata.name, error = type(err) == "table"
+        and err.message or tostring(err) })
+  end
+  new.metadata.managedFields = mf and #mf > 0 and mf or nil
 end
 
 -- What the service registry allocates (cluster IP, node ports), given
@@ -198,7 +230,7 @@ function Store:create(res, ns, obj, ctx, operation, owned)
   defaults(res, obj)
   err = validate_defaulted(res, obj)
   if err then return nil, err end
-  set_managed(res, nil, obj, ctx, operation, owned)
+  set_managed(self, res, nil, obj, ctx, operation, owned)
   wdefaults.create_unowned(res, obj)
   if is_service(res) then
     err = allocate_service(res, obj, nil, ctx.internal)
@@ -305,7 +337,7 @@ function Store:commit(res, e, obj, ctx)
   local before = copy(old)
   before.metadata.managedFields = nil
   if equal(without, before) then return e end
-  set_managed(res, old, obj, ctx)
+  set_managed(self, res, old, obj, ctx)
   if ctx.dry_run then return make_entry(obj, res) end
   if omd.deletionTimestamp and (md.finalizers == nil or md.finalizers == null
       or #md.finalizers == 0) and not namespace_held(res, obj) then
