@@ -246,6 +246,15 @@ function _M.steps()
     { label = "finalize e through v1", method = "PATCH", path = V1 .. "/conv-e", headers = MERGE,
       body = { metadata = { finalizers = json.null } } },
     reviews("finalize e"),
+    -- a patch through v1alpha1: its state (the watch cache's object) and
+    -- what it writes converted, its answer back; unchanged, the storage
+    -- read again
+    { label = "patch a through v1alpha1", method = "PATCH", path = ALPHA .. "/conv-a",
+      headers = MERGE, body = { spec = { text = "three" } } },
+    reviews("patch a v1alpha1"),
+    { label = "patch a through v1alpha1 unchanged", method = "PATCH", path = ALPHA .. "/conv-a",
+      headers = MERGE, body = { spec = { text = "three" } } },
+    reviews("patch a v1alpha1 unchanged"),
     -- a write whose field manager cannot convert the object into an
     -- entry's apiVersion (conv-a keeps a v1alpha1 one) is stored without
     -- managedFields

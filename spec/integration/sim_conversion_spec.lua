@@ -385,6 +385,26 @@ describe("simulator conversion webhooks", function()
         "example.com/v1 → example.com/v1alpha1", "example.com/v1 → example.com/v1alpha1" }, reviews)
     end)
 
+  it("converts an update through the other version as the registry does: its state (the "
+    .. "cache's object) and what it writes; unchanged, it reads the storage again", function()
+      -- (its managedFields entry in v1alpha1: no field manager's reviews)
+      t:create(greeting("v1alpha1", { text = "hi" }))
+      t:eventually(function() return #reviews == 3 end, 10)
+      local to_v1, to_alpha = "example.com/v1alpha1 → example.com/v1",
+        "example.com/v1 → example.com/v1alpha1"
+      for _, text in ipairs { "yo", "yo" } do
+        reviews = {}
+        local out = assert(kube.patch("example.com/v1alpha1", "greetings", "demo", "hello",
+          { spec = { text = text } }, "merge"))
+        assert.same({ text = "yo" }, out.spec)
+        -- its state, what it writes, the answer; then the cache's event, or
+        -- (unchanged) the storage read again
+        t:eventually(function() return #reviews == 4 end, 10)
+        table.sort(reviews)
+        assert.same({ to_alpha, to_alpha, to_v1, to_v1 }, reviews)
+      end
+    end)
+
   it("stores a write without managedFields when an entry's version cannot be converted, as "
     .. "kube-apiserver's field manager fails, said in the log", function()
       t:create(greeting("v1alpha1", { text = "hi" }))

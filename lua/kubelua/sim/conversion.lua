@@ -26,7 +26,9 @@
 -- selects) before its selectors match, so a refused object that does not
 -- match fails it too; the storage version's own reads call no webhook. A
 -- write through another version is converted into the storage version
--- (prepare) and its answer back (fresh); a delete through one converts
+-- (prepare; an update's state, the cache's object, first, and an
+-- unchanged one reads the storage again) and its answer back (fresh); a
+-- delete through one converts
 -- each read and write of the registry's (decode, encode: see
 -- kubelua.sim.store.verbs) and answers what it stored, converted back; a
 -- write or delete through the storage version calls no webhook.

@@ -151,11 +151,17 @@ end
 -- A custom resource written over HTTP through a version other than its
 -- CRD's storage version, about to be stored: converted into the storage
 -- version through its conversion webhook (kubelua.sim.conversion, set as
--- store.conversion), which put then stores. true | nil, status. It may
--- yield the request's task.
-local function convert_versions(self, res, obj, ctx)
+-- store.conversion), which put then stores. e: the entry an update
+-- starts from, whose object (the watch cache's) the registry converts
+-- into the storage version first, as its state. true | nil, status. It
+-- may yield the request's task.
+local function convert_versions(self, res, obj, ctx, e)
   local c = self.conversion
   if not c or not ctx.admit or not res.mirrors then return true end
+  if e and not ctx.dry_run and c:is_cache(res) then
+    local state, err = c:encode(res, e.obj)
+    if not state then return nil, err end
+  end
   return c:prepare(res, obj)
 end
 
@@ -324,7 +330,7 @@ function Store:commit(res, e, obj, ctx)
     if not obj then return nil, err end
     md = obj.metadata
     local ok
-    ok, err = convert_versions(self, res, obj, ctx)
+    ok, err = convert_versions(self, res, obj, ctx, e)
     if not ok then return nil, err end
     -- the webhooks took time: a change made meanwhile wins ("raced": a
     -- write without a resourceVersion of its own is tried again)
@@ -336,7 +342,16 @@ function Store:commit(res, e, obj, ctx)
   without.metadata.managedFields = nil
   local before = copy(old)
   before.metadata.managedFields = nil
-  if equal(without, before) then return e end
+  if equal(without, before) then
+    -- what it would write is what the state holds: through another
+    -- version the registry reads the storage again before it answers
+    local c = self.conversion
+    if ctx.admit and not ctx.dry_run and c and res.crd and c:is_cache(res) then
+      local now, err = c:decode(res, e.key)
+      if not now then return nil, err end
+    end
+    return e
+  end
   set_managed(self, res, old, obj, ctx)
   if ctx.dry_run then return make_entry(obj, res) end
   if omd.deletionTimestamp and (md.finalizers == nil or md.finalizers == null
