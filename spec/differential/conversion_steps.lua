@@ -214,6 +214,9 @@ function _M.steps()
     mode("refuse conv-a"),
     get("list v1alpha1 x=y refused a", ALPHA .. "?labelSelector=x%3Dy"),
     get("list v1alpha1 name=conv-c refused a", ALPHA .. "?fieldSelector=metadata.name%3Dconv-c"),
+    -- (in no namespace the name names no key: every object is read)
+    get("list all v1alpha1 name=conv-c refused a", "/apis/" .. GROUP .. "/v1alpha1/greetings"
+      .. "?fieldSelector=metadata.name%3Dconv-c"),
     get("list all v1alpha1 namespace=other refused a", "/apis/" .. GROUP .. "/v1alpha1/greetings"
       .. "?fieldSelector=metadata.namespace%3Dother"),
     reviews("refused a"),
