@@ -1,6 +1,6 @@
 -- bench/webhook.lua: AdmissionReviews per second through kubelua's webhook
 -- server, and through a Node.js peer in the same run (a benchmark, not a
--- test; bench/run webhook prints its one JSON line).
+-- test; bench/run webhook prints its four JSON lines).
 --
 -- The review carries a realistic Pod of about 3 KB (bench/lib/realistic.lua)
 -- and goes to a validating webhook that reads one field (metadata.name):
@@ -12,10 +12,28 @@
 -- speaks), for WEBHOOK_SECONDS (default 10) after a second of warm-up. Each
 -- server runs in its own process, one after the other; where taskset is
 -- there, the server is held to one CPU and h2load to the other.
+-- Two kinds of line:
+--   webhook, webhook_view: capacity. Each connection sends its next review
+--     as soon as the last is answered, so the server is always busy and a
+--     review waits behind the 49 others: the mean latency is then 50 /
+--     reviews_per_s whatever the server does (Little's law), and these
+--     lines measure throughput, not latency.
+--   webhook_at_rate, webhook_view_at_rate: latency at a fixed offered rate,
+--     WEBHOOK_RATE reviews/s (default 20,000: the target) spread over the
+--     50 connections (h2load --rps, per connection). A server that keeps up
+--     answers them all (reviews_per_s ~ offered_per_s) and its latency is
+--     its cost per review plus queueing behind other connections' reviews;
+--     one that cannot keep up answers fewer. h2load times a review from
+--     when it is sent, so one that waited in h2load behind a slow answer
+--     on its connection does not count its wait: compare reviews_per_s
+--     with offered_per_s first. Each connection is paced by its own timer
+--     from when it connected, so reviews come in bunches rather than evenly
+--     spaced, and a review may wait behind its bunch.
 --   reviews_per_s   reviews answered per second (h2load's figure)
+--   offered_per_s   the rate asked of h2load (the _at_rate lines)
 --   p50_ms, p99_ms  latency of a review, from h2load's request log
 --   node_*          the same for bench/webhook/server.mjs (node's https)
---                   (first line only)
+--                   (the full-decode lines only)
 --   loadavg         /proc/loadavg's first figure when the run began: the
 --                   machine is shared
 -- Every review must be answered 200 with allowed: true, or the run fails.
@@ -28,6 +46,9 @@ local realistic = require "bench.lib.realistic"
 local BIN = arg and arg[1] or "build/kubelua"
 local SECONDS = tonumber(os.getenv("WEBHOOK_SECONDS") or "10")
 local CONNECTIONS = 50
+local RATE = tonumber(os.getenv("WEBHOOK_RATE") or "20000")
+assert(RATE and RATE >= CONNECTIONS and RATE % CONNECTIONS == 0,
+  "WEBHOOK_RATE must be a multiple of " .. CONNECTIONS .. " reviews/s")
 
 local quote, read = proc.quote, proc.read
 
@@ -90,11 +111,14 @@ local function percentile(sorted, p)
   return sorted[math.max(1, math.ceil(#sorted * p))]
 end
 
--- h2load against port's path: reviews/s, p50 and p99 in ms.
-local function load(name, port, path)
+-- h2load against port's path, as fast as the server answers or at offered
+-- reviews/s in all: reviews/s, p50 and p99 in ms.
+local function load(name, port, path, offered)
   local log = dir .. "/" .. name .. ".h2load"
+  local paced = offered and (" --rps " .. offered / CONNECTIONS) or ""
   local out = sh(pinned(1, "h2load --h1 -c " .. CONNECTIONS .. " -t 1 -D " .. SECONDS
-    .. " --warm-up-time 1 -d " .. quote(body_file) .. " -H 'Content-Type: application/json'"
+    .. paced .. " --warm-up-time 1 -d " .. quote(body_file)
+    .. " -H 'Content-Type: application/json'"
     .. " --log-file " .. quote(log) .. " https://127.0.0.1:" .. port .. path))
   local rate = tonumber(out:match("finished in [%d.]+m?s, ([%d.]+) req/s"))
   local total, done, ok, failed = out:match("requests: (%d+) total, %d+ started, (%d+) done, "
@@ -138,6 +162,7 @@ kube.spawn(function()
       for name, path in pairs(s[3]) do
         check(name, port, path)
         r[name] = load(name, port, path)
+        r[name .. "_at_rate"] = load(name .. "_at_rate", port, path, RATE)
       end
       return r
     end)
@@ -147,15 +172,23 @@ kube.spawn(function()
   end
   os.execute("rm -rf " .. quote(dir))
 
-  local k, n = results.kubelua, results.node
-  print(string.format('{"bench":"webhook","reviews_per_s":%.0f,"p50_ms":%.3f,"p99_ms":%.3f,'
-    .. '"node_reviews_per_s":%.0f,"node_p50_ms":%.3f,"node_p99_ms":%.3f,"object_bytes":%d,'
-    .. '"connections":%d,"seconds":%g,"one_cpu_each":%s,"loadavg":%s}', k.rate, k.p50, k.p99,
-    n.rate, n.p50, n.p99, #pod, CONNECTIONS, SECONDS, tostring(taskset), tostring(loadavg)))
-  local v = results.kubelua_view
-  print(string.format('{"bench":"webhook_view","reviews_per_s":%.0f,"p50_ms":%.3f,'
-    .. '"p99_ms":%.3f,"object_bytes":%d,"connections":%d,"seconds":%g,"one_cpu_each":%s,'
-    .. '"loadavg":%s}', v.rate, v.p50, v.p99, #pod, CONNECTIONS, SECONDS, tostring(taskset),
-    tostring(loadavg)))
+  local tail = string.format(',"object_bytes":%d,"connections":%d,"seconds":%g,'
+    .. '"one_cpu_each":%s,"loadavg":%s}', #pod, CONNECTIONS, SECONDS, tostring(taskset),
+    tostring(loadavg))
+  local function line(bench, k, n, rate)
+    local s = string.format('{"bench":"%s",', bench)
+    if rate then s = s .. string.format('"offered_per_s":%d,', rate) end
+    s = s .. string.format('"reviews_per_s":%.0f,"p50_ms":%.3f,"p99_ms":%.3f', k.rate, k.p50,
+      k.p99)
+    if n then
+      s = s .. string.format(',"node_reviews_per_s":%.0f,"node_p50_ms":%.3f,"node_p99_ms":%.3f',
+        n.rate, n.p50, n.p99)
+    end
+    print(s .. tail)
+  end
+  line("webhook", results.kubelua, results.node)
+  line("webhook_view", results.kubelua_view)
+  line("webhook_at_rate", results.kubelua_at_rate, results.node_at_rate, RATE)
+  line("webhook_view_at_rate", results.kubelua_view_at_rate, nil, RATE)
   kube.stop(0)
 end)

@@ -85,6 +85,9 @@
 #define HTTPD_LINGER_TIMEOUT 2.0
 #define HTTPD_LINGER_BYTES (1024 * 1024)
 #define HTTPD_KEEP_BUF (64 * 1024)
+/* A connection keeps its last response's header buffer up to this size
+ * for the next response instead of an allocation each. */
+#define HTTPD_RH_KEEP 4096
 /* HTTP/2: frames are taken from the session into c->out up to this much,
  * so a blocked socket leaves the backlog in each stream's own buffer,
  * where its producer sees it (kl_httpd_buffered) and its cap applies. */
@@ -241,6 +244,7 @@ struct conn {
   int goaway;
   struct sendjob *job; /* out with the send thread: the socket is its */
   hbuf spare;          /* a sent job's buffer, for the next burst */
+  hbuf rh_spare;       /* a completed request's header buffer, for the next */
   char peer[INET6_ADDRSTRLEN + 8];
 };
 
@@ -544,6 +548,11 @@ static void req_drop_dead(kl_httpd_req_t *r) {
 /* The owner completed the response: the request is freed now. */
 static void req_complete(conn *c, kl_httpd_req_t *r) {
   if (r->phase == RQ_STREAM) c->h->nstreams--;
+  if (r->rh.p && !c->rh_spare.p && r->rh.cap <= HTTPD_RH_KEEP) {
+    c->rh_spare = r->rh; /* its lines are in c->out or nghttp2's copy */
+    c->rh_spare.off = c->rh_spare.len = 0;
+    r->rh = (hbuf){NULL, 0, 0, 0};
+  }
   if (r->s)
     r->s->req = NULL; /* the stream goes on until its bytes are out */
   else
@@ -1735,8 +1744,17 @@ static void conn_kill(conn *c, int reason) {
   hbuf_free(&c->in);
   hbuf_free(&c->out);
   hbuf_free(&c->spare);
+  hbuf_free(&c->rh_spare);
   kl_loop_defer(h->loop, &c->defer);
   accept_resume(h);
+}
+
+/* Empties the thread's OpenSSL error queue before an SSL_ call, so that
+ * SSL_get_error reads that call's failure only (it looks at the queue with
+ * ERR_peek_error too). The queue is nearly always empty, and a look costs
+ * a quarter of ERR_clear_error's sweep of every slot. */
+static void tls_clear(void) {
+  if (ERR_peek_error()) ERR_clear_error();
 }
 
 /* The response is over and its bytes are written: send FIN, then read and
@@ -1746,7 +1764,7 @@ static void conn_shutdown(conn *c) {
   if (c->req) req_detach(c->req, KL_ESHUTDOWN);
   if (c->h2) h2_detach_all(c, KL_ESHUTDOWN);
   if (c->ssl && !c->cut) {
-    ERR_clear_error();
+    tls_clear();
     SSL_shutdown(c->ssl);
   }
   shutdown(c->fd, SHUT_WR);
@@ -1774,7 +1792,7 @@ static int conn_flush(conn *c, int callbacks) {
     ssize_t n;
     if (c->ssl) {
       size_t len = c->out.len > INT_MAX ? INT_MAX : c->out.len;
-      ERR_clear_error();
+      tls_clear();
       n = SSL_write(c->ssl, hbuf_data(&c->out), (int)len);
       if (n <= 0) {
         int e = SSL_get_error(c->ssl, (int)n);
@@ -1882,7 +1900,7 @@ static void conn_read(conn *c) {
     char *dst = c->in.p + c->in.off + c->in.len;
     ssize_t n;
     if (c->ssl) {
-      ERR_clear_error();
+      tls_clear();
       n = SSL_read(c->ssl, dst, (int)want);
       if (n <= 0) {
         int e = SSL_get_error(c->ssl, (int)n);
@@ -1926,7 +1944,7 @@ static void conn_read(conn *c) {
 }
 
 static void conn_handshake(conn *c) {
-  ERR_clear_error();
+  tls_clear();
   int rc = SSL_do_handshake(c->ssl);
   if (rc == 1) {
     c->handshake = 0;
@@ -2214,8 +2232,8 @@ static SSL_CTX *tls_ctx_new(const kl_httpd_opts_t *o, char *err,
   }
   SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
   SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE |
-                            SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER |
-                            SSL_MODE_RELEASE_BUFFERS);
+                            SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+  if (!o->tls_keep_buffers) SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS);
   SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION |
                                SSL_OP_CIPHER_SERVER_PREFERENCE);
   /* TLS 1.3 suites in the order Go's servers prefer them on hardware with
@@ -2614,6 +2632,10 @@ int kl_httpd_set_header(kl_httpd_req_t *r, const char *name,
     return 0;
   }
   if (r->rh.len + nl + vl + 4 > r->h->o.max_header_bytes) return KL_ELIMIT;
+  if (!r->rh.p && r->c && r->c->rh_spare.p) {
+    r->rh = r->c->rh_spare;
+    r->c->rh_spare = (hbuf){NULL, 0, 0, 0};
+  }
   hbuf_reserve(&r->rh, nl + vl + 4);
   hbuf_append(&r->rh, name, nl);
   hbuf_append(&r->rh, ": ", 2);
@@ -2684,6 +2706,12 @@ int kl_httpd_reply(kl_httpd_req_t *r, int status, const void *body,
   }
   hbuf_append(&c->out, body, len);
   req_complete(c, r);
+  /* An answer made outside the connection's io callback (from a handler's
+   * task, which runs after it) goes out now: through the defer node it
+   * would wait for every other handler ready in this pass of the loop, and
+   * then for the next pass's reads of every ready connection. The defer node
+   * still reads what the client pipelined, and closes. */
+  if (!c->in_io && !c->blocked && !c->job && !c->close_after) conn_flush(c, 0);
   return 0;
 }
 

@@ -85,6 +85,11 @@ typedef struct kl_httpd_opts {
    * that streams much (the simulator's watches) on a machine with a core
    * to spare. */
   int send_thread;
+  /* TLS connections keep OpenSSL's read and write buffers (~34 KiB each)
+   * between records instead of an allocation and a free of each for every
+   * record: for a server of few busy connections (a webhook's, called by
+   * the API servers), not one of many idle ones (watches). */
+  int tls_keep_buffers;
   /* Error pages by status (copied); others get "<status> <reason>". */
   const kl_httpd_error_page_t *error_pages;
   size_t nerror_pages;

@@ -1012,12 +1012,20 @@ static inline void meta_key(kl_json_meta_t *m, int *md, unsigned depth,
  * keeps the special bytes ('"', '\\', control and high bytes) of a 64-byte
  * window as one mask, made once for the window (json_simd.h), and a string
  * that starts inside the window takes its end from the mask: most of a
- * Pod's strings are short, so one window serves several. */
+ * Pod's strings are short, so one window serves several. A two-byte escape
+ * is stepped over in the mask too (a managedFields name such as
+ * k:{\"type\":\"Ready\"} holds four); anything else special (\u, UTF-8,
+ * a control byte) goes to kl_json_str_rest, which checks it. */
 typedef struct win {
   const uint8_t *base; /* the window's first byte */
   size_t n;            /* its length: 64, or 0 before the first */
   uint64_t special;    /* its special bytes, bit i for base[i] */
 } win_t;
+
+/* The bytes that make a two-byte escape after a backslash. */
+static const uint8_t short_escape[256] = {
+    ['"'] = 1, ['\\'] = 1, ['/'] = 1, ['b'] = 1,
+    ['f'] = 1, ['n'] = 1,  ['r'] = 1, ['t'] = 1};
 
 static inline __attribute__((always_inline)) const uint8_t *
 str_close(const uint8_t *s, const uint8_t *end, win_t *w, bool *esc,
@@ -1035,13 +1043,17 @@ str_close(const uint8_t *s, const uint8_t *end, win_t *w, bool *esc,
         off = 0;
       }
       uint64_t sp = w->special >> off;
-      if (sp) {
-        const uint8_t *q = s + __builtin_ctzll(sp);
-        if (*q == '"') return q;
+      if (!sp) {
+        s = w->base + 64; /* the string goes on past the window */
+        continue;
+      }
+      const uint8_t *q = s + __builtin_ctzll(sp);
+      if (__builtin_expect(*q == '"', 1)) return q;
+      if (*q != '\\' || end - q < 2 || !short_escape[q[1]])
         return (const uint8_t *)kl_json_str_rest((const char *)q,
                                                  (const char *)end, esc);
-      }
-      s = w->base + 64; /* the string goes on past the window */
+      *esc = true;
+      s = q + 2; /* the string goes on after the escape */
     }
   }
 #else
@@ -1078,6 +1090,9 @@ check_value(const uint8_t *p, const uint8_t *end, unsigned d0,
   unsigned lim = d0 < max_depth ? max_depth - d0 : 0;
   unsigned ixd = d0 < KL_JSON_INDEX_DEPTH ? KL_JSON_INDEX_DEPTH - d0 : 0;
   if (lim > KL_JSON_MAX_DEPTH) lim = KL_JSON_MAX_DEPTH;
+  /* Where an empty object after a name is taken in one step: depth - flat
+   * < nflat, for depth >= ixd, > 1 and < lim, in one comparison. */
+  unsigned flat = ixd > 2 ? ixd : 2, nflat = lim > flat ? lim - flat : 0;
   for (unsigned i = 0; i < KL_JSON_INDEX_DEPTH; i++)
     at[i] = NO_ENTRY; /* whole_open sets each before use: for the compiler */
   if (m) *m = (kl_json_meta_t){NULL, NULL, NULL, false};
@@ -1088,21 +1103,24 @@ open:
   cl = *p == '{' ? '}' : ']';
   stk[depth++] = cl;
   p++;
+  if (p < end && *p == '"') { /* compact input: a name, or a string */
+    if (cl == '}') goto key;
+    goto string;
+  }
   WHOLE_WS();
   if (*p == cl) goto close;
   if (cl == ']') goto value;
 key:
   if (*p != '"') return false;
   ks = ++p;
-  esc = false; /* for meta_key: whether this name holds an escape */
+  if (m) esc = false; /* for meta_key: whether this name holds an escape */
   p = str_close(p, end, &win, &esc, isa);
   if (!p) return false;
   if (m && depth <= 2) meta_key(m, &md, depth, ks, p, end, esc);
   if (end - p >= 3 && p[1] == ':') {
     p += 2; /* compact input: the value follows the colon */
     if (*p == '"') goto string;
-    if (*p == '{' && end - p >= 2 && p[1] == '}' && depth >= ixd && depth > 1 &&
-        depth < lim) {
+    if (*p == '{' && end - p >= 2 && p[1] == '}' && depth - flat < nflat) {
       p += 2; /* {}, unindexed: a leaf of managedFields' fieldsV1 */
       goto after;
     }
@@ -1113,8 +1131,12 @@ key:
     p++;
   }
 value:
-  WHOLE_WS();
-  switch (*p) {
+  if (p == end) return false;
+  switch (*p) { /* whitespace among the cases: compact input meets none */
+  case ' ':
+  case '\t':
+  case '\n':
+  case '\r': WHOLE_WS(); goto value;
   case '"':
   string:
     p = str_close(p + 1, end, &win, &esc, isa);

@@ -904,8 +904,9 @@ static double opt_number(lua_State *L, int idx, const char *k) {
 }
 
 /* httpd.listen{host, port, handler, tls_cert, tls_key, limits...,
- *   send_date, send_thread, error_pages, serve_while_stopping} -> server |
- * nil, message (send_thread: see kl_httpd_opts_t). A server answers 503
+ *   send_date, send_thread, tls_keep_buffers, error_pages,
+ *   serve_while_stopping} -> server | nil, message (send_thread,
+ * tls_keep_buffers: see kl_httpd_opts_t). A server answers 503
  * once the runtime is stopping, unless serve_while_stopping: the
  * in-process simulator serves the reconciles a graceful stop waits for. */
 static int l_listen(lua_State *L) {
@@ -934,7 +935,9 @@ static int l_listen(lua_State *L) {
   o.send_thread = lua_toboolean(L, -1);
   lua_getfield(L, 1, "serve_while_stopping");
   bool while_stopping = lua_toboolean(L, -1);
-  lua_pop(L, 3);
+  lua_getfield(L, 1, "tls_keep_buffers");
+  o.tls_keep_buffers = lua_toboolean(L, -1);
+  lua_pop(L, 4);
   /* error_pages = { [status] = { content_type, body } } */
   kl_httpd_error_page_t pages[16];
   lua_getfield(L, 1, "error_pages");

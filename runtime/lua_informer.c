@@ -65,6 +65,7 @@ typedef struct linf {
   double auth_at;           /* when they were last asked, on their clock */
   struct handler *handlers; /* registered, for retiring by generation */
   char name[64];
+  char busy[96]; /* "a handler of informer NAME", for the watchdog */
   /* The error that ended the reflector's last failed round ("" when none
    * has failed): stats().last_error, so a test harness can say why an
    * informer does not sync. */
@@ -317,8 +318,12 @@ static void run_deferred(kl_defer_t *d) {
   lua_checkstack(L, 4);
   lua_getfield(L, LUA_REGISTRYINDEX, LIVE_KEY);
   lua_rawgeti(L, -1, li->id);
-  if (!lua_isnil(L, -1) && kl_informer_run(li->inf, BUDGET))
-    kl_loop_defer(kl_rt_loop(li->rt), &li->defer);
+  if (!lua_isnil(L, -1)) {
+    kl_rt_busy_enter(li->rt, li->busy);
+    bool more = kl_informer_run(li->inf, BUDGET);
+    kl_rt_busy_leave(li->rt);
+    if (more) kl_loop_defer(kl_rt_loop(li->rt), &li->defer);
+  }
   lua_settop(L, base);
 }
 
@@ -745,6 +750,7 @@ static int informer_new(lua_State *L) {
   lua_getfield(L, LUA_REGISTRYINDEX, KIT_KEY);
   li->kit_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   snprintf(li->name, sizeof li->name, "%s", o.name ? o.name : "local");
+  snprintf(li->busy, sizeof li->busy, "a handler of informer %s", li->name);
   kl_defer_init(&li->defer, run_deferred);
   if (has_transform) {
     lua_pushvalue(L, 2);

@@ -222,6 +222,14 @@ void kl_rt_gen_leave(kl_rt_t *rt, const kl_gen_scope_t *saved) {
   rt->scope = *saved;
 }
 
+void kl_rt_busy_enter(kl_rt_t *rt, const char *what) {
+  if (rt->watchdog) kl_watchdog_enter(rt->watchdog, what);
+}
+
+void kl_rt_busy_leave(kl_rt_t *rt) {
+  if (rt->watchdog) kl_watchdog_leave(rt->watchdog);
+}
+
 /* Tasks */
 
 static void task_schedule(kl_task_t *t) {

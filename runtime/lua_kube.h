@@ -113,6 +113,12 @@ typedef struct kl_gen_scope {
 void kl_rt_gen_enter(kl_rt_t *rt, unsigned gen, kl_gen_scope_t *saved);
 void kl_rt_gen_leave(kl_rt_t *rt, const kl_gen_scope_t *saved);
 
+/* C that runs Lua outside a task (an informer's handlers) tells
+ * --hang-timeout's watchdog what it runs ("a handler of informer NAME"),
+ * and when it is back. No-ops without a watchdog. */
+void kl_rt_busy_enter(kl_rt_t *rt, const char *what);
+void kl_rt_busy_leave(kl_rt_t *rt);
+
 /* A message handler for lua_pcall: the message (or a description of a
  * non-string error) with a traceback from the user's frame. */
 int kl_lua_traceback(lua_State *L);

@@ -86,9 +86,10 @@ static void usage_run(FILE *out) {
       "  --graceful-shutdown-timeout SECS (or --shutdown-timeout)\n"
       "                           how long a graceful stop may take "
       "(default 30)\n"
-      "  --hang-timeout SECS      a reconcile or task that runs this long\n"
-      "                           without yielding is logged and fails\n"
-      "                           /healthz (default 60; 0 turns it off)\n"
+      "  --hang-timeout SECS      a reconcile, task or informer handler that\n"
+      "                           runs this long without yielding is logged\n"
+      "                           and fails /healthz (default 60; 0 turns\n"
+      "                           it off)\n"
       "  -h, --help               this help\n",
       out);
 }

@@ -434,15 +434,16 @@ static const char *walk_owners(walk_t *w, const char *p) {
   }
 }
 
-/* Whether the labels or owners (bit) container at v is left in the JSON
- * (opts.lazy_refs): when it holds no escape, so that a later walk of the
- * JSON can hand out its strings as they lie there; marks it so. */
-static bool lazy_ref(walk_t *w, const char *v, uint32_t bit) {
-  if (!w->lazy_refs) return false;
+/* The end of the labels or owners (bit) container at v when it is left in
+ * the JSON (opts.lazy_refs): when it holds no escape, so that a later walk
+ * of the JSON can hand out its strings as they lie there; marks it so.
+ * NULL when it is not (the caller walks it). */
+static const char *lazy_ref(walk_t *w, const char *v, uint32_t bit) {
+  if (!w->lazy_refs) return NULL;
   const char *e = skip(w, v);
-  if (!e || memchr(v, '\\', (size_t)(e - v))) return false;
+  if (!e || memchr(v, '\\', (size_t)(e - v))) return NULL;
   w->lazy |= bit;
-  return true;
+  return e;
 }
 
 static const char *meta_member(walk_t *w, const char *ks, size_t kn, bool kesc,
@@ -457,6 +458,7 @@ static const char *meta_member(walk_t *w, const char *ks, size_t kn, bool kesc,
                                  NAME("deletionTimestamp"),
                                  NAME("managedFields")};
   static const int fields[] = {F_NS, F_NAME, F_UID, F_RV};
+  const char *lz; /* the end of labels or owners left in the JSON */
   (void)ud;
   int id = meta_key_id(ks, kn, kesc);
   switch (id) {
@@ -477,11 +479,11 @@ static const char *meta_member(walk_t *w, const char *ks, size_t kn, bool kesc,
     if (is_null(w, v)) return v + 4;
     if (v >= w->end || *v != '{')
       return werr(w, v, "metadata.labels is not an object");
-    if (lazy_ref(w, v, LAZY_LABELS)) return skip(w, v);
+    if ((lz = lazy_ref(w, v, LAZY_LABELS))) return lz;
     return members(w, v, label_member, NULL);
   case 6:
-    if (v < w->end && *v == '[' && lazy_ref(w, v, LAZY_OWNERS))
-      return skip(w, v);
+    if (v < w->end && *v == '[' && (lz = lazy_ref(w, v, LAZY_OWNERS)))
+      return lz;
     return walk_owners(w, v);
   case 7: {
     const char *e =

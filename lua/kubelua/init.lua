@@ -141,13 +141,8 @@ local run_opts = {}
 function _M._run_options(o)
   run_opts = o or {}
   if run_opts.leader_elect then
-    local ns = run_opts.leader_election_namespace
-    if not ns then
-      local f = io.open("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-      ns = f and f:read("*l") or "default"
-      if f then f:close() end
-    end
-    leader.start{ name = run_opts.leader_election_id, namespace = ns }
+    leader.start{ name = run_opts.leader_election_id,
+                  namespace = run_opts.leader_election_namespace or leader.pod_namespace() }
   end
 end
 

@@ -106,6 +106,18 @@ local function check_number(opts, k, dflt)
   return v
 end
 
+-- pod_namespace() -> the namespace this process's pod runs in, where its
+-- Leases go unless told: POD_NAMESPACE (as the in-cluster connection reads
+-- it), else the service account's namespace file, else "default".
+function _M.pod_namespace()
+  local ns = os.getenv("POD_NAMESPACE")
+  if ns and ns ~= "" then return ns end
+  local f = io.open("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+  ns = f and f:read("*l")
+  if f then f:close() end
+  return (ns and ns ~= "") and ns or "default"
+end
+
 -- new(opts) -> elector (not started: elector:run() in a task). opts: name
 -- (the Lease), namespace, identity, lease_duration (15), renew_deadline
 -- (10), retry_period (2), client (the default client), and callbacks of

@@ -156,15 +156,15 @@ local function number_opt(o, k, dflt)
 end
 
 -- ring(opts) -> the process's ring of that name, started on first use.
--- opts: ring (the name), namespace of the Leases ("default"), identity (the
--- replica's name), lease_duration (15), renew_deadline (10), retry_period
--- (2). Later calls for the same ring get the same one.
+-- opts: ring (the name), namespace of the Leases (leader.pod_namespace()),
+-- identity (the replica's name), lease_duration (15), renew_deadline (10),
+-- retry_period (2). Later calls for the same ring get the same one.
 function _M.ring(opts)
   local name = check_name(opts.ring, "ring")
   local r = rings[name]
   if r then return r end
   r = setmetatable({
-    name = name, namespace = opts.namespace or "default",
+    name = name, namespace = opts.namespace or leader.pod_namespace(),
     identity = check_name(opts.identity or default_identity(), "identity"),
     lease_duration = number_opt(opts, "lease_duration", 15),
     renew_deadline = number_opt(opts, "renew_deadline", 10),

@@ -503,7 +503,8 @@ local function start(opts)
   local srv, err = core.system(httpd.listen, { host = host, port = port, handler = handle,
     tls_cert = cert, tls_key = key, max_body_bytes = opts.max_body_bytes or _M.MAX_BODY,
     read_timeout = opts.read_timeout, idle_timeout = opts.idle_timeout,
-    max_header_bytes = opts.max_header_bytes })
+    max_header_bytes = opts.max_header_bytes,
+    tls_keep_buffers = true }) -- the API servers' few connections, each busy
   if not srv then
     return nil, format("webhook: cannot listen on %s: %s", opts.address, tostring(err))
   end

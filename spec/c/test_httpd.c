@@ -13,6 +13,7 @@
 #include <netinet/in.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -385,7 +386,11 @@ static void test_get_exact_bytes(void) {
   stop();
 }
 
+/* Each response of a connection carries its own header lines only (the
+ * connection hands its last one's buffer to the next). */
 static void test_keepalive_serves_many_requests(void) {
+  const char *echo = "HTTP/1.1 200 OK\r\nX-Method: GET\r\nContent-Length: 0"
+                     "\r\n\r\n";
   start();
   tc *t = tc_open();
   for (int i = 0; i < 5; i++) {
@@ -393,9 +398,13 @@ static void test_keepalive_serves_many_requests(void) {
     tc_send(t, "GET /hello HTTP/1.1\r\nHost: x\r\n\r\n");
     UNTIL(t->len >= strlen(HELLO));
     KT_EQ_MEM(t->buf, t->len, HELLO);
+    tc_clear(t);
+    tc_send(t, "GET /echo HTTP/1.1\r\nHost: x\r\n\r\n");
+    UNTIL(t->len >= strlen(echo));
+    KT_EQ_MEM(t->buf, t->len, echo);
   }
   KT_EQ_INT(stats().accepted, 1);
-  KT_EQ_INT(stats().responses, 5);
+  KT_EQ_INT(stats().responses, 10);
   KT_EQ_INT(t->eof, 0);
   tc_close(t);
   stop();
@@ -455,6 +464,27 @@ static void pipeline_exact(tc *t, size_t total, int handled) {
   UNTIL(t->len >= want);
   KT_EQ_INT(t->len, want);
   KT_EQ_INT(nhandled, handled + 1 + nreq);
+}
+
+/* An answer made outside the connection's io callback is on the socket
+ * when kl_httpd_reply returns, before the loop turns again (the loop is
+ * not run here: the bytes come from the reply itself). */
+static void test_reply_from_outside_goes_out_at_once(void) {
+  const char *want = "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nheld";
+  char got[128];
+  start();
+  tc *t = tc_open();
+  tc_send(t, "GET /hold HTTP/1.1\r\nHost: x\r\n\r\n");
+  UNTIL(nhandled == 1);
+  kl_httpd_req_t *r = find_held("/hold");
+  KT_EQ_INT(kl_httpd_reply(r, 200, "held", 4), 0);
+  forget(r);
+  struct pollfd pf = {.fd = t->fd, .events = POLLIN};
+  KT_EQ_INT(poll(&pf, 1, 5000), 1);
+  ssize_t n = recv(t->fd, got, sizeof got, MSG_DONTWAIT);
+  KT_EQ_MEM(got, n > 0 ? (size_t)n : 0, want);
+  tc_close(t);
+  stop();
 }
 
 static void test_pipelined_responses_keep_request_order(void) {
@@ -1918,6 +1948,82 @@ static void test_tls_round_trip(void) {
 
 /* A socket handed to the server is served as an accepted one: HTTP/1.1,
  * or HTTP/2 from its first byte (prior knowledge). */
+/* OpenSSL's allocations, counted by these (set first thing in main): the
+ * bytes it holds now. */
+static _Atomic size_t ossl_live;
+
+static void *ossl_malloc(size_t n, const char *file, int line) {
+  (void)file;
+  (void)line;
+  size_t *p = malloc(n + 16); /* the size, then the block, 16-aligned */
+  if (!p) return NULL;
+  p[0] = n;
+  ossl_live += n;
+  return (char *)p + 16;
+}
+
+static void ossl_free(void *q, const char *file, int line) {
+  (void)file;
+  (void)line;
+  if (!q) return;
+  size_t *p = (size_t *)(void *)((char *)q - 16);
+  ossl_live -= p[0];
+  free(p);
+}
+
+static void *ossl_realloc(void *q, size_t n, const char *file, int line) {
+  if (!q) return ossl_malloc(n, file, line);
+  size_t *p = (size_t *)(void *)((char *)q - 16), old = p[0];
+  p = realloc(p, n + 16);
+  if (!p) return NULL;
+  p[0] = n;
+  ossl_live += n - old;
+  return (char *)p + 16;
+}
+
+/* The bytes OpenSSL holds while one TLS connection that has been answered
+ * stays open, with tls_keep_buffers as given. */
+static size_t heap_with_an_answered_tls_connection(int keep) {
+  kl_httpd_opts_t o = {0};
+  o.tls_cert_file = tls_cert;
+  o.tls_key_file = tls_key;
+  o.tls_keep_buffers = keep;
+  start_opts(&o);
+  tc *t = tc_open_at("127.0.0.1", kl_httpd_port(srv), 1, 0);
+  tc_send(t, "GET /hello HTTP/1.1\r\nHost: x\r\n\r\n");
+  UNTIL(t->len >= strlen(HELLO) || t->err || t->eof);
+  KT_EQ_MEM(t->buf, t->len, HELLO);
+  for (int i = 0; i < 10; i++)
+    ev_run(EV, EVRUN_NOWAIT);
+  size_t used = ossl_live;
+  tc_close(t);
+  stop();
+  return used;
+}
+
+/* tls_keep_buffers: an idle TLS connection holds OpenSSL's read and write
+ * buffers (33,296 bytes here) instead of giving them back after each
+ * record. */
+static void test_tls_keep_buffers(void) {
+  if (make_cert() < 0) {
+    KT_FAIL_("%s", "cannot make a certificate with the openssl CLI");
+    return;
+  }
+  cli_ctx = SSL_CTX_new(TLS_client_method());
+  SSL_CTX_set_verify(cli_ctx, SSL_VERIFY_PEER, NULL);
+  KT_EQ_INT(SSL_CTX_load_verify_locations(cli_ctx, tls_cert, NULL), 1);
+  heap_with_an_answered_tls_connection(0); /* OpenSSL's own first uses */
+  size_t released = heap_with_an_answered_tls_connection(0);
+  size_t kept = heap_with_an_answered_tls_connection(1);
+  KT_TRUE(kept >= released + 24 * 1024);
+  KT_TRUE(kept <= released + 48 * 1024);
+  SSL_CTX_free(cli_ctx);
+  cli_ctx = NULL;
+  unlink(tls_cert);
+  unlink(tls_key);
+  rmdir(tls_dir);
+}
+
 static void test_serve_fd_http1_and_h2_prior_knowledge(void) {
   start();
   for (int h2 = 0; h2 <= 1; h2++) {
@@ -1945,6 +2051,7 @@ static void test_serve_fd_http1_and_h2_prior_knowledge(void) {
 }
 
 int main(void) {
+  CRYPTO_set_mem_functions(ossl_malloc, ossl_realloc, ossl_free);
   struct rlimit rl;
   if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < 2048) {
     rl.rlim_cur = rl.rlim_max < 4096 ? rl.rlim_max : 4096;
@@ -1952,6 +2059,7 @@ int main(void) {
   }
   KT_RUN(test_get_exact_bytes);
   KT_RUN(test_keepalive_serves_many_requests);
+  KT_RUN(test_reply_from_outside_goes_out_at_once);
   KT_RUN(test_pipelined_responses_keep_request_order);
   KT_RUN(test_post_bodies_content_length_and_chunked);
   KT_RUN(test_request_getters_and_query);
@@ -1973,6 +2081,7 @@ int main(void) {
   KT_RUN(test_max_connections_and_date_header);
   KT_RUN(test_ipv6_and_bad_options);
   KT_RUN(test_tls_round_trip);
+  KT_RUN(test_tls_keep_buffers);
   KT_RUN(test_serve_fd_http1_and_h2_prior_knowledge);
   KT_RUN(test_send_thread_bursts_arrive_in_order);
   KT_RUN(test_send_thread_lets_go_of_dead_clients);

@@ -31,7 +31,7 @@ local MERGE = { ["Content-Type"] = "application/merge-patch+json" }
 -- The webhook: converts spec.text (v1alpha1) to spec.message (v1) and
 -- back; each server's mode (hook.mode[name]: both play at once) "fixed"
 -- puts "fixed: " before what it converts to v1alpha1, "fail" refuses
--- every review.
+-- every review, "refuse NAME" those that hold the object NAME.
 local function start_webhook()
   local dir = assert(process.mkdtemp((os.getenv("TMPDIR") or "/tmp") .. "/kubelua-conv-"))
   assert(envtest.serving_certs(dir, "kubelua-conversion", {}))
@@ -57,14 +57,15 @@ local function start_webhook()
       if not got or type(rq) ~= "table" then
         return req:reply(400, { ["Content-Type"] = "text/plain" }, "not a ConversionReview\n")
       end
-      local seen, out = {}, json.array {}
+      local seen, out, refused = {}, json.array {}, mode == "fail"
       for i, obj in ipairs(rq.objects) do
         seen[i] = tostring(obj.apiVersion) .. "/" .. tostring(obj.metadata.name)
+        refused = refused or mode == "refuse " .. tostring(obj.metadata.name)
         out[i] = convert(obj, rq.desiredAPIVersion, mode)
       end
       got[#got + 1] = tostring(rq.desiredAPIVersion) .. " <- " .. concat(seen, " ")
       local resp = { uid = rq.uid, convertedObjects = out, result = { status = "Success" } }
-      if mode == "fail" then
+      if refused then
         resp = { uid = rq.uid, result = { status = "Failed", message = "down for maintenance" } }
       end
       req:reply(200, { ["Content-Type"] = "application/json" }, json.encode{
@@ -78,9 +79,9 @@ local function schema()
     ["x-kubernetes-preserve-unknown-fields"] = true } } } }
 end
 
-local function greeting(version, name, spec)
-  return { apiVersion = GROUP .. "/" .. version, kind = "Greeting", metadata = { name = name },
-    spec = spec }
+local function greeting(version, name, spec, labels, finalizers)
+  return { apiVersion = GROUP .. "/" .. version, kind = "Greeting",
+    metadata = { name = name, labels = labels, finalizers = finalizers }, spec = spec }
 end
 
 -- steps() -> the steps, and a function that stops their webhook.
@@ -195,6 +196,78 @@ function _M.steps()
     { label = "get b v1alpha1 at 0 caught up", method = "GET", wait = text_is("four"),
       path = ALPHA .. "/conv-b?resourceVersion=0" },
     reviews("caught up", true),
+    -- a list through v1alpha1 with a selector converts every object in its
+    -- scope, then matches: one that does not match, refused, fails it;
+    -- metadata.name= in a namespace reads that one object alone
+    { label = "create c through v1 labelled", method = "POST", path = V1,
+      body = greeting("v1", "conv-c", { message = "see" }, { x = "y" }) },
+    reviews("create c"),
+    get("list v1alpha1 x=y", ALPHA .. "?labelSelector=x%3Dy"),
+    reviews("list x=y"),
+    get("list v1alpha1 x!=y limit 1", ALPHA .. "?labelSelector=x%21%3Dy&limit=1"),
+    reviews("list x!=y limit 1"),
+    get("list v1alpha1 name=conv-c", ALPHA .. "?fieldSelector=metadata.name%3Dconv-c"),
+    reviews("list name=conv-c"),
+    get("list all v1alpha1 namespace=other", "/apis/" .. GROUP .. "/v1alpha1/greetings"
+      .. "?fieldSelector=metadata.namespace%3Dother"),
+    reviews("list namespace=other"),
+    mode("refuse conv-a"),
+    get("list v1alpha1 x=y refused a", ALPHA .. "?labelSelector=x%3Dy"),
+    get("list v1alpha1 name=conv-c refused a", ALPHA .. "?fieldSelector=metadata.name%3Dconv-c"),
+    -- (in no namespace the name names no key: every object is read)
+    get("list all v1alpha1 name=conv-c refused a", "/apis/" .. GROUP .. "/v1alpha1/greetings"
+      .. "?fieldSelector=metadata.name%3Dconv-c"),
+    get("list all v1alpha1 namespace=other refused a", "/apis/" .. GROUP .. "/v1alpha1/greetings"
+      .. "?fieldSelector=metadata.namespace%3Dother"),
+    reviews("refused a"),
+    -- a delete through v1alpha1: each read and write of the registry a
+    -- review, its answer converted from what it stored (the webhook fixed
+    -- since is seen there)
+    mode("ok"),
+    { label = "create e through v1 with a finalizer", method = "POST", path = V1,
+      body = greeting("v1", "conv-e", { message = "ee" }, nil, { "example.com/keep" }) },
+    { label = "delete e through v1 dry run", method = "DELETE", path = V1 .. "/conv-e?dryRun=All" },
+    get("get e v1 after the dry run", V1 .. "/conv-e"),
+    reviews("create e"),
+    { label = "delete e through v1alpha1 dry run", method = "DELETE",
+      path = ALPHA .. "/conv-e?dryRun=All" },
+    reviews("delete e dry run"),
+    mode("fixed"),
+    { label = "delete e through v1alpha1", method = "DELETE", path = ALPHA .. "/conv-e" },
+    reviews("delete e"),
+    { label = "delete e through v1alpha1 again", method = "DELETE", path = ALPHA .. "/conv-e" },
+    reviews("delete e again"),
+    mode("refuse conv-e"),
+    { label = "delete e through v1alpha1 refused", method = "DELETE", path = ALPHA .. "/conv-e" },
+    reviews("delete e refused"),
+    mode("ok"),
+    { label = "delete c through v1alpha1 dry run", method = "DELETE",
+      path = ALPHA .. "/conv-c?dryRun=All" },
+    reviews("delete c dry run"),
+    { label = "delete c through v1alpha1", method = "DELETE", path = ALPHA .. "/conv-c" },
+    reviews("delete c"),
+    { label = "finalize e through v1", method = "PATCH", path = V1 .. "/conv-e", headers = MERGE,
+      body = { metadata = { finalizers = json.null } } },
+    reviews("finalize e"),
+    -- a patch through v1alpha1: its state (the watch cache's object) and
+    -- what it writes converted, its answer back; unchanged, the storage
+    -- read again
+    { label = "patch a through v1alpha1", method = "PATCH", path = ALPHA .. "/conv-a",
+      headers = MERGE, body = { spec = { text = "three" } } },
+    reviews("patch a v1alpha1"),
+    { label = "patch a through v1alpha1 unchanged", method = "PATCH", path = ALPHA .. "/conv-a",
+      headers = MERGE, body = { spec = { text = "three" } } },
+    reviews("patch a v1alpha1 unchanged"),
+    -- a write whose field manager cannot convert the object into an
+    -- entry's apiVersion (conv-a keeps a v1alpha1 one) is stored without
+    -- managedFields
+    mode("refuse conv-a"),
+    { label = "patch a through v1 refused", method = "PATCH", path = V1 .. "/conv-a",
+      headers = MERGE, body = { spec = { message = "two" } } },
+    mode("ok"),
+    { label = "get a v1alpha1 at 0 after the refusal", method = "GET", wait = text_is("two"),
+      path = ALPHA .. "/conv-a?resourceVersion=0" },
+    reviews("refusal caught up", true),
     -- the CRD goes (its answer is not this sequence's concern)
     { label = "delete the CRD", call = function(t)
       t:request{ method = "DELETE", path = CRDS .. "/greetings." .. GROUP }

@@ -46,23 +46,12 @@ return {
     path = "^%.body%.metadata%.managedFields%[1%]$",
     reason = "an entry of managedFields left with no fields (spec.finalizers emptied) goes on "
       .. "the real server; the simulator keeps it with \"f:spec\": {}" },
-  { case = "^autoscaling$", path = "%.metadata%.managedFields",
-    reason = "a HorizontalPodAutoscaler written through autoscaling/v1 and v2 by one manager: "
-      .. "the simulator keeps one managedFields entry per manager and operation, its fields "
-      .. "named in the version of the last write; kube-apiserver keeps an Update entry per "
-      .. "apiVersion, each entry's fields computed in its own version from the object "
-      .. "converted (a v1 create owns the targetCPUUtilizationPercentage its conversion adds)" },
+  { case = "^autoscaling$",
+    path = "%.metadata%.managedFields%[%d%]%.fieldsV1%.f:status%.f:conditions%.%.$",
+    reason = "as for the PodDisruptionBudget above: the status conditions a write creates get "
+      .. "their \".\" member in the real server's managedFields; the simulator's has only "
+      .. "the items" },
   { case = "^conversion$", path = "%.clientConfig%.url$",
     reason = "each server calls the conversion webhook at its own path (/sim, /real), so that "
       .. "the reviews each one makes are told apart" },
-  { case = "^conversion$", path = "%.metadata%.managedFields",
-    reason = "a custom resource written through v1alpha1 and then v1 by one manager: as for the "
-      .. "HorizontalPodAutoscaler above, the simulator keeps one managedFields entry per manager "
-      .. "and operation, kube-apiserver one per apiVersion" },
-  { case = "^conversion$", step = "^reviews patch a$", path = "^%.body%.reviews%[%d%]$",
-    sim = "^<absent>$",
-    reason = "kube-apiserver's field manager converts the object, before and after the write, "
-      .. "into the apiVersion of each managedFields entry (v1alpha1 here) to compute the fields "
-      .. "it owns: three reviews more than the watch cache's one; the simulator, whose entries "
-      .. "are per manager (above), makes none" },
 }

@@ -209,4 +209,18 @@ describe("leader election between processes", function()
     assert.matches("leading identity=[^ ]+_" .. UUID4 .. " lease=default/cli%-ctl", out_p)
     assert.matches("released the lease", out_p)
   end)
+
+  it("puts --leader-elect's Lease in the pod's namespace when none is given", function()
+    local ns = { apiVersion = "v1", kind = "Namespace", metadata = { name = "team-b" } }
+    if real then
+      assert(t:create(ns))
+    else
+      assert.equal(201, (helper.api(sim, "POST", "/api/v1/namespaces", ns)))
+    end
+    local p = start(sim, "cli", "--leader-elect --leader-election-id pod-ctl",
+      "POD_NAMESPACE=team-b")
+    wait_log(p, "working")
+    local out = helper.stop(p)
+    assert.matches("leading identity=[^ ]+_" .. UUID4 .. " lease=team%-b/pod%-ctl", out)
+  end)
 end)

@@ -566,6 +566,27 @@ describe("kubelua run --hang-timeout", function()
     finish(proc)
   end)
 
+  it("reports an informer's handler that never yields", function()
+    local proc = start([[
+      jit.off()
+      local kube = require "kubelua"
+      kube.start_sim()
+      local function spin() while true do end end
+      kube.informer("v1", "namespaces"):on_add(function() spin() end)
+    ]], 0.5)
+    local out = proc_helper.wait_log(proc, "in function <")
+    local p = proc.path:gsub("%p", "%%%0")
+    assert.matches("ERROR a handler of informer v1/namespaces has not yielded for [%d.]+ s; "
+      .. "/healthz fails until it does\n    stack traceback:\n        " .. p
+      .. ":4: in function 'spin'\n        " .. p .. ":5: in function <" .. p .. ":5>\n", out)
+    assert.equal(500, (healthz(out)))
+    signal(proc)
+    proc_helper.wait_log(proc, "stopping once a handler of informer v1/namespaces yields")
+    signal(proc)
+    wait_gone(proc)
+    finish(proc)
+  end)
+
   it("says when a reconcile yields again, and then stops on the signal it was sent", function()
     local flag = os.tmpname()
     os.remove(flag)

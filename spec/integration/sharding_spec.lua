@@ -104,6 +104,34 @@ kube.controller{ name = "c", watches = { "v1", "configmaps" }, reconcile = funct
     os.remove(script)
   end)
 
+  it("puts the ring's Leases in the pod's namespace when none is given", function()
+    local sim = helper.start("--no-controllers")
+    assert.equal(201, (request(sim, "POST", "/api/v1/namespaces",
+      { apiVersion = "v1", kind = "Namespace", metadata = { name = "team-b" } })))
+    local script = support.tempfile([[
+local kube = require "kubelua"
+kube.connect{ server = ... }
+kube.controller{ name = "c", watches = { "v1", "configmaps" }, reconcile = function() end }
+]], ".lua")
+    local p = procs.start("--shard-ring pods " .. quote(script) .. " " .. sim.base,
+      { env = "POD_NAMESPACE=team-b" })
+    procs.wait_log(p, "sharding: ring changed")
+    local _, list = request(sim, "GET", "/apis/coordination.k8s.io/v1/namespaces/team-b/leases")
+    helper.stop(p)
+    helper.stop(sim)
+    os.remove(script)
+    -- the replica's own Lease, and the sharder's leader election
+    local names = {}
+    for _, l in ipairs(list.items) do
+      local ring = l.metadata.labels and l.metadata.labels["shard.kubelua.io/ring"]
+      names[#names + 1] = l.metadata.name .. (ring and " ring=" .. ring or "")
+    end
+    assert.equal(2, #names)
+    if names[1] == "pods-sharder" then names[1], names[2] = names[2], names[1] end
+    assert.matches("^pods%-[%w-]+ ring=pods$", names[1])
+    assert.equal("pods-sharder", names[2])
+  end)
+
   it("stops working at its renew deadline while a renewal hangs", function()
     local sim = helper.start("--no-controllers")
     local record = os.tmpname()

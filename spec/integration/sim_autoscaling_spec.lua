@@ -164,4 +164,26 @@ describe("kubelua sim serves HorizontalPodAutoscalers through autoscaling/v1 and
       { v2.spec.minReplicas, v2.spec.metrics })
     assert.equal(200, (H.api(sim, "DELETE", V1 .. "/plain")))
   end)
+
+  it("keeps a managedFields Update entry per apiVersion, each entry's fields in its own version",
+    function()
+      local _, made = H.api(sim, "POST", V1, { apiVersion = "autoscaling/v1",
+        kind = "HorizontalPodAutoscaler", metadata = { name = "owned" },
+        spec = { scaleTargetRef = TARGET, maxReplicas = 3 } })
+      -- a v1 create owns the target its round trip through v2 fills in
+      local mf = made.metadata.managedFields
+      assert.same({ 1, "autoscaling/v1", {} }, { #mf, mf[1].apiVersion,
+        mf[1].fieldsV1["f:spec"]["f:targetCPUUtilizationPercentage"] })
+      local code, patched = H.api(sim, "PATCH", V2 .. "/owned", { spec = { maxReplicas = 4 } },
+        { ["Content-Type"] = "application/merge-patch+json" })
+      assert.equal(200, code)
+      mf = patched.metadata.managedFields
+      table.sort(mf, function(a, b) return a.apiVersion < b.apiVersion end)
+      -- v1's entry lost maxReplicas, changed in v1's terms too
+      assert.same({ "autoscaling/v1", "autoscaling/v2" }, { mf[1].apiVersion, mf[2].apiVersion })
+      assert.same({ ["f:spec"] = { ["f:maxReplicas"] = {} } }, mf[2].fieldsV1)
+      assert.is_nil(mf[1].fieldsV1["f:spec"]["f:maxReplicas"])
+      assert.same({}, mf[1].fieldsV1["f:spec"]["f:targetCPUUtilizationPercentage"])
+      assert.equal(200, (H.api(sim, "DELETE", V1 .. "/owned")))
+    end)
 end)

@@ -16,6 +16,7 @@ local core = require "kubelua.core"
 local reviews = {} -- "from → to" of each object the webhook converted (one a review)
 local names = {} -- the name of each object it converted
 local prefix = "" -- put before what it converts to v1alpha1 (the webhook "fixed")
+local refuse -- the name of an object it refuses to convert
 local seen -- the last AdmissionReview request the validating webhook got
 
 local function schema()
@@ -39,6 +40,15 @@ local function greeting(version, spec)
   return { apiVersion = "example.com/" .. version, kind = "Greeting",
     metadata = { name = "hello", namespace = "demo" }, spec = spec }
 end
+
+-- A request to the simulator -> status, the decoded body.
+local function call(method, path)
+  local r = assert(http.request{ method = method, url = kube.server() .. path })
+  return r.status, kube.json.decode(r.body)
+end
+
+local ALPHA = "/apis/example.com/v1alpha1/namespaces/demo/greetings"
+local V1 = "/apis/example.com/v1/namespaces/demo/greetings"
 
 -- Watches the v1alpha1 greetings of demo from resourceVersion rv for the
 -- given seconds, in a task; returns the events (filled when it ends) and a
@@ -67,6 +77,7 @@ describe("simulator conversion webhooks", function()
       if s.text == "fail" or s.message == "fail" or prefix == "fail" then
         return nil, "cannot convert fail"
       end
+      if obj.metadata.name == refuse then return nil, "cannot convert " .. refuse end
       if to == "example.com/v1" then
         s.message, s.text = s.text, nil
       else
@@ -81,7 +92,7 @@ describe("simulator conversion webhooks", function()
   end)
 
   before_each(function()
-    reviews, names, prefix, seen = {}, {}, "", nil
+    reviews, names, prefix, seen, refuse = {}, {}, "", nil, nil
     t = testing.start{ namespaces = { "demo", "webhooks" }, controllers = { root_ca = false } }
     t:webhooks{ CRD }
   end)
@@ -246,6 +257,173 @@ describe("simulator conversion webhooks", function()
       t:eventually(function() return kube.get("v1", "namespaces", nil, "demo") == nil end, 10)
       assert.is_nil(kube.get("example.com/v1", "greetings", "demo", "hello"))
       assert.equal(0, #t:list("example.com/v1alpha1", "greetings"))
+    end)
+
+  it("converts every object in a selector's scope for a list of the other version, then "
+    .. "matches: a refused one that does not match fails it; metadata.name= reads one",
+    function()
+      for _, name in ipairs { "a", "b", "c" } do
+        local g = greeting("v1", { message = "hi " .. name })
+        g.metadata.name = name
+        g.metadata.labels = name == "b" and { x = "y" } or nil
+        t:create(g)
+      end
+      t:eventually(function() return #reviews == 3 end, 10)
+      names = {}
+      local code, list = call("GET", ALPHA .. "?labelSelector=x%3Dy")
+      assert.equal(200, code)
+      assert.equal(1, #list.items)
+      assert.same({ text = "hi b" }, list.items[1].spec)
+      assert.same({ "a", "b", "c" }, names)
+      names = {}
+      code, list = call("GET", ALPHA .. "?labelSelector=x%3Dy&limit=1")
+      assert.equal(200, code)
+      assert.same({ "b" }, { list.items[1].metadata.name, list.items[2] })
+      -- the page is full and keys are left in its range: a continue, as
+      -- the storage gives it, though none of them matches
+      assert.is_true(#list.metadata.continue > 0)
+      assert.same({ "a", "b" }, names)
+      names = {}
+      code, list = call("GET", ALPHA .. "?fieldSelector=metadata.name%3Dc")
+      assert.equal(200, code)
+      assert.equal("c", list.items[1].metadata.name)
+      assert.same({ "c" }, names)
+      refuse, names = "a", {}
+      code, list = call("GET", ALPHA .. "?labelSelector=x%3Dy")
+      assert.same({ 500, "conversion webhook for example.com/v1, Kind=Greeting failed: "
+        .. "cannot convert a" }, { code, list.message })
+      assert.same({ "a" }, names)
+      code, list = call("GET", ALPHA .. "?fieldSelector=metadata.name%3Db")
+      assert.same({ 200, "b" }, { code, list.items[1].metadata.name })
+    end)
+
+  it("converts a delete through the other version as the registry does: a review for each of "
+    .. "its reads and writes, its answer converted from what it stored; a refusal fails it",
+    function()
+      local held = greeting("v1", { message = "hi" })
+      held.metadata.finalizers = { "example.com/keep" }
+      t:create(held)
+      t:eventually(function() return #reviews == 1 end, 10)
+      reviews, prefix = {}, "fixed: "
+      -- its Get, its state (the cache's object), the object it writes, the
+      -- answer, and the cache's event
+      local code, out = call("DELETE", ALPHA .. "/hello")
+      assert.equal(200, code)
+      assert.equal("example.com/v1alpha1", out.apiVersion)
+      assert.same({ text = "fixed: hi" }, out.spec)
+      assert.truthy(out.metadata.deletionTimestamp)
+      assert.equal(2, out.metadata.generation)
+      t:eventually(function() return #reviews == 5 end, 10)
+      table.sort(reviews)
+      local to_v1, to_alpha = "example.com/v1alpha1 → example.com/v1",
+        "example.com/v1 → example.com/v1alpha1"
+      assert.same({ to_alpha, to_alpha, to_alpha, to_v1, to_v1 }, reviews)
+      assert.same({ message = "hi" }, t:get("example.com/v1", "greetings", "demo", "hello").spec)
+      refuse = "hello"
+      code, out = call("DELETE", ALPHA .. "/hello")
+      assert.same({ 500, "conversion webhook for example.com/v1, Kind=Greeting failed: "
+        .. "cannot convert hello" }, { code, out.message })
+    end)
+
+  it("answers a dry run's delete with what the delete would give, storing nothing",
+    function()
+      local held = greeting("v1", { message = "hi" })
+      held.metadata.finalizers = { "example.com/keep" }
+      local made = t:create(held)
+      local code, out = call("DELETE", V1 .. "/hello?dryRun=All")
+      assert.equal(200, code)
+      assert.truthy(out.metadata.deletionTimestamp)
+      assert.same({ 0, 2, made.metadata.resourceVersion }, { out.metadata.deletionGracePeriodSeconds,
+        out.metadata.generation, out.metadata.resourceVersion })
+      local now = t:get("example.com/v1", "greetings", "demo", "hello")
+      assert.is_nil(now.metadata.deletionTimestamp)
+      assert.equal(made.metadata.resourceVersion, now.metadata.resourceVersion)
+      t:eventually(function() return #reviews == 1 end, 10)
+      reviews = {}
+      local other = greeting("v1", { message = "yo" })
+      other.metadata.name = "other"
+      other = t:create(other)
+      t:eventually(function() return #reviews == 1 end, 10)
+      reviews = {}
+      -- through the other version: its Get and the dry run's own
+      code, out = call("DELETE", ALPHA .. "/other?dryRun=All")
+      assert.equal(200, code)
+      assert.same({ kind = "Status", apiVersion = "v1", metadata = {}, status = "Success",
+        details = { name = "other", group = "example.com", kind = "greetings",
+          uid = other.metadata.uid } }, out)
+      assert.same({ "example.com/v1 → example.com/v1alpha1",
+        "example.com/v1 → example.com/v1alpha1" }, reviews)
+      assert.truthy(t:get("example.com/v1", "greetings", "demo", "other"))
+    end)
+
+  it("keeps a managedFields entry per manager, operation and apiVersion, each entry's fields "
+    .. "in its own version: the object before and after a write converted into it", function()
+      local r = assert(http.request{ method = "POST", url = kube.server() .. ALPHA
+        .. "?fieldManager=m", headers = { ["Content-Type"] = "application/json" },
+        body = kube.json.encode(greeting("v1alpha1", { text = "hi" })) })
+      assert.equal(201, r.status)
+      t:eventually(function() return #reviews == 3 end, 10)
+      reviews = {}
+      r = assert(http.request{ method = "PATCH", url = kube.server() .. V1 .. "/hello?fieldManager=m",
+        headers = { ["Content-Type"] = "application/merge-patch+json" },
+        body = '{"spec":{"message":"one"}}' })
+      assert.equal(200, r.status)
+      local mf = kube.json.decode(r.body).metadata.managedFields
+      for _, e in ipairs(mf) do e.time = nil end
+      -- (in the order of their times, then apiVersions: within a second, v1 first)
+      table.sort(mf, function(a, b) return a.apiVersion > b.apiVersion end)
+      -- the v1alpha1 entry lost spec.text, changed in its terms; spec stays its
+      assert.same({
+        { manager = "m", operation = "Update", apiVersion = "example.com/v1alpha1",
+          fieldsType = "FieldsV1", fieldsV1 = { ["f:spec"] = {} } },
+        { manager = "m", operation = "Update", apiVersion = "example.com/v1",
+          fieldsType = "FieldsV1", fieldsV1 = { ["f:spec"] = { ["f:message"] = {} } } } }, mf)
+      -- the object as it was, checked against the entry, then before and after
+      -- the write, and the cache's event
+      t:eventually(function() return #reviews == 4 end, 10)
+      assert.same({ "example.com/v1 → example.com/v1alpha1", "example.com/v1 → example.com/v1alpha1",
+        "example.com/v1 → example.com/v1alpha1", "example.com/v1 → example.com/v1alpha1" }, reviews)
+    end)
+
+  it("converts an update through the other version as the registry does: its state (the "
+    .. "cache's object) and what it writes; unchanged, it reads the storage again", function()
+      -- (its managedFields entry in v1alpha1: no field manager's reviews)
+      t:create(greeting("v1alpha1", { text = "hi" }))
+      t:eventually(function() return #reviews == 3 end, 10)
+      local to_v1, to_alpha = "example.com/v1alpha1 → example.com/v1",
+        "example.com/v1 → example.com/v1alpha1"
+      for _, text in ipairs { "yo", "yo" } do
+        reviews = {}
+        local out = assert(kube.patch("example.com/v1alpha1", "greetings", "demo", "hello",
+          { spec = { text = text } }, "merge"))
+        assert.same({ text = "yo" }, out.spec)
+        -- its state, what it writes, the answer; then the cache's event, or
+        -- (unchanged) the storage read again
+        t:eventually(function() return #reviews == 4 end, 10)
+        table.sort(reviews)
+        assert.same({ to_alpha, to_alpha, to_v1, to_v1 }, reviews)
+      end
+    end)
+
+  it("stores a write without managedFields when an entry's version cannot be converted, as "
+    .. "kube-apiserver's field manager fails, said in the log", function()
+      t:create(greeting("v1alpha1", { text = "hi" }))
+      t:eventually(function() return #reviews == 3 end, 10)
+      local logs, saved = {}, core.log
+      core.log = function(level, msg, fields)
+        if msg:find("^sim: managedFields") then logs[#logs + 1] = { level, msg, fields } end
+        saved(level, msg, fields)
+      end
+      refuse = "hello"
+      local ok, out = pcall(kube.patch, "example.com/v1", "greetings", "demo", "hello",
+        { spec = { message = "one" } }, "merge")
+      core.log = saved
+      assert(ok, out)
+      assert.same({ message = "one" }, out.spec)
+      assert.is_nil(out.metadata.managedFields)
+      assert.same({ { "error", "sim: managedFields dropped, an apiVersion's conversion failed",
+        ' error="conversion webhook for example.com/v1, Kind=Greeting failed: cannot convert '
+        .. 'hello" name=hello resource=greetings.example.com' } }, logs)
     end)
 
   it("fails a request that waits for a version's cache whose task has stopped", function()

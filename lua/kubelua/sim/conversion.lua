@@ -21,10 +21,17 @@
 -- stay open, as a real watch cache's do. The other reads of that version
 -- (get, list) convert the storage version's objects when they are made,
 -- one review per object, so a webhook fixed since a write is what they
--- see and a webhook that is down fails them; the storage version's own
--- reads call no webhook. A write through another version is converted
--- into the storage version (prepare) and its answer back (fresh); a
--- write through the storage version calls no webhook.
+-- see and a webhook that is down fails them; a list converts every object
+-- its storage range holds (the namespace, or the one name metadata.name=
+-- selects) before its selectors match, so a refused object that does not
+-- match fails it too; the storage version's own reads call no webhook. A
+-- write through another version is converted into the storage version
+-- (prepare; an update's state, the cache's object, first, and an
+-- unchanged one reads the storage again) and its answer back (fresh); a
+-- delete through one converts
+-- each read and write of the registry's (decode, encode: see
+-- kubelua.sim.store.verbs) and answers what it stored, converted back; a
+-- write or delete through the storage version calls no webhook.
 
 local kube = require "kubelua"
 local json = require "kubelua.json"
@@ -162,15 +169,16 @@ function Conversion:is_cache(res)
   return s ~= nil and s ~= res
 end
 
--- prepare(res, obj) -> true | nil, status: obj, about to be stored through
--- res, converted into the storage version, kept for put (stored_form).
+-- prepare(res, obj) -> the converted object, or true when res is stored
+-- as it is | nil, status: obj, about to be stored through res, converted
+-- into the storage version, kept for put (stored_form).
 function Conversion:prepare(res, obj)
   local s = self:storage_of(res)
   if not s or s == res then return true end
   local c, err = self:convert(res, s, obj)
   if not c then return nil, err end
   self.converted[obj] = { [s.gv] = c }
-  return true
+  return c
 end
 
 -- stored_form(obj, to) -> obj in resource to's version for the store:
@@ -261,6 +269,22 @@ function Conversion:settle(v)
     kube.sleep(0.002)
   end
   return true
+end
+
+-- decode(v, key) -> the object the storage version holds under key,
+-- converted into cache v's version now (a read of kube-apiserver's
+-- registry through v: its codec converts what etcd holds) | nil, status.
+function Conversion:decode(v, key)
+  local se = self:storage_of(v).objects[key]
+  if not se then return nil, stores.not_found(v, key:match("[^/]*$")) end
+  return self:convert(self:storage_of(v), v, se.obj)
+end
+
+-- encode(v, obj) -> obj, of cache v's version, converted into the storage
+-- version (what the registry's codec writes, or compares with what etcd
+-- holds) | nil, status.
+function Conversion:encode(v, obj)
+  return self:convert(v, self:storage_of(v), obj)
 end
 
 -- fresh(v, e) -> entry e of cache v converted now from the storage

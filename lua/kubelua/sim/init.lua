@@ -522,16 +522,14 @@ function Sim:serve_resource(req, r, user)
     if not e then return reply_status(req, err) end
     return reply_entry(200, e)
   elseif verb == "list" then
-    local lb, err, retry = s:list(res, ns, params)
+    -- a cache's objects converted as the storage reads them: every one in
+    -- the list's scope, the selectors matched after
+    local lb, err, retry = s:list(res, ns, params, cache and function(e)
+      return conv:fresh(res, e)
+    end or nil)
     if not lb then
       if retry then kube.sleep(self.too_large_wait) end
       return reply_status(req, err, retry and { ["Retry-After"] = tostring(retry) } or nil)
-    end
-    for i = 1, cache and lb.n or 0 do
-      local e
-      e, err = conv:fresh(res, lb.entries[i])
-      if not e then return reply_status(req, err) end
-      lb.entries[i], lb.items[i] = e, store.item_json(e)
     end
     if form then
       local st = refused(true)

@@ -2,8 +2,11 @@
 -- them, closely enough for clients: which manager (the User-Agent up to its
 -- first "/", or ?fieldManager) owns which fields, in the FieldsV1 format
 -- ("f:name", "k:{key}" for list items with a merge key, "v:value" for sets,
--- "." for a map that exists). An update gives its manager the fields it
--- changed and takes them from every other manager; server-side apply uses
+-- "." for a map that exists, left out where nothing is owned below it). An
+-- Update entry is a manager's for one apiVersion (and subresource), its
+-- fields named in that version. An update gives its manager the fields it
+-- changed and takes them from every other entry, as they changed in that
+-- entry's apiVersion; server-side apply uses
 -- the same sets to find conflicts, and merges an applied configuration into
 -- the object as the real server's structured merge does.
 --
@@ -353,6 +356,21 @@ function _M.remove(obj, paths)
   for _, p in ipairs(paths) do remove_one(obj, p) end
 end
 
+-- A map that is owned with nothing below it: its "." alone, written as
+-- an empty object, as the field manager writes a member without children.
+local function bare(node)
+  for k, v in pairs(node) do
+    if type(v) == "table" then
+      if next(v) == "." and next(v, ".") == nil then
+        node[k] = {}
+      else
+        bare(v)
+      end
+    end
+  end
+  return node
+end
+
 -- Builds a FieldsV1 tree from a set of paths.
 function _M.tree(set)
   local root = {}
@@ -366,7 +384,7 @@ function _M.tree(set)
       node = node[seg]
     end
   end
-  return root
+  return bare(root)
 end
 
 -- The set of paths of a FieldsV1 tree.
@@ -417,7 +435,16 @@ end
 -- Computes the new managedFields list for an update of old (nil on
 -- create) into new by manager. op = { manager, operation ("Update" or
 -- "Apply"), api_version, time, subresource, custom, owned = set (Apply:
--- the fields the applied configuration names) }.
+-- the fields the applied configuration names), version }. As
+-- kube-apiserver's field manager keeps them: an Update entry per manager,
+-- apiVersion and subresource (an Apply entry per manager and
+-- subresource), each entry's fields named in its own apiVersion. An entry
+-- of another apiVersion loses what changed there: old and new converted
+-- into it, as its set is first checked against the object converted
+-- (op.version(api_version) -> { convert = fn(obj) -> obj | nil, err,
+-- node = its schema }, nil for an apiVersion no longer served: its
+-- entries go; without op.version, what changed in op.api_version counts
+-- for all). -> the list | nil, err when a conversion fails.
 function _M.update(old, new, op)
   local part = op.subresource == "status" and "status" or (op.has_status and "main" or "all")
   local new_leaves = _M.leaves(new, op.custom, "all", op.node)
@@ -430,50 +457,101 @@ function _M.update(old, new, op)
       if old_leaves[p] ~= v then mine[p] = true end
     end
   end
-  local changed = {}
-  for p, v in pairs(new_leaves) do
-    if old_leaves[p] ~= v then changed[p] = true end
+  local function diff(a, b)
+    local out = {}
+    for p, v in pairs(b) do
+      if a[p] ~= v then out[p] = true end
+    end
+    for p in pairs(a) do
+      if b[p] == nil then out[p] = true end
+    end
+    return out
   end
-  for p in pairs(old_leaves) do
-    if new_leaves[p] == nil then changed[p] = true end
+  local list = old and old.metadata and old.metadata.managedFields
+  list = type(list) == "table" and list or {}
+  -- the entries of other apiVersions: each checked against the object
+  -- converted into its version, then what changed there computed once a
+  -- version (false: not served)
+  local versions = { [op.api_version or ""] = diff(old_leaves, new_leaves) }
+  local served = {}
+  for _, e in ipairs(list) do
+    local v = e.apiVersion
+    if op.version and v ~= op.api_version and served[v] == nil then
+      served[v] = op.version(v) or false
+    end
+    if served[v] then
+      local _, err = served[v].convert(old)
+      if err then return nil, err end
+    end
+  end
+  local function changed_in(v)
+    if not op.version then return versions[op.api_version or ""] end
+    if versions[v] == nil then
+      local ver = served[v]
+      if not ver then return nil end
+      local o, err = ver.convert(old)
+      if not o then return nil, err end
+      local n
+      n, err = ver.convert(new)
+      if not n then return nil, err end
+      versions[v] = diff(_M.leaves(o, op.custom, "all", ver.node),
+        _M.leaves(n, op.custom, "all", ver.node))
+    end
+    return versions[v]
+  end
+  -- a map owned alone reads back as a field ("f:spec": {}): its "." again
+  -- where the object has it so
+  local function owned(e)
+    local set = _M.paths(e.fieldsV1 or {})
+    for p in pairs(set) do
+      local d = p .. SEP .. "."
+      if old_leaves[p] == nil and new_leaves[p] == nil
+          and (old_leaves[d] ~= nil or new_leaves[d] ~= nil) then
+        set[p], set[d] = nil, true
+      end
+    end
+    return set
   end
   local out = json.array {}
   local found = false
-  local list = old and old.metadata and old.metadata.managedFields
-  if type(list) == "table" then
-    for _, e in ipairs(list) do
-      local set = _M.paths(e.fieldsV1 or {})
-      local same = e.manager == op.manager and e.operation == op.operation
-        and (e.subresource or false) == (op.subresource or false)
-      if same then
-        found = true
-        if not op.owned then
-          for p in pairs(set) do
-            if new_leaves[p] ~= nil then mine[p] = true end
-          end
+  for _, e in ipairs(list) do
+    local set = owned(e)
+    local same = e.manager == op.manager and e.operation == op.operation
+      and (e.subresource or false) == (op.subresource or false)
+      and (op.operation == "Apply" or (e.apiVersion or false) == (op.api_version or false))
+    local keep = true
+    if same then
+      found = true
+      if not op.owned then
+        for p in pairs(set) do
+          if new_leaves[p] ~= nil then mine[p] = true end
         end
-        set = mine
-      else
-        -- others lose what changed; an applier naming a field with the
-        -- value it has shares it
-        for p in pairs(changed) do set[p] = nil end
       end
-      if next(set) ~= nil then
-        local ne = entry(e.manager, e.operation, e.apiVersion,
-          same and op.time or e.time, set, e.subresource)
-        out[#out + 1] = ne
-      end
+      set = mine
+    else
+      -- others lose what changed, in their own apiVersion; an applier
+      -- naming a field with the value it has shares it
+      local changed, err = changed_in(e.apiVersion or "")
+      if err then return nil, err end
+      keep = changed ~= nil
+      for p in pairs(changed or {}) do set[p] = nil end
+    end
+    if keep and next(set) ~= nil then
+      local ne = entry(e.manager, e.operation, same and op.api_version or e.apiVersion,
+        same and op.time or e.time, set, e.subresource)
+      out[#out + 1] = ne
     end
   end
   if not found and next(mine) ~= nil then
     out[#out + 1] = entry(op.manager, op.operation, op.api_version, op.time, mine, op.subresource)
   end
   -- the apiserver's order: Apply before Update, then by time (none first),
-  -- manager, subresource
+  -- manager, apiVersion, subresource
   sort(out, function(a, b)
     if a.operation ~= b.operation then return a.operation < b.operation end
     if a.time ~= b.time then return (a.time or "") < (b.time or "") end
     if a.manager ~= b.manager then return a.manager < b.manager end
+    if a.apiVersion ~= b.apiVersion then return (a.apiVersion or "") < (b.apiVersion or "") end
     return (a.subresource or "") < (b.subresource or "")
   end)
   return out

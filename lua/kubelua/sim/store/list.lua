@@ -50,10 +50,29 @@ local function continue_token(rv, start)
     .. "}")
 end
 
--- list(res, ns, params) -> list body { head, items, n, tail } (the JSON
--- text is head, the items joined by commas, tail) | nil, status
--- [, retry_after]
-function Store:list(res, ns, params)
+-- The name a field selector asks for with metadata.name=, which a
+-- registry reads alone (its key) where it can name the key: in a
+-- namespace, or of a resource that has none; nil otherwise.
+local function single_name(res, f)
+  if res.namespaced and not f.ns then return nil end
+  for _, r in ipairs(f.fields) do
+    if r.op == "=" and #r.path == 2 and r.path[1] == "metadata" and r.path[2] == "name" then
+      return r.value
+    end
+  end
+  return nil
+end
+
+-- list(res, ns, params, read) -> list body { head, items, n, tail } (the
+-- JSON text is head, the items joined by commas, tail) | nil, status
+-- [, retry_after]. read(e) -> entry | nil, status, when given, is the
+-- storage's decoding of each entry it reads (kubelua.sim.conversion's,
+-- for a version that converts): called, as kube-apiserver's storage
+-- decodes them, on every entry in the list's scope (the namespace, or
+-- the one name metadata.name= selects) from where it starts until the
+-- page is full, before the selectors are matched on what it gives; its
+-- failure fails the list.
+function Store:list(res, ns, params, read)
   local f, err = filters(res, ns, params)
   if not f then return nil, err end
   local rv, rvm = params.resourceVersion, params.resourceVersionMatch
@@ -125,12 +144,22 @@ function Store:list(res, ns, params)
     sort(keys)
   end
   local items, ents, count, last = {}, {}, 0, nil
-  local remaining = 0
+  local remaining, more = 0, false
   local scoped = res.namespaced and ns
+  local single = single_name(res, f)
   for _, key in ipairs(keys) do
     local e = objects[key]
     local k = scoped and e.name or key
-    if (not start or k >= start) and (f.simple or matches(f, e)) then
+    local after = not start or k >= start
+    local ranged = (not f.ns or f.ns == e.ns) and (not single or single == e.name)
+    if read and after and ranged and not (limit and count >= limit) then
+      e, err = read(e)
+      if not e then return nil, err end
+    end
+    -- a page is full with more keys in the storage's range: there is
+    -- more, matched by the selectors or not
+    if after and ranged and limit and count >= limit then more = true end
+    if after and (f.simple or matches(f, e)) then
       if limit and count >= limit then
         remaining = remaining + 1
       else
@@ -142,7 +171,7 @@ function Store:list(res, ns, params)
     end
   end
   local meta = { resourceVersion = tostring(list_rv) }
-  if remaining > 0 then
+  if more then
     meta.continue = continue_token(list_rv, last .. "\0")
     if #f.labels == 0 and #f.fields == 0 then meta.remainingItemCount = remaining end
   end

@@ -47,6 +47,10 @@ function Store:reset()
   local hpa2 = self:resource("autoscaling/v2", "horizontalpodautoscalers")
   hpa1.mirrors, hpa1.canon = { { res = hpa2, convert = hpa.to_v2 } }, hpa.canon_v1
   hpa2.mirrors, hpa2.canon = { { res = hpa1, convert = hpa.to_v1 } }, hpa.canon_v2
+  -- the field manager counts what an HPA's round trip through the other
+  -- version fills in (v1's targetCPUUtilizationPercentage from v2's
+  -- default metric), not an Event's empty fields
+  hpa1.managed_canon, hpa2.managed_canon = true, true
   builtins.link_versions(self)
   -- (trusted: made here, so not decoded against a schema, which would
   -- load the core group's at every start)

@@ -9,6 +9,7 @@
 
 -- luacheck: ignore 212/self
 
+local kube = require "kubelua"
 local json = require "kubelua.json"
 local util = require "kubelua.sim.util"
 local patchlib = require "kubelua.sim.patch"
@@ -64,7 +65,27 @@ local function managed_node(res)
   return schemalib.custom(res.schema)
 end
 
-local function set_managed(res, old, new, ctx, operation, owned)
+-- The other apiVersions res's objects are served in, for
+-- kubelua.sim.managed's op.version: each one's schema and the conversion
+-- into it (through a CRD's webhook, kubelua.sim.conversion: a review
+-- each).
+local function versions_of(self, res)
+  return function(api_version)
+    for _, m in ipairs(res.mirrors or {}) do
+      if m.res.api_version == api_version then
+        local conv = self.conversion
+        local hook = conv and res.crd and conv:webhook_of(res)
+        return { node = managed_node(m.res), convert = function(obj)
+          if hook then return conv:convert(res, m.res, obj) end
+          return m.convert(obj)
+        end }
+      end
+    end
+    return nil
+  end
+end
+
+local function set_managed(self, res, old, new, ctx, operation, owned)
   if ctx.internal or ctx.apply then
     if old then new.metadata.managedFields = old.metadata.managedFields end
     return
@@ -80,11 +101,22 @@ local function set_managed(res, old, new, ctx, operation, owned)
       spec_defaults(res, basis)
     end
   end
-  local mf = managed.update(old, basis, {
+  -- the field manager sees the object as it is stored, converted back
+  -- into the request's version (res.managed_canon: kubelua.sim.store.resources)
+  if res.managed_canon then basis = res.canon(basis) end
+  local mf, err = managed.update(old, basis, {
     manager = manager_of(ctx), operation = operation or "Update", api_version = res.api_version,
     time = util.timestamp(), subresource = ctx.subresource, custom = not res.builtin,
-    has_status = res.status, owned = owned, node = managed_node(res) })
-  new.metadata.managedFields = #mf > 0 and mf or nil
+    has_status = res.status, owned = owned, node = managed_node(res),
+    version = versions_of(self, res) })
+  if not mf then
+    -- as kube-apiserver's field manager fails (UpdateNoErrors): the
+    -- object goes on without managedFields, said in the log
+    kube.log.error("sim: managedFields dropped, an apiVersion's conversion failed",
+      { resource = res.gr, name = new.metadata.name, error = type(err) == "table"
+        and err.message or tostring(err) })
+  end
+  new.metadata.managedFields = mf and #mf > 0 and mf or nil
 end
 
 -- What the service registry allocates (cluster IP, node ports), given
@@ -119,11 +151,17 @@ end
 -- A custom resource written over HTTP through a version other than its
 -- CRD's storage version, about to be stored: converted into the storage
 -- version through its conversion webhook (kubelua.sim.conversion, set as
--- store.conversion), which put then stores. true | nil, status. It may
--- yield the request's task.
-local function convert_versions(self, res, obj, ctx)
+-- store.conversion), which put then stores. e: the entry an update
+-- starts from, whose object (the watch cache's) the registry converts
+-- into the storage version first, as its state. true | nil, status. It
+-- may yield the request's task.
+local function convert_versions(self, res, obj, ctx, e)
   local c = self.conversion
   if not c or not ctx.admit or not res.mirrors then return true end
+  if e and not ctx.dry_run and c:is_cache(res) then
+    local state, err = c:encode(res, e.obj)
+    if not state then return nil, err end
+  end
   return c:prepare(res, obj)
 end
 
@@ -198,7 +236,7 @@ function Store:create(res, ns, obj, ctx, operation, owned)
   defaults(res, obj)
   err = validate_defaulted(res, obj)
   if err then return nil, err end
-  set_managed(res, nil, obj, ctx, operation, owned)
+  set_managed(self, res, nil, obj, ctx, operation, owned)
   wdefaults.create_unowned(res, obj)
   if is_service(res) then
     err = allocate_service(res, obj, nil, ctx.internal)
@@ -292,7 +330,7 @@ function Store:commit(res, e, obj, ctx)
     if not obj then return nil, err end
     md = obj.metadata
     local ok
-    ok, err = convert_versions(self, res, obj, ctx)
+    ok, err = convert_versions(self, res, obj, ctx, e)
     if not ok then return nil, err end
     -- the webhooks took time: a change made meanwhile wins ("raced": a
     -- write without a resourceVersion of its own is tried again)
@@ -304,8 +342,17 @@ function Store:commit(res, e, obj, ctx)
   without.metadata.managedFields = nil
   local before = copy(old)
   before.metadata.managedFields = nil
-  if equal(without, before) then return e end
-  set_managed(res, old, obj, ctx)
+  if equal(without, before) then
+    -- what it would write is what the state holds: through another
+    -- version the registry reads the storage again before it answers
+    local c = self.conversion
+    if ctx.admit and not ctx.dry_run and c and res.crd and c:is_cache(res) then
+      local now, err = c:decode(res, e.key)
+      if not now then return nil, err end
+    end
+    return e
+  end
+  set_managed(self, res, old, obj, ctx)
   if ctx.dry_run then return make_entry(obj, res) end
   if omd.deletionTimestamp and (md.finalizers == nil or md.finalizers == null
       or #md.finalizers == 0) and not namespace_held(res, obj) then
@@ -493,17 +540,119 @@ local function propagation(res, opts, finalizers)
   return orphan_by_default[res.gv .. " " .. res.name] and "Orphan" or nil
 end
 
+-- The conversion a delete over HTTP through res goes through, when res is
+-- a version of a CRD stored in another one (kubelua.sim.conversion); nil
+-- otherwise. kube-apiserver's registry reads and writes such an object
+-- through its codec, each time a ConversionReview: its Get converts what
+-- etcd holds into the request's version; its update for the deletion
+-- starts from the watch cache's object, converted into the storage
+-- version as its state, and converts the object it makes into it to
+-- write (or to find it unchanged: then etcd's is read again), and what
+-- it wrote back into the request's version for the answer; the delete
+-- itself converts its state likewise and decodes what it removed. A dry
+-- run reads again (Get) and, for an update, converts the object it made
+-- there and back. Any conversion that fails fails the delete.
+local function delete_conversion(self, res, ctx)
+  local c = self.conversion
+  if c and ctx.admit and res.crd and c:is_cache(res) then return c end
+  return nil
+end
+
+-- Steps of delete_conversion, each a ConversionReview: "decode" (the
+-- storage version's object into res's version), "state" (the watch
+-- cache's entry e into the storage version's), "round trip" (obj, of
+-- res's version, into the storage version's and back). -> the last object
+-- converted | nil, status.
+local function converted_steps(via, res, e, steps, obj)
+  local out, err
+  for _, step in ipairs(steps) do
+    if step == "decode" then
+      out, err = via:decode(res, e.key)
+    elseif step == "state" then
+      out, err = via:encode(res, e.obj)
+    else
+      out, err = via:encode(res, obj)
+      if out then out, err = via:convert(via:storage_of(res), res, out) end
+    end
+    if not out then return nil, err end
+  end
+  return out
+end
+
+-- The object a deletion makes of base: extra (the finalizer a propagation
+-- asks for, or nil) added and, unless it was being deleted already, its
+-- deletionTimestamp (and a new generation, where it keeps one); and
+-- whether that changed nothing.
+local function marked(base, extra)
+  local obj = copy(base)
+  local md = obj.metadata
+  local added = false
+  if extra then
+    md.finalizers = is_array(md.finalizers) and md.finalizers or json.array {}
+    local present = false
+    for _, f in ipairs(md.finalizers) do present = present or f == extra end
+    if not present then md.finalizers[#md.finalizers + 1] = extra end
+    added = not present
+  end
+  if md.deletionTimestamp and not added then return obj, true end
+  if not md.deletionTimestamp and type(md.generation) == "number" and md.generation > 0 then
+    -- the registry's markAsDeleting: a generation-changed predicate sees it
+    md.generation = md.generation + 1
+  end
+  md.deletionTimestamp = md.deletionTimestamp or util.timestamp()
+  md.deletionGracePeriodSeconds = md.deletionGracePeriodSeconds or 0
+  return obj, false
+end
+
+-- A deletion's update through a version that converts (delete_conversion),
+-- as the registry's GuaranteedUpdate makes it: its state is the watch
+-- cache's object encoded, and the object it makes of it is written unless
+-- it encodes into that state; then the storage is read again and, if that
+-- is what it encodes into too, decoded for the answer; if not, it goes
+-- round again from what it read. -> the object to store (the conversion
+-- keeps its storage version's), or nil, the answer | nil, nil, status.
+local function converted_update(via, res, e, extra)
+  local state, err = via:encode(res, e.obj)
+  if not state then return nil, nil, err end
+  local base, current = e.obj, false
+  while true do
+    local obj = marked(base, extra)
+    local c
+    c, err = via:prepare(res, obj)
+    if not c then return nil, nil, err end
+    if not equal(c, state) then return obj end
+    if current then break end
+    current, state = true, via:storage_of(res).objects[e.key].obj
+    base, err = via:decode(res, e.key)
+    if not base then return nil, nil, err end
+    if equal(c, state) then break end
+  end
+  local answer
+  answer, err = via:decode(res, e.key)
+  if not answer then return nil, nil, err end
+  return nil, answer
+end
+
 -- delete(res, ns, name, opts, ctx) -> body table, code | nil, status.
 -- opts: DeleteOptions (propagationPolicy, orphanDependents, preconditions).
 -- An object with finalizers, or one whose dependents the garbage collector
 -- handles first (Foreground, Orphan), gets its deletionTimestamp (and a
--- new generation, where it keeps one) and stays until they are gone.
+-- new generation, where it keeps one) and stays until they are gone. A
+-- dry run answers what the delete would (that object, not stored, or the
+-- Status of an object deleted), as the registry does.
 function Store:delete(res, ns, name, opts, ctx)
   ctx = ctx or {}
   opts = is_object(opts) and opts or {}
   local e, err = self:get(res, ns, name)
   if not e then return nil, err end
-  local old = e.obj
+  local via = delete_conversion(self, res, ctx)
+  local function read(x)
+    if via then return via:decode(res, x.key) end
+    return x.obj
+  end
+  local old
+  old, err = read(e)
+  if not old then return nil, err end
   local pre = is_object(opts.preconditions) and opts.preconditions or {}
   -- as the storage checks them: the conflict names the Kind ("ConfigMap",
   -- "Deployment.apps"), not the resource
@@ -523,9 +672,13 @@ function Store:delete(res, ns, name, opts, ctx)
       local ok, aerr = admit(self, phase, "DELETE", res, nil, old, ctx)
       if not ok then return nil, aerr end
     end
+    local was = e
     e, err = self:get(res, ns, name) -- as it is once the webhooks have answered
     if not e then return nil, err end
-    old = e.obj
+    if e ~= was then
+      old, err = read(e)
+      if not old then return nil, err end
+    end
   end
   if namespace_held(res, old) then
     -- the namespace registry: Terminating until the namespace controller
@@ -559,36 +712,63 @@ function Store:delete(res, ns, name, opts, ctx)
     or (policy == "Orphan" and "orphan") or nil
   local has = type(finalizers) == "table" and #finalizers > 0
   if has or extra then
-    if ctx.dry_run then return old, 200 end
-    local obj = copy(old)
-    local md = obj.metadata
-    local added = false
-    if extra then
-      md.finalizers = is_array(md.finalizers) and md.finalizers or json.array {}
-      local present = false
-      for _, f in ipairs(md.finalizers) do present = present or f == extra end
-      if not present then md.finalizers[#md.finalizers + 1] = extra end
-      added = not present
+    if via and not ctx.dry_run then
+      local obj, answer
+      obj, answer, err = converted_update(via, res, e, extra)
+      if not (obj or answer) then return nil, err end
+      if obj then
+        obj.metadata.resourceVersion = tostring(self:next_rv())
+        self:put(res, obj, "MODIFIED", e)
+        answer, err = via:decode(res, e.key)
+        if not answer then return nil, err end
+      end
+      return answer, 200
     end
-    if md.deletionTimestamp and not added then return old, 200 end
-    if not md.deletionTimestamp and type(md.generation) == "number" and md.generation > 0 then
-      -- the registry's markAsDeleting: a generation-changed predicate sees it
-      md.generation = md.generation + 1
+    local base = old
+    if via then -- a dry run's Get of its own
+      base, err = via:decode(res, e.key)
+      if not base then return nil, err end
     end
-    md.deletionTimestamp = md.deletionTimestamp or util.timestamp()
-    md.deletionGracePeriodSeconds = md.deletionGracePeriodSeconds or 0
-    md.resourceVersion = tostring(self:next_rv())
+    local obj, same = marked(base, extra)
+    if ctx.dry_run then
+      if via then
+        obj, err = converted_steps(via, res, e, { "round trip" }, obj)
+        if not obj then return nil, err end
+      end
+      return obj, 200
+    end
+    if same then return old, 200 end
+    obj.metadata.resourceVersion = tostring(self:next_rv())
     return self:put(res, obj, "MODIFIED", e).obj, 200
   end
-  if ctx.dry_run then return old, 200 end
+  local st = { kind = "Status", apiVersion = "v1", metadata = {}, status = "Success",
+    details = res_details(res, name, { uid = old.metadata.uid }) }
+  if ctx.dry_run then
+    if via then -- the dry run's Get of its own
+      local ok
+      ok, err = converted_steps(via, res, e, { "decode" })
+      if not ok then return nil, err end
+    end
+    -- the Service registry answers with the object it deleted
+    return is_service(res) and old or st, 200
+  end
+  local removed
+  if via then
+    removed, err = converted_steps(via, res, e, { "state" })
+    if not removed then return nil, err end
+    removed = via:storage_of(res).objects[e.key].obj
+  end
   local gone = copy(old)
   gone.metadata.resourceVersion = tostring(self:next_rv())
   self:put(res, gone, "DELETED", e)
-  -- the Service registry answers with the object it deleted
+  if via then
+    -- what it removed, decoded into the request's version
+    local ok
+    ok, err = via:convert(via:storage_of(res), res, removed)
+    if not ok then return nil, err end
+  end
   if is_service(res) then return gone, 200 end
   if res.gv == "v1" and res.name == "namespaces" then self:drop_namespace(name) end
-  local st = { kind = "Status", apiVersion = "v1", metadata = {}, status = "Success",
-    details = res_details(res, name, { uid = old.metadata.uid }) }
   return st, 200
 end
 
