@@ -1535,11 +1535,13 @@ static void test_send_thread_ends_streams_as_the_loop_does(void) {
 }
 
 /* The stream tests whose writes come in bursts, again with the thread:
- * the same bytes, drains, cap, timeout and order. */
+ * the same bytes, drains, cap, timeout and order. Not the burst to a
+ * small cap: with the thread, staying under the cap takes the thread
+ * being run within the loop's short waits for it, which a loaded machine
+ * does not promise (the cap then closes the stream, as designed). */
 static void test_stream_bursts_again_with_the_send_thread(void) {
   thread_mode = 1;
   test_backpressure_drain_cap_and_write_timeout();
-  test_burst_sent_before_a_small_cap();
   test_backlog_sent_while_it_grows();
   test_abort_after_n_bytes();
   test_close_streams_end_and_drop();
