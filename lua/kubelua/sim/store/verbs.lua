@@ -558,25 +558,13 @@ local function delete_conversion(self, res, ctx)
   return nil
 end
 
--- Steps of delete_conversion, each a ConversionReview: "decode" (the
--- storage version's object into res's version), "state" (the watch
--- cache's entry e into the storage version's), "round trip" (obj, of
--- res's version, into the storage version's and back). -> the last object
--- converted | nil, status.
-local function converted_steps(via, res, e, steps, obj)
-  local out, err
-  for _, step in ipairs(steps) do
-    if step == "decode" then
-      out, err = via:decode(res, e.key)
-    elseif step == "state" then
-      out, err = via:encode(res, e.obj)
-    else
-      out, err = via:encode(res, obj)
-      if out then out, err = via:convert(via:storage_of(res), res, out) end
-    end
-    if not out then return nil, err end
-  end
-  return out
+-- obj, of res's version, into the storage version's and back through
+-- delete_conversion's via, as a dry run's update converts the object it
+-- made: two ConversionReviews. -> obj converted | nil, status.
+local function round_trip(via, res, obj)
+  local stored, err = via:encode(res, obj)
+  if not stored then return nil, err end
+  return via:convert(via:storage_of(res), res, stored)
 end
 
 -- The object a deletion makes of base: extra (the finalizer a propagation
@@ -732,7 +720,7 @@ function Store:delete(res, ns, name, opts, ctx)
     local obj, same = marked(base, extra)
     if ctx.dry_run then
       if via then
-        obj, err = converted_steps(via, res, e, { "round trip" }, obj)
+        obj, err = round_trip(via, res, obj)
         if not obj then return nil, err end
       end
       return obj, 200
@@ -746,7 +734,7 @@ function Store:delete(res, ns, name, opts, ctx)
   if ctx.dry_run then
     if via then -- the dry run's Get of its own
       local ok
-      ok, err = converted_steps(via, res, e, { "decode" })
+      ok, err = via:decode(res, e.key)
       if not ok then return nil, err end
     end
     -- the Service registry answers with the object it deleted
@@ -754,7 +742,7 @@ function Store:delete(res, ns, name, opts, ctx)
   end
   local removed
   if via then
-    removed, err = converted_steps(via, res, e, { "state" })
+    removed, err = via:encode(res, e.obj) -- the delete's state
     if not removed then return nil, err end
     removed = via:storage_of(res).objects[e.key].obj
   end
